@@ -1,0 +1,178 @@
+"""Drafters: things that propose the next few tokens for the target to verify.
+
+- ModelDrafter wraps any causal LM that shares the target's vocabulary: a draft derived from
+  the target's own layers (`derive_draft`), or an independent small model.
+- NgramDrafter is model-free prompt lookup: it copies what followed the last occurrence of the
+  current suffix, which is cheap and good at the identifiers code repeats.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from .sampling import SamplingParams, probabilities
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]
+    q: torch.Tensor | None  # [len(tokens), V] draft probabilities; None for greedy or deterministic drafts
+
+
+def forward_logits(model, cache: DynamicCache, ids: list[int], keep: int) -> torch.Tensor:
+    """One forward pass that appends `ids` to `cache`; returns logits for the last `keep` positions."""
+    device = model.device
+    out = model(
+        input_ids=torch.tensor([ids], device=device),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=keep,
+    )
+    return out.logits[0, -keep:]
+
+
+def new_cache() -> DynamicCache:
+    # No config on purpose: every layer keeps its full history, so `crop` can always roll back,
+    # sliding-window layers included (their window is applied by the attention mask).
+    return DynamicCache()
+
+
+class ModelDrafter:
+    def __init__(self, model):
+        self.model = model
+        self.cache = new_cache()
+
+    def reset(self, prompt: list[int]) -> None:
+        self.cache = new_cache()
+        if len(prompt) > 1:
+            forward_logits(self.model, self.cache, prompt[:-1], keep=1)
+
+    def propose(
+        self, committed: list[int], gamma: int, params: SamplingParams, generator, min_confidence: float = 0.0
+    ) -> Proposal:
+        """Draft up to `gamma` tokens; stop early where the draft's own top probability < min_confidence."""
+        cached = self.cache.get_seq_length()
+        if cached >= len(committed):
+            self.cache.crop(len(committed) - 1 - cached)
+            cached = len(committed) - 1
+        feed = committed[cached:]  # catch up on everything committed since the last round
+        tokens, qs = [], []
+        for _ in range(gamma):
+            logits = forward_logits(self.model, self.cache, feed, keep=1)[0]
+            if params.greedy:
+                probs = torch.softmax(logits.float(), -1) if min_confidence else None
+                token = int(logits.argmax())
+                confidence = float(probs[token]) if probs is not None else 1.0
+            else:
+                probs = probabilities(logits, params)
+                token = int(torch.multinomial(probs, 1, generator=generator))
+                confidence = float(probs.max())
+            if confidence < min_confidence:
+                break
+            tokens.append(token)
+            if probs is not None and not params.greedy:
+                qs.append(probs)
+            feed = [token]
+        return Proposal(tokens, torch.stack(qs) if qs else None)
+
+    def rollback(self, valid: int) -> None:
+        """Forget cached positions from `valid` on (they held drafts the target rejected)."""
+        cached = self.cache.get_seq_length()
+        if cached > valid:
+            self.cache.crop(valid - cached)
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the last n tokens and propose what followed."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def reset(self, prompt: list[int]) -> None:
+        pass
+
+    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0) -> Proposal:
+        if gamma == 0:
+            return Proposal([], None)
+        seq = torch.tensor(committed)
+        for n in range(min(self.max_ngram, len(committed) - 1), self.min_ngram - 1, -1):
+            windows = seq.unfold(0, n, 1)[:-1]  # every earlier n-gram, excluding the suffix itself
+            hits = (windows == seq[-n:]).all(-1).nonzero()
+            if hits.numel():
+                start = int(hits[-1]) + n
+                return Proposal(committed[start : start + gamma], None)
+        return Proposal([], None)
+
+    def rollback(self, valid: int) -> None:
+        pass
+
+
+def _layer_list_name(base) -> str:
+    for name in ("layers", "h", "blocks"):
+        if isinstance(getattr(base, name, None), torch.nn.ModuleList):
+            return name
+    raise ValueError(f"cannot find the decoder layers of {type(base).__name__}")
+
+
+def derive_draft(target, layers: list[int]):
+    """A draft made of some of the target's own decoder layers, sharing its embeddings, norm and head.
+
+    Nothing is copied: the draft's modules are the target's, so it costs no memory. The draft
+    keeps its own KV cache, indexed by the original layer numbers.
+    """
+    base = target.base_model
+    layer_attr = _layer_list_name(base)
+    total = len(getattr(base, layer_attr))
+    if not layers or any(not 0 <= i < total for i in layers) or len(set(layers)) != len(layers):
+        raise ValueError(f"draft layers must be distinct indices in [0, {total}), got {layers}")
+    if 0 not in layers:
+        # the cache reports its length from layer 0, and positions come from that length
+        raise ValueError("draft layers must include layer 0")
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = len(layers)  # GPT-2 aliases n_layer to this
+    if getattr(config, "layer_types", None):
+        config.layer_types = [target.config.layer_types[i] for i in layers]
+    with torch.device("meta"):
+        draft = AutoModelForCausalLM.from_config(config)
+    draft_base = draft.base_model
+    for name, _ in list(draft_base.named_children()):
+        if name == layer_attr:
+            setattr(draft_base, name, torch.nn.ModuleList(getattr(base, layer_attr)[i] for i in layers))
+        else:
+            setattr(draft_base, name, getattr(base, name))
+    for name, _ in list(draft.named_children()):
+        if name != draft.base_model_prefix:
+            setattr(draft, name, getattr(target, name))
+    if any(t.is_meta for t in list(draft.parameters()) + list(draft.buffers())):
+        raise ValueError(f"could not share every module of {type(target).__name__} with the draft")
+    draft.generation_config = copy.deepcopy(target.generation_config)
+    draft.eval().requires_grad_(False)
+    return draft
+
+
+def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str = "auto"):
+    """A drafter from a spec: 'none', 'ngram', 'layers:0,1' (derived from the target) or a model spec.
+
+    Returns (drafter or None, draft model or None); the model is what HF assisted generation needs.
+    """
+    from .models import check_same_vocabulary, load_model
+
+    if spec == "none":
+        return None, None
+    if spec == "ngram":
+        return NgramDrafter(), None
+    if spec.startswith("layers:"):
+        try:
+            layers = [int(x) for x in spec.split(":", 1)[1].split(",")]
+        except ValueError:
+            raise ValueError(f"draft spec {spec!r} must look like layers:0,1") from None
+        draft = derive_draft(target, layers)
+        return ModelDrafter(draft), draft
+    draft, draft_tokenizer = load_model(spec, device=device, dtype=dtype)
+    check_same_vocabulary(tokenizer, draft_tokenizer)
+    return ModelDrafter(draft), draft

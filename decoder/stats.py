@@ -1,0 +1,59 @@
+"""Per-request decoding statistics: a plain record the telemetry layer can serialize as is."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    prompt_truncated_tokens: int = 0  # dropped from the left to fit the context window
+    new_tokens: int = 0
+    rounds: int = 0  # target forward passes after prefill
+    drafted: int = 0
+    accepted: int = 0
+    rejected_rounds: int = 0  # rounds that ended in a rejected draft token
+    accepted_histogram: list[int] = field(default_factory=list)  # [n] = rounds that accepted n drafts
+    gammas: list[int] = field(default_factory=list)  # drafts proposed in each round
+    prefill_ms: float = 0.0
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    total_ms: float = 0.0
+    ttft_ms: float = 0.0
+    finish_reason: str = ""
+
+    def record_round(self, drafted: int, accepted: int) -> None:
+        self.rounds += 1
+        self.gammas.append(drafted)
+        self.drafted += drafted
+        self.accepted += accepted
+        if accepted < drafted:
+            self.rejected_rounds += 1
+        if drafted:
+            while len(self.accepted_histogram) <= accepted:
+                self.accepted_histogram.append(0)
+            self.accepted_histogram[accepted] += 1
+
+    @property
+    def alpha(self) -> float | None:
+        """Per-token acceptance estimate: accepted / (accepted + rounds that ended in a rejection)."""
+        seen = self.accepted + self.rejected_rounds
+        return self.accepted / seen if seen else None
+
+    @property
+    def mean_accepted(self) -> float | None:
+        """Mean accepted drafts per round that drafted anything."""
+        drafting_rounds = sum(self.accepted_histogram)
+        return self.accepted / drafting_rounds if drafting_rounds else None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1000 * self.new_tokens / self.total_ms if self.total_ms else 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {
+            "alpha": self.alpha,
+            "mean_accepted": self.mean_accepted,
+            "tokens_per_s": self.tokens_per_s,
+        }

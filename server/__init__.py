@@ -1,0 +1,1 @@
+"""The language server: documents, languages, prompts and completions over LSP."""

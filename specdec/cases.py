@@ -1,0 +1,95 @@
+"""Completion cases: a document and an LSP cursor position, one JSON object per line.
+
+`{"id": str, "path": str, "text": str, "line": int, "character": int}`. Cases drawn from the
+corpus dev split put the cursor after the indentation of a real line, so the rest of that line
+is the ground truth for next-line exact match.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from server.language import detect_language
+from server.positions import offset_at, utf16_len
+
+
+@dataclass
+class Case:
+    id: str
+    path: str
+    text: str
+    line: int
+    character: int
+
+    @property
+    def language(self) -> str:
+        return detect_language(self.path, text=self.text)
+
+    @property
+    def offset(self) -> int:
+        return offset_at(self.text, self.line, self.character)
+
+    @property
+    def prefix(self) -> str:
+        return self.text[: self.offset]
+
+    @property
+    def expected_line(self) -> str:
+        rest = self.text[self.offset :]
+        return rest.split("\n", 1)[0]
+
+
+def read_cases(path: str | Path) -> list[Case]:
+    cases = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                cases.append(Case(**json.loads(line)))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{path}:{number}: not a case ({e})") from None
+    return cases
+
+
+def write_cases(cases: list[Case], path: str | Path) -> None:
+    with open(path, "w") as f:
+        for case in cases:
+            f.write(json.dumps(case.__dict__) + "\n")
+
+
+def sample_cases(splits_dir: str | Path, per_language: int, seed: int = 0, split: str = "dev",
+                 max_prefix_chars: int = 3000, min_line_chars: int = 10) -> list[Case]:
+    """Pick files from `<lang>.<split>.txt` lists and a cursor inside each, deterministically."""
+    rng = random.Random(seed)
+    cases = []
+    for listing in sorted(Path(splits_dir).glob(f"*.{split}.txt")):
+        language = listing.name.split(".")[0]
+        files = [p for p in listing.read_text().splitlines() if p.strip()]
+        rng.shuffle(files)
+        taken = 0
+        for file in files:
+            if taken == per_language:
+                break
+            try:
+                raw = Path(file).read_bytes()
+            except OSError:
+                continue
+            if len(raw) > 500_000 or b"\0" in raw or detect_language(file) != language:
+                continue
+            text = raw.decode("utf-8", errors="replace")
+            lines = text.split("\n")
+            candidates, offset = [], 0
+            for number, row in enumerate(lines):
+                if number >= 8 and offset <= max_prefix_chars and len(row.strip()) >= min_line_chars:
+                    candidates.append(number)
+                offset += len(row) + 1
+            if not candidates:
+                continue
+            number = rng.choice(candidates)
+            row = lines[number]
+            indent = row[: len(row) - len(row.lstrip())]
+            cases.append(Case(f"{language}-{taken}", file, text, number, utf16_len(indent)))
+            taken += 1
+    return cases

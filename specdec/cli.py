@@ -1,0 +1,166 @@
+"""The `specdec` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+
+def _setup_threads() -> None:
+    # Spinning OpenMP workers starve each other when a core is busy (1,270 ms/token seen, vs 95).
+    # Must happen before torch is imported.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    from decoder.models import DEFAULT_TARGET
+
+    p.add_argument("--target", default=DEFAULT_TARGET, help="packaged alias, local directory or HF id")
+    p.add_argument("--draft", default="layers:0,1",
+                   help="'layers:0,1' (derived from the target), 'ngram', 'none', or a model spec")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    p.add_argument("--gamma", default="heuristic", help="an integer >= 0 (fixed) or heuristic[:START:MAX]")
+    p.add_argument("--draft-confidence", type=float, default=0.0,
+                   help="stop drafting when the draft's top probability falls below this")
+
+
+def _load(args):
+    import torch
+
+    from decoder.drafts import build_drafter
+    from decoder.engine import SpeculativeDecoder
+    from decoder.gamma import parse_gamma_policy
+    from decoder.models import load_model
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    gamma = parse_gamma_policy(args.gamma)
+    target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
+    drafter, draft_model = build_drafter(args.draft, target, tokenizer, device=args.device, dtype=args.dtype)
+    decoder = SpeculativeDecoder(target, tokenizer, drafter, gamma if drafter else None,
+                                 draft_confidence=args.draft_confidence)
+    return target, tokenizer, draft_model, decoder
+
+
+def cmd_complete(args) -> int:
+    from decoder.engine import DecodeOptions
+    from decoder.sampling import SamplingParams
+    from server.positions import offset_at
+
+    text = open(args.file, encoding="utf-8").read()
+    if args.line is None:
+        offset = len(text)
+    else:
+        offset = offset_at(text, args.line, args.character)
+    _, _, _, decoder = _load(args)
+    options = DecodeOptions(
+        max_new_tokens=args.max_new_tokens,
+        sampling=SamplingParams(args.temperature, args.top_k, args.top_p),
+        seed=args.seed,
+        on_text=(lambda t: print(t, end="", flush=True)) if args.stream else None,
+    )
+    generation = decoder.generate(text[:offset], options)
+    if not args.stream:
+        print(generation.text, end="")
+    print("\n---")
+    print(json.dumps(generation.stats.to_dict()))
+    return 0
+
+
+def cmd_cases(args) -> int:
+    from .cases import sample_cases, write_cases
+
+    cases = sample_cases(args.splits, args.per_language, seed=args.seed, split=args.split)
+    write_cases(cases, args.out)
+    print(f"wrote {len(cases)} cases to {args.out}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from .bench import format_table, report, run_bench, write_json
+    from .cases import read_cases
+
+    cases = read_cases(args.cases)
+    if args.limit:
+        cases = cases[: args.limit]
+    target, tokenizer, draft_model, decoder = _load(args)
+    bar = tqdm(total=len(cases), desc="bench", unit="case")
+    results = run_bench(
+        cases, target, tokenizer, decoder, draft_model,
+        max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
+        hf_gammas=[int(g) for g in args.hf_gammas.split(",") if g], prompt_lookup=args.prompt_lookup or None,
+        progress=lambda r: bar.update(1),
+    )
+    bar.close()
+    device = str(target.device)
+    if target.device.type == "cuda":
+        device += f" ({torch.cuda.get_device_name(target.device)})"
+    data = report(results, tokenizer, device=device, dtype=str(target.dtype).replace("torch.", ""),
+                  target=args.target, draft=args.draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens)
+    table = format_table(data)
+    print(table)
+    if args.json:
+        write_json(data, args.json)
+        with open(os.path.splitext(args.json)[0] + ".txt", "w") as f:
+            f.write(table + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    _setup_threads()
+    parser = argparse.ArgumentParser(prog="specdec", description="code completion with speculative decoding")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("complete", help="complete a file at a position and print the completion with its stats")
+    p.add_argument("file")
+    p.add_argument("--line", type=int, help="0-based LSP line (default: end of file)")
+    p.add_argument("--character", type=int, default=0, help="UTF-16 column on that line")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--stream", action="store_true", help="print text as it is decoded")
+    _model_args(p)
+    p.set_defaults(func=cmd_complete)
+
+    p = sub.add_parser("cases", help="sample completion cases from corpus split lists")
+    p.add_argument("--splits", default="/opt/corpus/splits")
+    p.add_argument("--split", default="dev")
+    p.add_argument("--per-language", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_cases)
+
+    p = sub.add_parser("bench", help="AR vs speculative vs HF assisted on the same cases")
+    p.add_argument("--cases", required=True)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-prompt-tokens", type=int, default=1024)
+    p.add_argument("--json")
+    p.add_argument("--limit", type=int, help="use only the first N cases")
+    p.add_argument("--hf-gammas", default="1,2,4", help="constant γ values to try for HF assisted")
+    p.add_argument("--prompt-lookup", type=int, default=0, help="also time HF prompt lookup with this many tokens")
+    _model_args(p)
+    p.set_defaults(func=cmd_bench)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from decoder.models import ModelError
+
+    try:
+        return args.func(args)
+    except (ModelError, ValueError, OSError) as e:
+        print(f"specdec: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

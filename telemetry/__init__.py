@@ -1,0 +1,1 @@
+"""Completion events and their offline analysis. Reads events; never loads a model."""
