@@ -160,7 +160,7 @@ def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str
 
     Returns (drafter or None, draft model or None); the model is what HF assisted generation needs.
     """
-    from .models import check_same_vocabulary, load_model
+    from .models import VocabularyMismatchError, check_same_vocabulary, load_model
 
     if spec == "none":
         return None, None
@@ -175,4 +175,10 @@ def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str
         return ModelDrafter(draft), draft
     draft, draft_tokenizer = load_model(spec, device=device, dtype=dtype)
     check_same_vocabulary(tokenizer, draft_tokenizer)
+    rows = draft.get_input_embeddings().num_embeddings
+    if rows < len(tokenizer):
+        raise VocabularyMismatchError(
+            f"draft {spec!r} embeds {rows} tokens but the vocabulary has {len(tokenizer)}; "
+            "it could not read every token the target writes"
+        )
     return ModelDrafter(draft), draft

@@ -102,7 +102,7 @@ class SpeculativeDecoder:
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         ids, stats.prompt_truncated_tokens = self.fit_prompt(ids, opts.max_new_tokens, opts.max_prompt_tokens)
         stats.prompt_tokens = len(ids)
-        generator = torch.Generator().manual_seed(opts.seed) if opts.seed is not None else None
+        generator = torch.Generator(self.target.device).manual_seed(opts.seed) if opts.seed is not None else None
         stream = TextStream(self.tokenizer, ids, opts.stop_strings)
 
         target_cache = new_cache()

@@ -17,12 +17,15 @@ def draft_fitness(target, draft, ids: list[int]) -> dict[str, float]:
     p_logits = target(input_ids=input_ids, use_cache=False).logits[0].float()
     # no cache: a draft made of non-adjacent layers would index a config-sized cache out of range
     q_logits = draft(input_ids=input_ids, use_cache=False).logits[0].float()
-    width = min(p_logits.shape[-1], q_logits.shape[-1])
-    p = torch.softmax(p_logits[:, :width], -1)
+    # p over the target's whole vocabulary; a narrower draft head has q = 0 beyond its width,
+    # which adds nothing to Σ min(p, q) (the engine pads q with zeros the same way)
+    p = torch.softmax(p_logits, -1)
+    width = min(p.shape[-1], q_logits.shape[-1])
     log_q = torch.log_softmax(q_logits[:, :width], -1)
+    p = p[:, :width]
     return {
         "expected_acceptance": float(torch.minimum(p, log_q.exp()).sum(-1).mean()),
-        "top1_agreement": float((p.argmax(-1) == log_q.argmax(-1)).float().mean()),
-        "cross_entropy": float(-(p * log_q).sum(-1).mean()),
+        "top1_agreement": float((p_logits.argmax(-1) == log_q.argmax(-1)).float().mean()),
+        "cross_entropy": float(-(p * log_q).sum(-1).mean()),  # over the draft's vocabulary
         "positions": len(ids),
     }

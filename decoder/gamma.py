@@ -46,7 +46,13 @@ class HeuristicGamma:
         if requested == 0:
             self.rounds_at_zero += 1
             return
-        full = drafted > 0 and accepted == drafted
+        if drafted == 0:
+            # Nothing was verified (no n-gram match, or an unsure draft): no evidence either way.
+            # A probe that drafted nothing is retried after the same wait.
+            if self.gamma == 0:
+                self.rounds_at_zero = 0
+            return
+        full = accepted == drafted
         if self.gamma == 0:  # this was a probe
             self.rounds_at_zero = 0
             if full:
@@ -62,11 +68,9 @@ class HeuristicGamma:
 
 def parse_gamma_policy(spec: str | int):
     """'4' -> fixed γ=4; 'heuristic' or 'heuristic:START:MAX' -> adaptive."""
-    text = str(spec)
-    if text.startswith("heuristic"):
-        parts = [int(x) for x in text.split(":")[1:]]
-        return HeuristicGamma(*parts)
-    try:
-        return FixedGamma(int(text))
-    except ValueError:
-        raise ValueError(f"gamma must be an integer >= 0 or 'heuristic[:START:MAX]', got {spec!r}") from None
+    name, *numbers = str(spec).split(":")
+    if name == "heuristic" and len(numbers) in (0, 2) and all(x.isdigit() for x in numbers):
+        return HeuristicGamma(*map(int, numbers))
+    if not numbers and name.lstrip("-").isdigit():
+        return FixedGamma(int(name))
+    raise ValueError(f"gamma must be an integer >= 0 or 'heuristic[:START:MAX]', got {spec!r}")

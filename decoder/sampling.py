@@ -76,10 +76,10 @@ def accept_sampled(
     Returns (number of accepted drafts n, the token that follows them).
     """
     k = drafts.numel()
-    rows = torch.arange(k)
+    rows = torch.arange(k, device=p.device)
     p_d = p[rows, drafts]
     q_d = q[rows, drafts] if q is not None else torch.ones_like(p_d)
-    u = torch.rand(k, generator=generator)
+    u = torch.rand(k, generator=generator, device=p.device)
     rejected = (u * q_d >= p_d).nonzero()  # accept with probability min(1, p/q)
     if rejected.numel() == 0:
         return k, sample(p[k], generator)  # all accepted: a bonus token from the target

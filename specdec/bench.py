@@ -174,7 +174,7 @@ def report(results, tokenizer, *, device, dtype, target, draft, gamma, max_new_t
         "cases": len(results),
         **summary,
         "per_case": [
-            {"id": r.case.id, "language": r.case.language,
+            {"id": r.case.id, "language": r.case.language, "next_line_exact": _next_line_exact(r, tokenizer),
              **{f"{name}_tokens": len(run.tokens) for name, run in r.runs.items()},
              **{f"{name}_s": round(run.seconds, 4) for name, run in r.runs.items()},
              "spec_stats": r.runs["spec"].stats.to_dict()}

@@ -8,16 +8,14 @@ import logging
 import os
 import sys
 
+# Spinning OpenMP workers starve each other when a core is busy (1,270 ms/token seen, vs 95).
+# This must be set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-def _setup_threads() -> None:
-    # Spinning OpenMP workers starve each other when a core is busy (1,270 ms/token seen, vs 95).
-    # Must happen before torch is imported.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from decoder.models import DEFAULT_TARGET, ModelError  # noqa: E402  (imports torch)
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    from decoder.models import DEFAULT_TARGET
-
     p.add_argument("--target", default=DEFAULT_TARGET, help="packaged alias, local directory or HF id")
     p.add_argument("--draft", default="layers:0,1",
                    help="'layers:0,1' (derived from the target), 'ngram', 'none', or a model spec")
@@ -112,8 +110,34 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_stepcost(args) -> int:
+    import torch
+
+    from decoder.models import load_model
+
+    from .bench import write_json
+    from .stepcost import step_costs
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    prompt_text = open(args.prompt_file, encoding="utf-8").read()
+    rows = {}
+    for dtype in args.dtypes.split(","):
+        model, tokenizer = load_model(args.target, device=args.device, dtype=dtype)
+        prompt = tokenizer(prompt_text)["input_ids"][: args.prompt_tokens]
+        rows[dtype] = step_costs(model, prompt)
+        del model
+    keys = list(next(iter(rows.values())))
+    print(f"target={args.target} device={args.device} prompt_tokens={args.prompt_tokens} (median ms; ratios to 1 token)")
+    print("dtype".ljust(10) + "".join(k.rjust(15) for k in keys))
+    for dtype, row in rows.items():
+        print(dtype.ljust(10) + "".join(f"{row[k]:15.2f}" for k in keys))
+    if args.json:
+        write_json({"target": args.target, "device": args.device, "prompt_tokens": args.prompt_tokens,
+                    "threads": torch.get_num_threads(), "dtypes": rows}, args.json)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    _setup_threads()
     parser = argparse.ArgumentParser(prog="specdec", description="code completion with speculative decoding")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,11 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     _model_args(p)
     p.set_defaults(func=cmd_bench)
 
+    p = sub.add_parser("stepcost", help="median cost of target/draft forward passes by dtype and width")
+    p.add_argument("--target", default=DEFAULT_TARGET)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--prompt-file", default=__file__)
+    p.add_argument("--prompt-tokens", type=int, default=300)
+    p.add_argument("--json")
+    p.set_defaults(func=cmd_stepcost)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from decoder.models import ModelError
-
     try:
         return args.func(args)
     except (ModelError, ValueError, OSError) as e:

@@ -1,0 +1,38 @@
+"""`specdec stepcost`: what one target forward costs, by dtype and by tokens per pass.
+
+The speculative speedup depends on c = draft step / target step and on how much more a verify
+of γ+1 tokens costs than a single-token step, so this is the measurement behind the default
+dtype and behind any γ choice. Same prompt, same cache state, median of repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from decoder.drafts import derive_draft, forward_logits, new_cache
+
+
+def _median_ms(model, prompt: list[int], feed: list[int], repeats: int) -> float:
+    cache = new_cache()
+    forward_logits(model, cache, prompt, keep=1)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        forward_logits(model, cache, feed, keep=len(feed))
+        times.append((time.perf_counter() - start) * 1000)
+        cache.crop(-len(feed))
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def step_costs(model, prompt: list[int], widths=(1, 2, 3, 5, 9), draft_layers=(0, 1), repeats: int = 7) -> dict:
+    row = {f"target_{w}_ms": _median_ms(model, prompt, prompt[-w:], repeats) for w in widths}
+    draft = derive_draft(model, list(draft_layers))
+    row["draft_1_ms"] = _median_ms(draft, prompt, prompt[-1:], repeats)
+    one = row["target_1_ms"]
+    row.update({f"verify_{w}_ratio": row[f"target_{w}_ms"] / one for w in widths if w > 1})
+    row["c"] = row["draft_1_ms"] / one
+    return row
