@@ -156,8 +156,7 @@ class SpeculativeDecoder:
             if gamma else Proposal([], None)
         )
         t1 = time.perf_counter()
-        drafts = torch.tensor(proposal.tokens, dtype=torch.long)
-        k = drafts.numel()
+        k = len(proposal.tokens)
         # Verify: the last committed token plus k drafts, one forward pass, k+1 rows of logits.
         if prefill_logits is None:
             logits = forward_logits(self.target, target_cache, [committed[-1]] + proposal.tokens, keep=k + 1)
@@ -165,7 +164,7 @@ class SpeculativeDecoder:
             logits = torch.cat([prefill_logits, forward_logits(self.target, target_cache, proposal.tokens, keep=k)])
         else:
             logits = prefill_logits
-        drafts = drafts.to(logits.device)
+        drafts = torch.tensor(proposal.tokens, dtype=torch.long, device=logits.device)
         if params.greedy:
             n, token = accept_greedy(logits, drafts)
         elif k:
