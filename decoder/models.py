@@ -20,7 +20,9 @@ import torch
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TARGET = "smollm2-135m"
+# Chosen by measurement (docs/benchmarks/README.md): better next-line code than SmolLM2-Instruct,
+# at 0.7x its decode speed.
+DEFAULT_TARGET = "gemma3-270m"
 
 
 class ModelError(RuntimeError):
@@ -131,7 +133,12 @@ def pick_device(device: str = "auto") -> torch.device:
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """bf16 on CUDA; fp32 on CPU, where a single-token bf16 step measured slower (see docs/benchmarks)."""
+    """bf16 on CUDA; fp32 on CPU.
+
+    On this project's CPUs bf16 steps measured faster (docs/benchmarks/*stepcost*), but fp32 keeps
+    single-token and multi-token forwards numerically close enough that greedy speculation stays
+    token-identical to AR; bf16 on CPU is an explicit choice until the dtype split is measured.
+    """
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     try:

@@ -110,6 +110,28 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_nextline(args) -> int:
+    import torch
+
+    from decoder.engine import SpeculativeDecoder
+    from decoder.models import load_model
+
+    from .bench import write_json
+    from .cases import read_cases
+    from .nextline import next_line_quality
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
+    rows = next_line_quality(SpeculativeDecoder(model, tokenizer), read_cases(args.cases), args.max_new_tokens)
+    print(f"target={args.target} device={model.device} dtype={model.dtype} (greedy next line, prompt cut at line start)")
+    print("language".rjust(11) + "n".rjust(4) + "exact".rjust(8) + "similar".rjust(9) + "tok/s".rjust(8))
+    for name, r in rows.items():
+        print(f"{name:>11}{r['cases']:4d}{r['exact_match']:8.2f}{r['similarity']:9.2f}{r['tokens_per_s']:8.1f}")
+    if args.json:
+        write_json({"target": args.target, "device": str(model.device), "languages": rows}, args.json)
+    return 0
+
+
 def cmd_stepcost(args) -> int:
     import torch
 
@@ -173,6 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-lookup", type=int, default=0, help="also time HF prompt lookup with this many tokens")
     _model_args(p)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("nextline", help="greedy next-line exact match of a target on cases")
+    p.add_argument("--cases", required=True)
+    p.add_argument("--target", default=DEFAULT_TARGET)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--json")
+    p.set_defaults(func=cmd_nextline)
 
     p = sub.add_parser("stepcost", help="median cost of target/draft forward passes by dtype and width")
     p.add_argument("--target", default=DEFAULT_TARGET)

@@ -1,0 +1,40 @@
+"""`specdec nextline`: does the target write the next line of real code? (target quality, greedy)
+
+The prompt ends at the start of the cursor's line, so no half-typed indentation splits a token;
+the target's first line is compared with the real line, both stripped: exact match, and the
+character-level similarity (difflib ratio) for a signal below exact.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections import defaultdict
+
+from decoder.engine import DecodeOptions, SpeculativeDecoder
+
+from .cases import Case
+
+
+def next_line_quality(decoder: SpeculativeDecoder, cases: list[Case], max_new_tokens: int = 32,
+                      max_prompt_tokens: int = 1024) -> dict:
+    per_language = defaultdict(lambda: {"exact": 0, "similarity": 0.0, "cases": 0, "tokens": 0, "seconds": 0.0})
+    options = DecodeOptions(max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
+                            stop_when=lambda text: "\n" in text.lstrip("\n"))
+    for case in cases:
+        line_start = case.prefix.rfind("\n") + 1
+        start = time.perf_counter()
+        generation = decoder.generate(case.text[:line_start], options)
+        seconds = time.perf_counter() - start
+        got = generation.text.lstrip("\n").split("\n", 1)[0].strip()
+        want = (case.text[line_start:].split("\n", 1)[0]).strip()
+        row = per_language[case.language]
+        row["exact"] += got == want
+        row["similarity"] += difflib.SequenceMatcher(None, got, want).ratio()
+        row["cases"] += 1
+        row["tokens"] += len(generation.token_ids)
+        row["seconds"] += seconds
+    total = {k: sum(r[k] for r in per_language.values()) for k in ("exact", "similarity", "cases", "tokens", "seconds")}
+    rows = dict(sorted(per_language.items())) | {"OVERALL": total}
+    return {name: {"exact_match": r["exact"] / r["cases"], "similarity": r["similarity"] / r["cases"],
+                   "cases": r["cases"], "tokens_per_s": r["tokens"] / r["seconds"]} for name, r in rows.items()}
