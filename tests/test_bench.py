@@ -45,3 +45,22 @@ def test_bench_runs_all_methods_and_reports(tokenizer):
     json.dumps(data)  # the report is plain JSON
     table = format_table(data)
     assert "OVERALL" in table and "python" in table
+
+
+def test_next_line_quality_scores_each_language(tokenizer):
+    from specdec.nextline import next_line_quality
+
+    rows = next_line_quality(SpeculativeDecoder(tiny_llama(seed=3), tokenizer), _cases(), max_new_tokens=6)
+    assert set(rows) == {"python", "rust", "OVERALL"}
+    assert rows["OVERALL"]["cases"] == 2
+    for row in rows.values():
+        assert 0 <= row["exact_match"] <= row["similarity"] <= 1  # an exact line has similarity 1
+        assert row["tokens_per_s"] > 0
+
+
+def test_step_costs_report_ratios(tokenizer):
+    from specdec.stepcost import step_costs
+
+    row = step_costs(tiny_llama(seed=3), list(range(40)), widths=(1, 3), repeats=3)
+    assert row["verify_3_ratio"] == row["target_3_ms"] / row["target_1_ms"]
+    assert row["c"] == row["draft_1_ms"] / row["target_1_ms"] > 0
