@@ -12,7 +12,9 @@ import sys
 # This must be set before torch is imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from decoder.models import DEFAULT_TARGET, ModelError  # noqa: E402  (imports torch)
+import torch  # noqa: E402
+
+from decoder.models import DEFAULT_TARGET, ModelError  # noqa: E402
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -27,14 +29,11 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args):
-    import torch
-
     from decoder.drafts import build_drafter
     from decoder.engine import SpeculativeDecoder
     from decoder.gamma import parse_gamma_policy
     from decoder.models import load_model
 
-    torch.set_num_threads(os.cpu_count() or 1)
     gamma = parse_gamma_policy(args.gamma)
     target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
     drafter, draft_model = build_drafter(args.draft, target, tokenizer, device=args.device, dtype=args.dtype)
@@ -78,7 +77,6 @@ def cmd_cases(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    import torch
     from tqdm import tqdm
 
     from .bench import format_table, report, run_bench, write_json
@@ -111,8 +109,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_nextline(args) -> int:
-    import torch
-
     from decoder.engine import SpeculativeDecoder
     from decoder.models import load_model
 
@@ -120,7 +116,6 @@ def cmd_nextline(args) -> int:
     from .cases import read_cases
     from .nextline import next_line_quality
 
-    torch.set_num_threads(os.cpu_count() or 1)
     model, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
     rows = next_line_quality(SpeculativeDecoder(model, tokenizer), read_cases(args.cases), args.max_new_tokens)
     print(f"target={args.target} device={model.device} dtype={model.dtype} (greedy next line, prompt cut at line start)")
@@ -133,14 +128,11 @@ def cmd_nextline(args) -> int:
 
 
 def cmd_stepcost(args) -> int:
-    import torch
-
     from decoder.models import load_model
 
     from .bench import write_json
     from .stepcost import step_costs
 
-    torch.set_num_threads(os.cpu_count() or 1)
     prompt_text = open(args.prompt_file, encoding="utf-8").read()
     rows = {}
     for dtype in args.dtypes.split(","):
@@ -215,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_stepcost)
 
     args = parser.parse_args(argv)
+    torch.set_num_threads(os.cpu_count() or 1)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

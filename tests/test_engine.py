@@ -12,7 +12,7 @@ from transformers import DynamicCache
 import decoder.engine as engine
 from conftest import EOS, byte_ids, check_stats, generate, random_prompts
 from decoder.drafts import ModelDrafter, NgramDrafter, derive_draft, forward_logits
-from decoder.engine import DecodeOptions, SpeculativeDecoder, context_window, eos_ids
+from decoder.engine import SpeculativeDecoder, context_window, eos_ids
 from decoder.gamma import FixedGamma, HeuristicGamma
 from decoder.sampling import SamplingParams
 from decoder.stats import GenerationStats

@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from conftest import EOS, check_stats, generate, random_prompts, tiny_gemma3
+from conftest import EOS, check_stats, generate, random_prompts
 from decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
 from decoder.engine import SpeculativeDecoder
 from decoder.gamma import FixedGamma, HeuristicGamma
