@@ -1,0 +1,93 @@
+"""One completion is one event: a plain, versioned record that serializes to one JSON line.
+
+Producers (the server, `specdec bench`, `specdec eval`, `specdec sweep`) build events with
+`CompletionEvent.from_stats(stats.to_dict(), **fields)`; the editor's verdict arrives later as an
+outcome record (see telemetry.log.EventLog.update_outcome) and analysis joins the latest one.
+"""
+
+from __future__ import annotations
+
+import time as _time
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+
+SCHEMA = 1
+
+TRIGGERS = ("automatic", "invoked")
+OUTCOMES = ("shown", "accepted", "partial", "rejected", "cancelled", "error", "empty")
+SOURCES = ("eval", "bench", "sweep", "editor")
+
+# GenerationStats.to_dict() keys that map onto event fields under another name.
+_STATS_RENAMES = {"new_tokens": "generated_tokens"}
+
+
+@dataclass
+class CompletionEvent:
+    schema: int = SCHEMA
+    time: float = field(default_factory=_time.time)  # unix seconds when the completion finished
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    language: str = ""
+    trigger: str = "automatic"  # automatic | invoked
+    multiline: bool = False
+    prompt_tokens: int = 0
+    prompt_truncated_tokens: int = 0
+    generated_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    rejected_rounds: int = 0
+    gammas: list[int] = field(default_factory=list)  # drafts proposed per round
+    accepted_histogram: list[int] = field(default_factory=list)  # [n] = drafting rounds that accepted n
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    prefill_ms: float = 0.0
+    total_ms: float = 0.0  # inside the decoder
+    ttft_ms: float = 0.0
+    latency_ms: float = 0.0  # end to end in the producer: prompt building, decoding, trimming
+    finish_reason: str = ""
+    target: str = ""
+    draft: str = ""  # "none" for plain autoregressive decoding
+    device: str = ""
+    settings: dict = field(default_factory=dict)  # gamma policy, temperature, max_new_tokens, ...
+    outcome: str = "shown"
+    accepted_chars: int | None = None
+    case_id: str | None = None  # set by eval/bench/sweep harnesses
+    source: str | None = None  # eval | bench | sweep | editor
+    text: str | None = None  # the completion text, only when the user opted in
+
+    def __post_init__(self):
+        if self.trigger not in TRIGGERS:
+            raise ValueError(f"trigger must be one of {TRIGGERS}, got {self.trigger!r}")
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+        if self.source is not None and self.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES} or None, got {self.source!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CompletionEvent:
+        """The inverse of to_dict. Newer schemas and unknown keys are errors, not silently dropped."""
+        schema = data.get("schema", SCHEMA)
+        if schema > SCHEMA:
+            raise ValueError(f"event schema {schema} is newer than this reader's ({SCHEMA})")
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown event fields: {sorted(unknown)}")
+        return cls(**data)
+
+    @classmethod
+    def from_stats(cls, stats: dict, **fields_: object) -> CompletionEvent:
+        """An event from `GenerationStats.to_dict()` plus the producer's fields (language, target, ...).
+
+        Derived statistics (alpha, mean_accepted, tokens_per_s) are not stored: the analysis
+        recomputes them from the counts, pooled the right way.
+        """
+        known = {f.name for f in fields(cls)}
+        from_stats = {_STATS_RENAMES.get(k, k): v for k, v in stats.items()}
+        base = {k: v for k, v in from_stats.items() if k in known}
+        base["gammas"] = list(base.get("gammas", []))
+        base["accepted_histogram"] = list(base.get("accepted_histogram", []))
+        return cls(**(base | fields_))

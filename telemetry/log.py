@@ -1,0 +1,141 @@
+"""The event writer: append-only JSON lines, one write per record, rotated by size, never deleted.
+
+Crash safety: each record is one `os.write` of a complete line to an O_APPEND descriptor, so
+there is no user-space buffer to lose and a crash can tear at most the last line. Reopening a file
+whose last line is torn first ends that line, so the next record starts clean; readers skip the
+torn line with a warning (telemetry.read). Rotation renames `events.jsonl` to the next free
+`events.N.jsonl` (1 is the oldest) with a link that never overwrites, so no event is ever lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from .events import OUTCOMES, SCHEMA, CompletionEvent
+
+log = logging.getLogger(__name__)
+
+ENV_SWITCH = "SPECDEC_TELEMETRY"  # "0", "false", "off" or "no" turns telemetry off everywhere
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+
+
+def default_path() -> Path:
+    """$XDG_DATA_HOME/specdec/events.jsonl, or ~/.local/share/specdec/events.jsonl."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "specdec" / "events.jsonl"
+
+
+def telemetry_allowed() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def rotated_paths(path: str | Path) -> list[Path]:
+    """The rotated siblings of `path` (events.1.jsonl, events.2.jsonl, ...), oldest first."""
+    path = Path(path)
+    found = []
+    for sibling in path.parent.glob(f"{path.stem}.*{path.suffix}"):
+        middle = sibling.name[len(path.stem) + 1: len(sibling.name) - len(path.suffix)]
+        if middle.isdigit():
+            found.append((int(middle), sibling))
+    return [p for _, p in sorted(found)]
+
+
+class EventLog:
+    """Thread-safe appender of completion events and outcome records.
+
+    `enabled=False` (or SPECDEC_TELEMETRY=0) makes every method a no-op: no directory, no file.
+    `fsync=True` also forces each record to disk (survives power loss, not just a process crash);
+    it costs a disk flush per completion, so it is off by default (see docs/telemetry.md).
+    Write errors (disk full, permissions) are logged, never raised: telemetry must not break a completion.
+    """
+
+    def __init__(self, path: str | Path | None = None, enabled: bool = True,
+                 max_bytes: int = DEFAULT_MAX_BYTES, fsync: bool = False):
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
+        self.enabled = enabled and telemetry_allowed()
+        self.path = Path(path) if path is not None else default_path()
+        self.max_bytes = max_bytes
+        self.fsync = fsync
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def write(self, event: CompletionEvent) -> bool:
+        return self._append(event.to_dict())
+
+    def update_outcome(self, request_id: str, outcome: str, accepted_chars: int | None = None) -> bool:
+        """Record the editor's verdict; the analysis joins the latest outcome per request_id."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+        return self._append({"schema": SCHEMA, "record": "outcome", "time": time.time(),
+                             "request_id": request_id, "outcome": outcome, "accepted_chars": accepted_chars})
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _append(self, record: dict) -> bool:
+        if not self.enabled:
+            return False
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            try:
+                fd = self._open()
+                size = os.fstat(fd).st_size
+                if size and size + len(line) > self.max_bytes:
+                    fd = self._rotate()
+                os.write(fd, line)
+                if self.fsync:
+                    os.fsync(fd)
+                return True
+            except OSError as e:
+                if not self._warned:
+                    log.warning("telemetry: cannot write %s: %s (further errors are not logged)", self.path, e)
+                    self._warned = True
+                return False
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            os.fchmod(fd, 0o600)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                os.write(fd, b"\n")  # end a line torn by a crash, so the next record starts clean
+            self._fd = fd
+        return self._fd
+
+    def _rotate(self) -> int:
+        """Move the full file to the next free events.N.jsonl; another process may have done it already."""
+        os.close(self._fd)
+        self._fd = None
+        try:
+            current = os.stat(self.path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and current.st_size + 1 > self.max_bytes:
+            existing = rotated_paths(self.path)
+            n = int(existing[-1].name.split(".")[-2]) + 1 if existing else 1
+            while True:
+                target = self.path.with_name(f"{self.path.stem}.{n}{self.path.suffix}")
+                try:
+                    os.link(self.path, target)  # never overwrites, unlike rename
+                    break
+                except FileExistsError:
+                    n += 1
+            os.unlink(self.path)
+        return self._open()
