@@ -1,0 +1,58 @@
+// VS Code settings (specdec.*) -> the server's command line and initializationOptions.
+import * as os from 'os';
+import * as path from 'path';
+import * as vscode from 'vscode';
+
+// Setting name -> initializationOptions key. A setting left unset (null, or "" for strings) is
+// not sent, so the server's own default applies.
+const SERVER_OPTIONS: Record<string, string> = {
+  target: 'target',
+  draft: 'draft',
+  device: 'device',
+  dtype: 'dtype',
+  gamma: 'gamma',
+  'maxTokens.singleLine': 'max_tokens_single_line',
+  'maxTokens.multiLine': 'max_tokens_multi_line',
+  temperature: 'temperature',
+  debounceMs: 'debounce_ms',
+  'telemetry.enabled': 'telemetry',
+  'telemetry.path': 'telemetry_path',
+  'telemetry.includeText': 'telemetry_text',
+  enabledLanguages: 'enabled_languages',
+};
+
+const SERVER_SETTINGS = ['server.command', 'server.pythonPath', 'server.args', ...Object.keys(SERVER_OPTIONS)];
+
+export function initializationOptions(): Record<string, unknown> {
+  const config = vscode.workspace.getConfiguration('specdec');
+  const options: Record<string, unknown> = {};
+  for (const [setting, key] of Object.entries(SERVER_OPTIONS)) {
+    const value = config.get(setting);
+    if (value === null || value === undefined || value === '') continue;
+    options[key] = value;
+  }
+  return options;
+}
+
+// The command that runs a specdec subcommand: `<pythonPath> -m specdec.cli SUB...` when an
+// interpreter is set, else `<server.command> SUB...`; server.args follow the subcommand for `serve`.
+export function serverCommand(subcommand: string[]): { command: string; args: string[] } {
+  const config = vscode.workspace.getConfiguration('specdec');
+  const python = config.get<string>('server.pythonPath', '');
+  const extra = subcommand[0] === 'serve' ? config.get<string[]>('server.args', []) : [];
+  if (python) return { command: python, args: ['-m', 'specdec.cli', ...subcommand, ...extra] };
+  return { command: config.get<string>('server.command', 'specdec') || 'specdec', args: [...subcommand, ...extra] };
+}
+
+// initializationOptions are read once per server start, so any change to them restarts it.
+export function needsRestart(e: vscode.ConfigurationChangeEvent): boolean {
+  return SERVER_SETTINGS.some((s) => e.affectsConfiguration(`specdec.${s}`));
+}
+
+// The events file: the setting, else the server's default (telemetry/log.py default_path()).
+export function telemetryPath(): string {
+  const configured = vscode.workspace.getConfiguration('specdec').get<string>('telemetry.path', '');
+  if (configured) return configured;
+  const dataHome = process.env.XDG_DATA_HOME || path.join(os.homedir(), '.local', 'share');
+  return path.join(dataHome, 'specdec', 'events.jsonl');
+}
