@@ -1,0 +1,49 @@
+"""Post-processing of a completion, Tabby-style: one small filter per module, each `cut(completion, ctx)`
+returning where to end the completion (None: keep it all), applied in this order:
+
+1. decode_stops: per-language stop strings (the decoder stops at them already);
+2. self_repeat, suffix_repeat, rest_of_line: line filters (the model loops, or rewrites what follows);
+3. syntax_scope, brackets: end at the close of the node begun at the cursor; keep brackets balanced;
+4. indentation: the scope rule where there is no grammar; trailing_blank: drop trailing blank lines.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from server.filters import (brackets, decode_stops, indentation, rest_of_line, self_repeat, suffix_repeat,
+                            syntax_scope, trailing_blank)
+from server.filters.context import TrimContext
+from server.filters.decode_stops import stop_strings
+
+FILTERS = (decode_stops, self_repeat, suffix_repeat, rest_of_line, syntax_scope, brackets, indentation, trailing_blank)
+# What can end a decode early: a loop, the next existing line, or the scope closing.
+EARLY_STOPS = (self_repeat, suffix_repeat, syntax_scope, indentation)
+
+__all__ = ["TrimContext", "trim", "scope_closed", "stop_strings", "FILTERS"]
+
+
+def trim(completion: str, ctx: TrimContext) -> str:
+    for f in FILTERS:
+        end = f.cut(completion, ctx)
+        if end is not None:
+            completion = completion[:end]
+    return completion
+
+
+def scope_closed(ctx: TrimContext) -> Callable[[str], bool]:
+    """A stop predicate for the decoder (DecodeOptions.stop_when), called with all text generated so far after
+    each round: True once an early-stop filter would cut the completed lines. It parses only when a new line
+    has completed, so most rounds cost a string count."""
+    checked = 0
+
+    def closed(text: str) -> bool:
+        nonlocal checked
+        lines = text.count("\n")
+        if lines == checked:
+            return False
+        checked = lines
+        done = text[: text.rfind("\n") + 1]
+        return any(f.cut(done, ctx) is not None for f in EARLY_STOPS)
+
+    return closed

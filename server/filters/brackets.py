@@ -1,0 +1,76 @@
+"""Never leave brackets unbalanced that the document had balanced: end the completion at the last line end
+where each of (), [] and {} is as balanced as it was without the completion, or has moved toward balance
+(in `foo(` the completion may close the paren). Brackets in strings and comments do not count; the lexer is
+a per-language approximation (no raw strings, no nested comments)."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from server.filters.context import TrimContext
+
+_DQ, _SQ, _BACKTICK = r'"(?:\\.|[^"\\\n])*"?', r"'(?:\\.|[^'\\\n])*'?", r"`(?:\\.|[^`\\])*`?"
+_TRIPLE = r'"""[\s\S]*?(?:"""|\Z)', r"'''[\s\S]*?(?:'''|\Z)"
+_SLASH = r"/\*[\s\S]*?(?:\*/|\Z)", r"//[^\n]*"
+SKIPPED = {  # comments and strings, longest forms first
+    "python": (*_TRIPLE, r"#[^\n]*", _DQ, _SQ),
+    "c": (*_SLASH, _DQ, _SQ), "cpp": (*_SLASH, _DQ, _SQ), "java": (*_SLASH, _DQ, _SQ),
+    "go": (*_SLASH, _DQ, _SQ, _BACKTICK),
+    "javascript": (*_SLASH, _DQ, _SQ, _BACKTICK), "typescript": (*_SLASH, _DQ, _SQ, _BACKTICK),
+    "tsx": (*_SLASH, _DQ, _SQ, _BACKTICK),
+    "rust": (*_SLASH, _DQ), "zig": (r"//[^\n]*", _DQ, _SQ),  # Rust's ' is also a lifetime
+    "lua": (r"--\[\[[\s\S]*?(?:\]\]|\Z)", r"--[^\n]*", r"\[\[[\s\S]*?(?:\]\]|\Z)", _DQ, _SQ),
+    "haskell": (r"\{-[\s\S]*?(?:-\}|\Z)", r"--[^\n]*", _DQ),  # ' is also a prime: x'
+    "ruby": (r"#[^\n]*", _DQ, _SQ), "elixir": (_TRIPLE[0], r"#[^\n]*", _DQ, _SQ),
+    "ocaml": (r"\(\*[\s\S]*?(?:\*\)|\Z)", _DQ),  # ' is also a type variable: 'a
+    "bash": (r"(?:^|(?<=\s))#[^\n]*", _DQ, _SQ, _BACKTICK),  # not ${#x}
+    "text": (_DQ,),
+}
+KIND = {"(": 0, ")": 0, "[": 1, "]": 1, "{": 2, "}": 2}
+
+
+@functools.cache
+def _lexer(language: str) -> re.Pattern:
+    skipped = "|".join(SKIPPED.get(language, SKIPPED["text"]))
+    return re.compile(rf"(?:{skipped})|([()\[\]{{}}])", re.M)
+
+
+def _brackets(text: str, language: str) -> list[tuple[int, str]]:
+    return [(m.start(1), m.group(1)) for m in _lexer(language).finditer(text) if m.group(1)]
+
+
+def _add(total: list[int], bracket: str):
+    total[KIND[bracket]] += 1 if bracket in "([{" else -1
+
+
+def _no_worse(total: list[int], original: list[int]) -> bool:
+    return all(min(0, o) <= t <= max(0, o) for t, o in zip(total, original))
+
+
+def _ok_at(completion: str, ctx: TrimContext, ends: list[int]) -> list[bool]:
+    """For each end offset (ascending), whether the completion cut there keeps the brackets no worse."""
+    original = [0, 0, 0]
+    for _, bracket in _brackets(ctx.prefix + ctx.suffix, ctx.language):
+        _add(original, bracket)
+    start = len(ctx.prefix)
+    events = [(pos - start, b) for pos, b in _brackets(ctx.prefix + completion, ctx.language) if pos >= start]
+    total, ok, e = list(original), [], 0
+    for end in ends:
+        while e < len(events) and events[e][0] < end:
+            _add(total, events[e][1])
+            e += 1
+        ok.append(_no_worse(total, original))
+    return ok
+
+
+def balanced(completion: str, ctx: TrimContext) -> bool:
+    return _ok_at(completion, ctx, [len(completion)])[0]
+
+
+def cut(completion: str, ctx: TrimContext) -> int | None:
+    ends = [i for i, ch in enumerate(completion) if ch == "\n"] + [len(completion)]
+    ok = _ok_at(completion, ctx, ends)
+    if ok[-1]:
+        return None
+    return max((end for end, good in zip(ends, ok) if good), default=0)

@@ -1,0 +1,274 @@
+"""The prompt for one completion: prefix and suffix within a budget, cut at syntactic boundaries, and whether
+to complete one line or a block.
+
+What stays, in order, while it fits: the cursor's line; the innermost enclosing statement or definition whole;
+the file header (imports, package and module lines, includes); the next enclosing definitions whole; their
+siblings, nearest first (far ones are dropped first); then single lines nearest the cursor. Pieces are whole
+lines, never parts of lines, except for a single cursor line that alone exceeds the budget.
+
+The budget is in characters. Code tokenizes to about 3.5 characters per token with the packaged models'
+tokenizers, so 4000 characters is about 1100 tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node, Tree
+
+from server import syntax
+
+DEFAULT_BUDGET_CHARS = 4000
+SUFFIX_SHARE = 3  # nearest-first growth takes 3 lines before the cursor for each line after it
+HEADER_SHARE = 4  # the header may use at most a quarter of the budget
+
+# The end of the text before the cursor that opens a block (a multi-line completion follows).
+_C_LIKE = r"\{|(?<!:):"  # `{`, and `case x:` / `default:` / `public:`, but not `std::`
+BLOCK_OPENERS = {name: re.compile(rf"(?:{pattern})\s*$") for name, pattern in {
+    "python": r":",
+    "c": _C_LIKE, "cpp": _C_LIKE, "java": _C_LIKE, "go": _C_LIKE, "javascript": _C_LIKE, "typescript": _C_LIKE,
+    "tsx": _C_LIKE, "rust": r"\{", "zig": r"\{",
+    "lua": r"\b(?:then|do|else|repeat)|\bfunction\b.*\)|\{",
+    "ruby": r"\b(?:do|then|else|begin)(?:\s*\|[^|]*\|)?|^\s*(?:def|class|module|if|unless|while|until|case|elsif|when)\b.*|\{\s*(?:\|[^|]*\|)?",
+    "elixir": r"\b(?:do|else|fn)|->",
+    "haskell": r"=|->|\b(?:where|do|of|let|then|else|in)",
+    "ocaml": r"=|->|\b(?:then|else|do|in|begin|struct|sig|with|function)",
+    "bash": r"\b(?:then|do|else|in)|\{",
+    "text": r"[{:]",
+}.items()}
+
+# Lines that belong to the file header, matched after indentation (Elixir's live inside defmodule).
+HEADERS = {name: re.compile(pattern) for name, pattern in {
+    "python": r"(?:import|from)\s",
+    "c": r"#\s*include\b", "cpp": r"#\s*include\b|using\s|import\s",
+    "java": r"(?:package|import)\s", "go": r"(?:package|import)\b",
+    "rust": r"(?:pub(?:\([\w:]+\))?\s+)?(?:use\s|extern\s+crate\s|mod\s+\w+\s*;)",
+    "javascript": r"import\b|export\s.*\bfrom\b|(?:const|let|var)\s.*=\s*require\(",
+    "typescript": r"import\b|export\s.*\bfrom\b|(?:const|let|var)\s.*=\s*require\(",
+    "tsx": r"import\b|export\s.*\bfrom\b",
+    "lua": r"(?:local\s+[\w,\s]+=\s*)?require\b",
+    "haskell": r"(?:module|import)\s",
+    "ruby": r"(?:require|require_relative|load)\b",
+    "zig": r"(?:pub\s+)?const\s+\w+\s*=\s*@import\(",
+    "elixir": r"(?:import|alias|require|use)\s",
+    "ocaml": r"(?:open|include)\s",
+    "bash": r"(?:source|\.)\s",
+}.items()}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    prefix: str
+    suffix: str
+    multiline: bool
+    indent: str  # the cursor line's indentation
+    language: str
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    prefix: str
+    suffix: str
+    middle: str
+
+
+FIM_STYLES = (
+    FimTokens("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder
+    FimTokens("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder, CodeGemma
+    FimTokens("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder
+)
+
+
+def fim_tokens(vocab) -> FimTokens | None:
+    """The fill-in-the-middle tokens a tokenizer's vocabulary (any container of token strings) has, if any."""
+    return next((s for s in FIM_STYLES if s.prefix in vocab and s.suffix in vocab and s.middle in vocab), None)
+
+
+def format_fim(prompt: Prompt, tokens: FimTokens) -> str:
+    """Prefix-suffix-middle order: the model writes the middle after the last token."""
+    return f"{tokens.prefix}{prompt.prefix}{tokens.suffix}{prompt.suffix}{tokens.middle}"
+
+
+def build_prompt(text: str, offset: int, language: str, budget_chars: int = DEFAULT_BUDGET_CHARS) -> Prompt:
+    if not 0 <= offset <= len(text):
+        raise ValueError(f"offset {offset} is outside a {len(text)}-character document")
+    line_start = text.rfind("\n", 0, offset) + 1
+    line_end = text.find("\n", offset)
+    line_end = len(text) if line_end < 0 else line_end
+    before, after = text[line_start:offset], text[offset:line_end]
+    tree = syntax.parse(language, text)
+    multiline = _multiline(before, after, language, tree, syntax.byte_len(text[:offset].rstrip(" \t")) - 1)
+    indent = re.match(r"[ \t]*", before).group()
+    if len(text) <= budget_chars:
+        prefix, suffix = text[:offset], text[offset:]
+    elif len(before) + len(after) + 1 > budget_chars:
+        prefix, suffix = _cut_long_line(before, after, budget_chars)
+    else:
+        prefix, suffix = _fit(text, offset, language, tree, budget_chars)
+    return Prompt(prefix, suffix, multiline, indent, language)
+
+
+def _multiline(before: str, after: str, language: str, tree: Tree | None, last_byte: int) -> bool:
+    """An empty line, or the start of a block (the rest of the line empty or only closing brackets) is multi-line."""
+    if not before.strip():
+        return not after.strip()
+    if after.strip(" \t\r)]};,"):
+        return False
+    if not BLOCK_OPENERS.get(language, BLOCK_OPENERS["text"]).search(before):
+        return False
+    return tree is None or not _in_comment_or_string(tree, last_byte)
+
+
+def _in_comment_or_string(tree: Tree, byte: int) -> bool:
+    node = tree.root_node.descendant_for_byte_range(byte, byte + 1)
+    while node is not None:
+        kind = node.type.lower()
+        if "comment" in kind or "string" in kind:
+            return True
+        node = node.parent
+    return False
+
+
+def _cut_long_line(before: str, after: str, budget: int) -> tuple[str, str]:
+    """A cursor line longer than the budget (minified code): cut it at word boundaries, most of it before."""
+    keep_before = budget * SUFFIX_SHARE // (SUFFIX_SHARE + 1)
+    head = before[len(before) - keep_before:] if len(before) > keep_before else before
+    if head is not before and (m := re.search(r"\W", head)):
+        head = head[m.end():]
+    tail = after[: budget - len(head)]
+    if len(tail) < len(after) and (cut := max(tail.rfind(" "), tail.rfind("\t"))) > 0:
+        tail = tail[:cut]
+    return head, tail
+
+
+class _Rows:
+    """The set of whole lines kept so far, within a character budget."""
+
+    def __init__(self, lines: list[str], budget: int):
+        self.lines, self.budget, self.used, self.rows = lines, budget, 0, set()
+
+    def cost(self, first: int, last: int) -> int:
+        return sum(len(self.lines[r]) + 1 for r in range(first, last + 1) if r not in self.rows)
+
+    def add(self, first: int, last: int) -> bool:
+        cost = self.cost(first, last)
+        if self.used + cost > self.budget:
+            return False
+        self.rows.update(range(first, last + 1))
+        self.used += cost
+        return True
+
+    def add_nearest(self, before: list[tuple[int, int]], after: list[tuple[int, int]], first: int, last: int):
+        """Add row ranges nearest first (before: nearest first, ending above `first`; after: starting below `last`),
+        taking SUFFIX_SHARE ranges before for one after; a side stops at its first range that does not fit."""
+        i = j = 0
+        while i < len(before) or j < len(after):
+            take_before = j >= len(after) or (i < len(before) and first - before[i][1] <= SUFFIX_SHARE * (after[j][0] - last))
+            side = before if take_before else after
+            k = i if take_before else j
+            if not self.add(*side[k]):
+                side[k:] = []
+                continue
+            if take_before:
+                i += 1
+            else:
+                j += 1
+
+
+def _fit(text: str, offset: int, language: str, tree: Tree | None, budget: int) -> tuple[str, str]:
+    lines = text.split("\n")
+    row = text.count("\n", 0, offset)
+    kept = _Rows(lines, budget)
+    kept.add(row, row)
+    if tree is not None:
+        _add_structure(kept, tree, row, syntax.byte_len(text[:offset]), language, budget)
+    else:
+        _add_header(kept, None, row, language, budget)
+    _bridge_blank_lines(kept)
+    kept.add_nearest([(r, r) for r in range(row - 1, -1, -1)], [(r, r) for r in range(row + 1, len(lines))], row, row)
+    rows = sorted(kept.rows)
+    line_start = text.rfind("\n", 0, offset) + 1
+    prefix = "".join(lines[r] + "\n" for r in rows if r < row) + text[line_start:offset]
+    line_end = text.find("\n", offset)
+    suffix = text[offset: len(text) if line_end < 0 else line_end] + "".join("\n" + lines[r] for r in rows if r > row)
+    return prefix, suffix
+
+
+def _bridge_blank_lines(kept: _Rows):
+    """Blank lines between two kept lines keep the layout (two blank lines between Python definitions)."""
+    r = 0
+    while r < len(kept.lines):
+        if r in kept.rows or kept.lines[r].strip():
+            r += 1
+            continue
+        end = r
+        while end + 1 < len(kept.lines) and end + 1 not in kept.rows and not kept.lines[end + 1].strip():
+            end += 1
+        if r - 1 in kept.rows and end + 1 in kept.rows:
+            kept.add(r, end)
+        r = end + 1
+
+
+def _add_structure(kept: _Rows, tree: Tree, row: int, byte: int, language: str, budget: int):
+    """Enclosing statements and definitions whole, innermost first, then the header, then siblings nearest first."""
+    scopes = []  # statement-level ancestors of the cursor, innermost first
+    node = tree.root_node.descendant_for_byte_range(byte, byte)
+    while node is not None and node.parent is not None:
+        if node.is_named and syntax.is_container(node.parent):
+            scopes.append(node)
+        node = node.parent
+    inner: Node | None = None
+    container: Node | None = tree.root_node
+    for depth, scope in enumerate(scopes):
+        fits = kept.add(scope.start_point.row, scope.end_point.row)
+        if depth == 0:
+            _add_header(kept, tree, row, language, budget)
+        if not fits:
+            kept.add(scope.start_point.row, scope.start_point.row)  # its signature line
+            container = inner.parent if inner is not None else None
+            break
+        inner = scope
+    if not scopes:
+        _add_header(kept, tree, row, language, budget)
+    if container is None:
+        return
+    first, last = (inner.start_point.row, inner.end_point.row) if inner is not None else (row, row)
+    units = _units(container, exclude=inner)
+    kept.add_nearest([u for u in reversed(units) if u[1] < first], [u for u in units if u[0] > last], first, last)
+
+
+def _units(container: Node, exclude: Node | None) -> list[tuple[int, int]]:
+    """Row ranges of a container's children; a comment goes with the child that follows it."""
+    units, comment_start = [], None
+    for child in container.named_children:
+        if exclude is not None and child == exclude:
+            comment_start = None
+            continue
+        if "comment" in child.type.lower():
+            comment_start = child.start_point.row if comment_start is None else comment_start
+            continue
+        start = child.start_point.row if comment_start is None else comment_start
+        units.append((start, child.end_point.row))
+        comment_start = None
+    return units
+
+
+def _add_header(kept: _Rows, tree: Tree | None, row: int, language: str, budget: int):
+    pattern = HEADERS.get(language)
+    if pattern is None:
+        return
+    cap = budget // HEADER_SHARE
+    for r in range(row):
+        line = kept.lines[r]
+        indent = len(line) - len(line.lstrip())
+        if r in kept.rows or not pattern.match(line, indent):
+            continue
+        last = r
+        if tree is not None:  # a multi-line import: keep the whole statement
+            leaf = tree.root_node.descendant_for_point_range((r, indent), (r, indent))
+            statement = syntax.statement_begun_on_row(leaf, r) if leaf is not None else None
+            last = statement.end_point.row if statement is not None else r
+        cost = kept.cost(r, last)
+        if cost <= cap and kept.add(r, last):
+            cap -= cost

@@ -1,0 +1,121 @@
+"""Golden cases for each trimming filter (tests/golden/filters/<filter>/*.json), then the pipeline and the
+decoder stop predicate. A golden case: the document around the cursor (prefix, suffix), the language, the
+raw completion and the expected result; strings may be lists of lines."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from server import filters, syntax
+from server.filters import TrimContext, scope_closed, stop_strings, trim
+from server.prompt import build_prompt
+
+GOLDEN = Path(__file__).parent / "golden" / "filters"
+CASES = sorted(GOLDEN.glob("*/*.json"))
+LANGUAGES = {"python", "c", "cpp", "java", "go", "rust", "javascript", "typescript", "lua", "haskell", "ruby",
+             "zig", "elixir", "ocaml"}
+
+
+def _text(value) -> str:
+    return "\n".join(value) if isinstance(value, list) else value
+
+
+def _load(path: Path) -> tuple[dict, TrimContext]:
+    case = {k: _text(v) if k in ("prefix", "suffix", "completion", "expected") else v
+            for k, v in json.loads(path.read_text()).items()}
+    prompt = build_prompt(case["prefix"] + case["suffix"], len(case["prefix"]), case["language"])
+    ctx = TrimContext.from_prompt(prompt)
+    if "multiline" in case:
+        ctx = dataclasses.replace(ctx, multiline=case["multiline"])
+    return case, ctx
+
+
+def _apply(name: str, completion: str, ctx: TrimContext) -> str:
+    if name == "trim":
+        return trim(completion, ctx)
+    end = importlib.import_module(f"server.filters.{name}").cut(completion, ctx)
+    return completion if end is None else completion[:end]
+
+
+@pytest.mark.parametrize("path", CASES, ids=[f"{p.parent.name}/{p.stem}" for p in CASES])
+def test_golden(path):
+    case, ctx = _load(path)
+    assert _apply(path.parent.name, case["completion"], ctx) == case["expected"], case["description"]
+
+
+def test_every_filter_has_golden_cases():
+    names = {f.__name__.rsplit(".", 1)[1] for f in filters.FILTERS}
+    assert names | {"trim"} == {p.name for p in GOLDEN.iterdir()}
+    for name in names | {"trim"}:
+        assert len(list((GOLDEN / name).glob("*.json"))) >= 3, name
+
+
+def test_syntax_scope_covers_every_language():
+    covered = {json.loads(p.read_text())["language"] for p in (GOLDEN / "syntax_scope").glob("*.json")}
+    assert LANGUAGES <= covered
+
+
+def test_stop_strings():
+    assert stop_strings("python", False) == ("\n",)
+    assert "\ndef " in stop_strings("python", True) and "\n\n\n" in stop_strings("python", True)
+    assert "\nfn " in stop_strings("rust", True) and "\nfunc " in stop_strings("go", True)
+    assert stop_strings("text", True) == ("\n\n\n",)
+    for language in LANGUAGES:
+        assert all(s.startswith("\n") for s in stop_strings(language, True)), language
+
+
+def _context(doc: str, language: str) -> TrimContext:
+    prefix, suffix = doc.split("█")
+    return TrimContext.from_prompt(build_prompt(prefix + suffix, len(prefix), language))
+
+
+def _stop_point(ctx: TrimContext, completion: str) -> int | None:
+    """Feed the completion to the predicate a few characters at a time, as decode rounds would."""
+    closed = scope_closed(ctx)
+    for end in range(3, len(completion) + 3, 3):
+        if closed(completion[:end]):
+            return min(end, len(completion))
+    return None
+
+
+def test_scope_closed_stops_once_the_block_closes():
+    ctx = _context("#include <stdio.h>\nint f(int x) {█\n", "c")
+    completion = "\n  int y = x;\n  return y;\n}\n\nint g(void) {\n  return 2;\n}\n"
+    stop = _stop_point(ctx, completion)
+    assert stop is not None and completion.index("}") < stop <= completion.index("}") + 6
+
+
+def test_scope_closed_python_dedent():
+    ctx = _context("def f(x):\n    █\n", "python")
+    completion = "y = x\n    return y\nprint(f(1))\nprint(f(2))\nprint(f(3))\n"
+    stop = _stop_point(ctx, completion)
+    assert stop is not None and stop < completion.index("print(f(3))")  # one line past the block, not more
+
+
+def test_scope_closed_stays_open_inside_the_block():
+    ctx = _context("def f(x):\n    █\n", "python")
+    assert _stop_point(ctx, "y = x\n    z = y\n    return z\n") is None
+
+
+def test_scope_closed_parses_only_when_a_line_completes(monkeypatch):
+    ctx = _context("int f(int x) {█\n", "c")
+    calls = []
+    real = syntax.parse
+    monkeypatch.setattr(syntax, "parse", lambda *a: calls.append(1) or real(*a))
+    closed = scope_closed(ctx)
+    for text in ("\n  int", "\n  int y = 1;", "\n  int y = 1;\n", "\n  int y = 1;\n  ret", "\n  int y = 1;\n  return y;\n"):
+        closed(text)
+    assert len(calls) == 2  # once per completed non-blank line, not once per call
+
+
+def test_scope_closed_without_grammar_uses_indentation():
+    ctx = _context("section {█\n", "text")
+    assert ctx.multiline and not ctx.has_grammar
+    completion = "\n    a\n    b\n}\nother\nmore\n"
+    assert _stop_point(ctx, completion) is not None
+    assert trim(completion, ctx) == "\n    a\n    b\n}"
