@@ -120,14 +120,15 @@ class EventLog:
         return self._fd
 
     def _rotate(self) -> int:
-        """Move the full file to the next free events.N.jsonl; another process may have done it already."""
+        """Move the full file to the next free events.N.jsonl, unless another process already moved it."""
+        ours = os.fstat(self._fd).st_ino
         os.close(self._fd)
         self._fd = None
         try:
-            current = os.stat(self.path)
+            still_ours = os.stat(self.path).st_ino == ours
         except FileNotFoundError:
-            current = None
-        if current is not None and current.st_size + 1 > self.max_bytes:
+            still_ours = False
+        if still_ours:
             existing = rotated_paths(self.path)
             n = int(existing[-1].name.split(".")[-2]) + 1 if existing else 1
             while True:
