@@ -6,10 +6,12 @@
 import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions, TransportKind } from 'vscode-languageclient/node';
 import { openTelemetryReport } from './report';
-import { initializationOptions, serverCommand, needsRestart } from './settings';
+import { commandChanged, initializationOptions, optionsChanged, serverCommand } from './settings';
 import { SpecdecStatus, StatusBar } from './statusBar';
 
 let client: LanguageClient | undefined;
+// The options the running server has: sent at initialize, then by didChangeConfiguration.
+let sentOptions: Record<string, unknown> = {};
 let statusBar: StatusBar;
 let output: vscode.LogOutputChannel;
 
@@ -19,10 +21,11 @@ function completionsEnabled(): boolean {
 
 function createClient(): LanguageClient {
   const { command, args } = serverCommand(['serve']);
+  sentOptions = initializationOptions();
   const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
-    initializationOptions: initializationOptions(),
+    initializationOptions: sentOptions,
     outputChannel: output,
     middleware: {
       provideInlineCompletionItems: (document, position, context, token, next) =>
@@ -65,6 +68,20 @@ async function restartServer(): Promise<void> {
   await startServer();
 }
 
+// The server applies new settings in place (reloading the models only when the model settings
+// change). A setting that went back to unset has no value to send, so only a restart restores
+// the server's default for it.
+async function updateOptions(): Promise<void> {
+  const options = initializationOptions();
+  const unset = Object.keys(sentOptions).filter((key) => !(key in options));
+  if (unset.length > 0 || !client?.isRunning()) {
+    await restartServer();
+    return;
+  }
+  sentOptions = options;
+  await client.sendNotification('workspace/didChangeConfiguration', { settings: { specdec: options } });
+}
+
 async function setEnabled(enabled: boolean): Promise<void> {
   await vscode.workspace.getConfiguration('specdec').update('enable', enabled, vscode.ConfigurationTarget.Global);
 }
@@ -82,7 +99,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('specdec.showMenu', showMenu),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
       if (e.affectsConfiguration('specdec.enable')) statusBar.setEnabled(completionsEnabled());
-      if (needsRestart(e)) await restartServer();
+      if (commandChanged(e)) await restartServer();
+      else if (optionsChanged(e)) await updateOptions();
     }),
   );
   await startServer();

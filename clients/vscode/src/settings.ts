@@ -3,7 +3,7 @@ import * as os from 'os';
 import * as path from 'path';
 import * as vscode from 'vscode';
 
-// Setting name -> initializationOptions key. A setting left unset (null, or "" for strings) is
+// Setting name -> initializationOptions key (server/options.py). A setting left unset (null, or "" for strings) is
 // not sent, so the server's own default applies.
 const SERVER_OPTIONS: Record<string, string> = {
   target: 'target',
@@ -11,17 +11,16 @@ const SERVER_OPTIONS: Record<string, string> = {
   device: 'device',
   dtype: 'dtype',
   gamma: 'gamma',
-  'maxTokens.singleLine': 'max_tokens_single_line',
-  'maxTokens.multiLine': 'max_tokens_multi_line',
+  draftConfidence: 'draftConfidence',
+  'maxTokens.singleLine': 'maxTokensSingleLine',
+  'maxTokens.multiLine': 'maxTokensMultiLine',
   temperature: 'temperature',
-  debounceMs: 'debounce_ms',
+  debounceMs: 'debounceMs',
   'telemetry.enabled': 'telemetry',
-  'telemetry.path': 'telemetry_path',
-  'telemetry.includeText': 'telemetry_text',
-  enabledLanguages: 'enabled_languages',
+  'telemetry.path': 'telemetryPath',
+  'telemetry.includeText': 'telemetryText',
+  enabledLanguages: 'enabledLanguages',
 };
-
-const SERVER_SETTINGS = ['server.command', 'server.pythonPath', 'server.args', ...Object.keys(SERVER_OPTIONS)];
 
 export function initializationOptions(): Record<string, unknown> {
   const config = vscode.workspace.getConfiguration('specdec');
@@ -44,9 +43,13 @@ export function serverCommand(subcommand: string[]): { command: string; args: st
   return { command: config.get<string>('server.command', 'specdec') || 'specdec', args: [...subcommand, ...extra] };
 }
 
-// initializationOptions are read once per server start, so any change to them restarts it.
-export function needsRestart(e: vscode.ConfigurationChangeEvent): boolean {
-  return SERVER_SETTINGS.some((s) => e.affectsConfiguration(`specdec.${s}`));
+// Settings that change how the server process is started: changing one restarts it.
+export function commandChanged(e: vscode.ConfigurationChangeEvent): boolean {
+  return ['server.command', 'server.pythonPath', 'server.args'].some((s) => e.affectsConfiguration(`specdec.${s}`));
+}
+
+export function optionsChanged(e: vscode.ConfigurationChangeEvent): boolean {
+  return Object.keys(SERVER_OPTIONS).some((s) => e.affectsConfiguration(`specdec.${s}`));
 }
 
 // The events file: the setting, else the server's default (telemetry/log.py default_path()).

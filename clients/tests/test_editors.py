@@ -1,0 +1,114 @@
+"""Real-editor tests: the shipped clients in code-server (VS Code) and headless Neovim 0.7.2 and 0.11.4,
+against the real server with the real default models.
+
+Slow (model load, CPU decoding), so outside the fast suite (pytest's testpaths is tests/);
+clients/tests/run.sh installs the editors (setup-editors.sh), packages the extension and runs this.
+Each editor driver accepts a completion and writes what it inserted to result.json; here we check
+it is exactly the text the server sent (telemetry events carry it: the tests opt in to text) and
+that telemetry recorded the completion as accepted. Failure artifacts (screenshots, server and
+editor logs) go to $SPECDEC_EDITOR_ARTIFACTS (default out/editor-tests/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SPECDEC = REPO / ".venv" / "bin" / "specdec"
+VSIX = REPO / "clients" / "vscode" / "specdec-vscode.vsix"
+CACHE = Path(os.environ.get("SPECDEC_EDITORS_CACHE", Path.home() / ".cache" / "specdec-editors"))
+ARTIFACTS = Path(os.environ.get("SPECDEC_EDITOR_ARTIFACTS", REPO / "out" / "editor-tests"))
+# Loading the models (the first use converts the GGUF, ~90 s) plus decoding on a shared CPU.
+TIMEOUT_S = 1200
+
+
+@pytest.fixture(scope="session")
+def editors() -> dict[str, str]:
+    env_file = CACHE / "editors.env"
+    if not env_file.exists():
+        pytest.fail(f"{env_file} is missing: run clients/tests/setup-editors.sh first")
+    return dict(line.split("=", 1) for line in env_file.read_text().split())
+
+
+def accepted_events(events_path: Path) -> list[dict]:
+    """Events whose latest outcome record says accepted (the join telemetry's analysis makes)."""
+    records = [json.loads(line) for line in events_path.read_text().splitlines() if line.strip()]
+    events = {r["request_id"]: r for r in records if r.get("record") != "outcome"}
+    latest: dict[str, dict] = {}
+    for r in records:
+        if r.get("record") == "outcome":
+            latest[r["request_id"]] = r
+    return [events[rid] for rid, r in latest.items() if r["outcome"] == "accepted" and rid in events]
+
+
+def check_accepted(work: Path, cases: list[dict], languages: list[str]) -> None:
+    events_path = work / "events.jsonl"
+    assert events_path.exists(), "the server wrote no telemetry"
+    accepted = accepted_events(events_path)
+    for case, language in zip(cases, languages, strict=True):
+        matches = [e for e in accepted if e["language"] == language and e["text"] == case["text"]]
+        assert matches, (f"{case['file']}: inserted {case['text']!r}, but no accepted {language} event has that "
+                         f"text; accepted: {[(e['language'], e['text']) for e in accepted]}")
+        assert matches[0]["source"] == "editor"
+
+
+def save_artifacts(name: str, work: Path, output: str) -> Path:
+    dest = ARTIFACTS / name
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    (dest / "output.txt").write_text(output)
+    for f in work.glob("*"):
+        if f.is_file() and f.suffix in (".log", ".txt", ".png", ".jsonl", ".json"):
+            shutil.copy(f, dest)
+    return dest
+
+
+def run_driver(name: str, cmd: list[str], env: dict[str, str], work: Path) -> dict | list:
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    output = proc.stdout + proc.stderr
+    print(output)
+    if proc.returncode != 0:
+        dest = save_artifacts(name, work, output)
+        pytest.fail(f"{name} failed (exit {proc.returncode}); artifacts in {dest}\n{output[-4000:]}")
+    return json.loads((work / "result.json").read_text())
+
+
+@pytest.mark.parametrize("version", ["0.7.2", "0.11.4"])
+def test_neovim_accepts_completion(editors, version, tmp_path):
+    nvim = editors["NVIM_07"] if version == "0.7.2" else editors["NVIM_011"]
+    assert subprocess.run([nvim, "--version"], capture_output=True, text=True).stdout.startswith(f"NVIM v{version}")
+    cmd = [nvim, "--headless", "-u", "NONE", "-i", "NONE", "--cmd", "set rtp^=clients/neovim",
+           "-c", "luafile clients/tests/neovim_test.lua"]
+    env = {"SPECDEC_TEST_DIR": str(tmp_path), "SPECDEC_TEST_CMD": json.dumps([str(SPECDEC), "serve"]),
+           "SPECDEC_TEST_TIMEOUT_MS": str((TIMEOUT_S - 60) * 1000)}
+    results = run_driver(f"neovim-{version}", cmd, env, tmp_path)
+    assert [r["file"] for r in results] == ["greet.py", "greet.lua"]
+    for r in results:
+        assert r["command"]["command"] == "specdec.accept"
+    check_accepted(tmp_path, results, ["python", "lua"])
+
+
+def test_vscode_accepts_ghost_text(editors, tmp_path):
+    assert VSIX.exists(), f"{VSIX} is missing: run `npm run package` in clients/vscode"
+    artifacts = ARTIFACTS / "vscode"
+    env = {"CODE_SERVER": editors["CODE_SERVER"], "VSIX": str(VSIX), "SPECDEC": str(SPECDEC),
+           "WORK": str(tmp_path), "ARTIFACTS": str(artifacts),
+           "PATH": f"{editors['NODE24']}/bin:{os.environ['PATH']}",
+           "TIMEOUT_MS": str((TIMEOUT_S - 120) * 1000)}
+    if os.environ.get("SPECDEC_SCREENSHOT"):
+        env["SCREENSHOT"] = os.environ["SPECDEC_SCREENSHOT"]
+    node = f"{editors['NODE24']}/bin/node"
+    result = run_driver("vscode", [node, "clients/tests/vscode_test.mjs"], env, tmp_path)
+    cases = result["cases"]
+    assert [c["file"] for c in cases] == ["greet.py", "main.rs"]
+    for c in cases:
+        assert c["ghost"].strip() and c["ghost"].strip() in c["text"], f"Tab inserted other than the ghost text: {c}"
+    check_accepted(tmp_path, cases, ["python", "rust"])
+    assert "specdec" in result["status"]
