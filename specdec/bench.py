@@ -18,6 +18,7 @@ import torch
 
 from decoder.engine import DecodeOptions, SpeculativeDecoder
 from decoder.stats import GenerationStats
+from telemetry.events import CompletionEvent
 
 from .cases import Case
 
@@ -208,6 +209,29 @@ def format_table(data: dict) -> str:
     extra = {k: v for k, v in data["overall"].items() if k.endswith("_tokens_per_s") and k.startswith("hf_")}
     lines.append("other methods, overall tokens/s: " + ", ".join(f"{k.removesuffix('_tokens_per_s')}={v:.1f}" for k, v in extra.items()))
     return "\n".join(lines)
+
+
+def draft_name(spec: str, target) -> str:
+    """The draft an event names: 'auto' resolved to what it picked for this target."""
+    from decoder.drafts import default_draft_for
+
+    return default_draft_for(target) if spec == "auto" else spec
+
+
+def bench_events(results: list[CaseResult], *, target: str, draft: str, device: str, gamma: str,
+                 max_new_tokens: int) -> list[CompletionEvent]:
+    """One event per case for our AR and our speculative runs (HF methods keep no decoder stats)."""
+    events = []
+    for r in results:
+        for name, run_draft, run_gamma in (("ar", "none", "0"), ("spec", draft, gamma)):
+            run = r.runs[name]
+            events.append(CompletionEvent.from_stats(
+                run.stats.to_dict(), language=r.case.language, trigger="invoked", multiline=True,
+                latency_ms=1000 * run.seconds, target=target, draft=run_draft, device=device,
+                settings={"gamma": run_gamma, "temperature": 0.0, "max_new_tokens": max_new_tokens},
+                case_id=r.case.id, source="bench",
+            ))
+    return events
 
 
 def write_json(data: dict, path: str) -> None:

@@ -94,9 +94,16 @@ def cmd_bench(args) -> int:
         progress=lambda r: bar.update(1),
     )
     bar.close()
-    device = str(target.device)
-    if target.device.type == "cuda":
-        device += f" ({torch.cuda.get_device_name(target.device)})"
+    device = _device_name(target)
+    if args.events:
+        from telemetry.log import EventLog
+
+        from .bench import bench_events, draft_name
+
+        with EventLog(args.events) as log:
+            for event in bench_events(results, target=args.target, draft=draft_name(args.draft, target), device=device,
+                                      gamma=args.gamma, max_new_tokens=args.max_new_tokens):
+                log.write(event)
     data = report(results, tokenizer, device=device, dtype=str(target.dtype).replace("torch.", ""),
                   target=args.target, draft=args.draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens)
     table = format_table(data)
@@ -105,6 +112,58 @@ def cmd_bench(args) -> int:
         write_json(data, args.json)
         with open(os.path.splitext(args.json)[0] + ".txt", "w") as f:
             f.write(table + "\n")
+    return 0
+
+
+def _device_name(model) -> str:
+    if model.device.type == "cuda":
+        return f"{model.device} ({torch.cuda.get_device_name(model.device)})"
+    return str(model.device)
+
+
+def cmd_sweep(args) -> int:
+    from tqdm import tqdm
+
+    from telemetry.log import EventLog
+
+    from .bench import draft_name
+    from .cases import read_cases
+    from .sweep import grid_settings, parse_list, run_sweep
+
+    gammas = parse_list(args.gammas, int)
+    temperatures = parse_list(args.temperatures, float)
+    cases = read_cases(args.cases)
+    if args.languages:
+        wanted = set(parse_list(args.languages, str))
+        cases = [c for c in cases if c.language in wanted]
+    if args.limit:
+        cases = cases[: args.limit]
+    if not cases:
+        raise ValueError(f"no cases in {args.cases} for languages {args.languages}")
+    target, tokenizer, _, decoder = _load(args)
+    runs = len(cases) * len(grid_settings(gammas, temperatures))
+    log = EventLog(args.events)
+    if not log.enabled:
+        raise ValueError("SPECDEC_TELEMETRY turns event writing off; unset it to run a sweep")
+    with log, tqdm(total=runs, desc="sweep", unit="run") as bar:
+        def progress(case, gamma, temperature):
+            bar.set_postfix_str(f"{case.id} γ={gamma} T={temperature:g}")
+            bar.update(1)
+
+        run_sweep(cases, target, tokenizer, decoder.drafter, log, gammas=gammas, temperatures=temperatures,
+                  max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
+                  target_name=args.target, draft_name=draft_name(args.draft, target), device=_device_name(target),
+                  seed=args.seed, progress=progress)
+    print(f"wrote {runs} events to {args.events}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from telemetry.report import build_report, parse_groups
+
+    data = build_report(args.events, args.out, groups=parse_groups(args.groups), base_draft=args.base,
+                        reps=args.bootstrap, seed=args.seed, command=" ".join(["specdec", *sys.argv[1:]]))
+    print(f"{data['events']} events -> {os.path.join(args.out, 'report.md')} ({len(data['plots'])} plots)")
     return 0
 
 
@@ -185,8 +244,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, help="use only the first N cases")
     p.add_argument("--hf-gammas", default="1,2,4", help="constant γ values to try for HF assisted")
     p.add_argument("--prompt-lookup", type=int, default=0, help="also time HF prompt lookup with this many tokens")
+    p.add_argument("--events", help="also append one completion event per case for AR and spec (JSONL)")
     _model_args(p)
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("sweep", help="AR and fixed γ over temperatures on cases, written as events")
+    p.add_argument("--cases", required=True)
+    p.add_argument("--gammas", default="1,2,4,8,16,32", help="fixed γ values; AR (γ 0) always runs too")
+    p.add_argument("--temperatures", default="0,0.5,1.0")
+    p.add_argument("--events", required=True, help="append the events here (JSONL)")
+    p.add_argument("--languages", help="only cases in these languages, e.g. python,rust,lua")
+    p.add_argument("--limit", type=int, help="use only the first N cases (after --languages)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-prompt-tokens", type=int, default=1024)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every grid point")
+    _model_args(p)
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("report", help="tables and plots from completion events")
+    p.add_argument("events", nargs="+", help="event files, globs or directories")
+    p.add_argument("--out", required=True, help="directory for report.md, report.json, CSVs and PNGs")
+    p.add_argument("--groups", action="append",
+                   help="a language group, name=lang1,lang2 (repeat, or join with ';'); replaces the defaults")
+    p.add_argument("--base", help="the base draft for base-vs-tuned tables (default: the draft seen first)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("nextline", help="greedy next-line exact match of a target on cases")
     p.add_argument("--cases", required=True)

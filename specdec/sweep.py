@@ -1,0 +1,69 @@
+"""`specdec sweep`: the decoder over a grid of fixed γ and temperatures, AR included, as events.
+
+For every case and temperature the grid runs plain AR (γ 0, no draft) and each fixed γ on the
+same prompt ids with the same seed, in an order rotated case by case so drift in machine speed
+hits every setting alike. Each run is one CompletionEvent (source "sweep"); `specdec report`
+pairs the speculative runs with the AR run of the same case and temperature for speedup.
+"""
+
+from __future__ import annotations
+
+import time
+
+from decoder.engine import DecodeOptions, SpeculativeDecoder
+from decoder.gamma import parse_gamma_policy
+from decoder.sampling import SamplingParams
+from telemetry.events import CompletionEvent
+from telemetry.log import EventLog
+
+from .cases import Case
+
+
+def parse_list(text: str, kind=float) -> list:
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"not a comma-separated list of {kind.__name__}: {text!r}") from None
+    if not values:
+        raise ValueError(f"empty list: {text!r}")
+    return values
+
+
+def grid_settings(gammas: list[int], temperatures: list[float]) -> list[tuple[int, float]]:
+    """(γ, temperature) per run of one case: AR (γ 0) first at each temperature, then each γ."""
+    return [(gamma, t) for t in temperatures for gamma in [0] + [g for g in gammas if g != 0]]
+
+
+def run_sweep(cases: list[Case], target, tokenizer, drafter, log: EventLog, *, gammas: list[int],
+              temperatures: list[float], max_new_tokens: int, max_prompt_tokens: int, target_name: str,
+              draft_name: str, device: str, seed: int = 0, progress=None) -> int:
+    """Decode every case at every grid point and write one event per run; returns the number of runs."""
+    if drafter is None and any(gammas):
+        raise ValueError("a γ sweep needs a draft (--draft is 'none')")
+    decoders = {0: SpeculativeDecoder(target, tokenizer)}
+    for gamma in gammas:
+        if gamma:
+            decoders[gamma] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(str(gamma)))
+    grid = grid_settings(gammas, temperatures)
+    ar = decoders[0]
+    prompts = [ar.fit_prompt(ar.encode(c.prefix), max_new_tokens, max_prompt_tokens)[0] for c in cases]
+    for gamma in decoders:  # warm-up: allocator, kernels, thread pools
+        decoders[gamma].generate(prompts[0][-64:], DecodeOptions(max_new_tokens=4))
+    runs = 0
+    for i, (case, ids) in enumerate(zip(cases, prompts)):
+        for gamma, temperature in grid[i % len(grid):] + grid[: i % len(grid)]:
+            options = DecodeOptions(max_new_tokens=max_new_tokens, sampling=SamplingParams(temperature), seed=seed)
+            start = time.perf_counter()
+            generation = decoders[gamma].generate(ids, options)
+            latency_ms = 1000 * (time.perf_counter() - start)
+            log.write(CompletionEvent.from_stats(
+                generation.stats.to_dict(), language=case.language, trigger="invoked", multiline=True,
+                latency_ms=latency_ms, target=target_name, draft=draft_name if gamma else "none", device=device,
+                settings={"gamma": str(gamma), "temperature": temperature, "max_new_tokens": max_new_tokens,
+                          "seed": seed},
+                case_id=case.id, source="sweep",
+            ))
+            runs += 1
+            if progress:
+                progress(case, gamma, temperature)
+    return runs
