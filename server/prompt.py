@@ -22,6 +22,7 @@ from server import syntax
 DEFAULT_BUDGET_CHARS = 4000
 SUFFIX_SHARE = 3  # nearest-first growth takes 3 lines before the cursor for each line after it
 HEADER_SHARE = 4  # the header may use at most a quarter of the budget
+HEADER_ROWS = 1000  # a header is at the top: look no further
 
 # The end of the text before the cursor that opens a block (a multi-line completion follows).
 _C_LIKE = r"\{|(?<!:):"  # `{`, and `case x:` / `default:` / `public:`, but not `std::`
@@ -186,7 +187,9 @@ def _fit(text: str, offset: int, language: str, tree: Tree | None, budget: int) 
     else:
         _add_header(kept, None, row, language, budget)
     _bridge_blank_lines(kept)
-    kept.add_nearest([(r, r) for r in range(row - 1, -1, -1)], [(r, r) for r in range(row + 1, len(lines))], row, row)
+    reach = budget - kept.used  # every line costs at least its newline
+    kept.add_nearest([(r, r) for r in range(row - 1, max(-1, row - 1 - reach), -1)],
+                     [(r, r) for r in range(row + 1, min(len(lines), row + 1 + reach))], row, row)
     rows = sorted(kept.rows)
     line_start = text.rfind("\n", 0, offset) + 1
     prefix = "".join(lines[r] + "\n" for r in rows if r < row) + text[line_start:offset]
@@ -197,8 +200,8 @@ def _fit(text: str, offset: int, language: str, tree: Tree | None, budget: int) 
 
 def _bridge_blank_lines(kept: _Rows):
     """Blank lines between two kept lines keep the layout (two blank lines between Python definitions)."""
-    r = 0
-    while r < len(kept.lines):
+    r, last = min(kept.rows), max(kept.rows)
+    while r < last:
         if r in kept.rows or kept.lines[r].strip():
             r += 1
             continue
@@ -259,7 +262,7 @@ def _add_header(kept: _Rows, tree: Tree | None, row: int, language: str, budget:
     if pattern is None:
         return
     cap = budget // HEADER_SHARE
-    for r in range(row):
+    for r in range(min(row, HEADER_ROWS)):
         line = kept.lines[r]
         indent = len(line) - len(line.lstrip())
         if r in kept.rows or not pattern.match(line, indent):
