@@ -99,7 +99,8 @@ def build_prompt(text: str, offset: int, language: str, budget_chars: int = DEFA
     line_end = len(text) if line_end < 0 else line_end
     before, after = text[line_start:offset], text[offset:line_end]
     tree = syntax.parse(language, text)
-    multiline = _multiline(before, after, language, tree, syntax.byte_len(text[:offset].rstrip(" \t")) - 1)
+    multiline = _multiline(before, after, language) and (
+        tree is None or not _in_comment_or_string(tree, syntax.byte_len(text[:offset].rstrip(" \t")) - 1))
     indent = re.match(r"[ \t]*", before).group()
     if len(text) <= budget_chars:
         prefix, suffix = text[:offset], text[offset:]
@@ -110,15 +111,14 @@ def build_prompt(text: str, offset: int, language: str, budget_chars: int = DEFA
     return Prompt(prefix, suffix, multiline, indent, language)
 
 
-def _multiline(before: str, after: str, language: str, tree: Tree | None, last_byte: int) -> bool:
-    """An empty line, or the start of a block (the rest of the line empty or only closing brackets) is multi-line."""
+def _multiline(before: str, after: str, language: str) -> bool:
+    """An empty line, or the start of a block (the rest of the line empty or only closing brackets) is multi-line;
+    an opener inside a comment or string is not (the caller checks that in the tree)."""
     if not before.strip():
         return not after.strip()
     if after.strip(" \t\r)]};,"):
         return False
-    if not BLOCK_OPENERS.get(language, BLOCK_OPENERS["text"]).search(before):
-        return False
-    return tree is None or not _in_comment_or_string(tree, last_byte)
+    return bool(BLOCK_OPENERS.get(language, BLOCK_OPENERS["text"]).search(before))
 
 
 def _in_comment_or_string(tree: Tree, byte: int) -> bool:
@@ -134,9 +134,10 @@ def _in_comment_or_string(tree: Tree, byte: int) -> bool:
 def _cut_long_line(before: str, after: str, budget: int) -> tuple[str, str]:
     """A cursor line longer than the budget (minified code): cut it at word boundaries, most of it before."""
     keep_before = budget * SUFFIX_SHARE // (SUFFIX_SHARE + 1)
-    head = before[len(before) - keep_before:] if len(before) > keep_before else before
-    if head is not before and (m := re.search(r"\W", head)):
-        head = head[m.end():]
+    head = before
+    if len(before) > keep_before:
+        head = before[len(before) - keep_before:]
+        head = head[m.end():] if (m := re.search(r"\W", head)) else head
     tail = after[: budget - len(head)]
     if len(tail) < len(after) and (cut := max(tail.rfind(" "), tail.rfind("\t"))) > 0:
         tail = tail[:cut]

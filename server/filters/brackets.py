@@ -1,6 +1,7 @@
-"""Never leave brackets unbalanced that the document had balanced: end the completion at the last line end
-where each of (), [] and {} is as balanced as it was without the completion, or has moved toward balance
-(in `foo(` the completion may close the paren). Brackets in strings and comments do not count; the lexer is
+"""Never leave brackets unbalanced that the document had balanced: end the completion at the last line end or
+closing bracket where each of (), [] and {} is as balanced as it was without the completion, or has moved
+toward balance (in `foo(` the completion may close the paren). A completion cut off inside
+`if (x) {...} else {` keeps the whole `if (x) {...}`. Brackets in strings and comments do not count; the lexer is
 a per-language approximation (no raw strings, no nested comments)."""
 
 from __future__ import annotations
@@ -48,29 +49,31 @@ def _no_worse(total: list[int], original: list[int]) -> bool:
     return all(min(0, o) <= t <= max(0, o) for t, o in zip(total, original))
 
 
-def _ok_at(completion: str, ctx: TrimContext, ends: list[int]) -> list[bool]:
-    """For each end offset (ascending), whether the completion cut there keeps the brackets no worse."""
+def _scan(completion: str, ctx: TrimContext) -> tuple[list[int], list[tuple[int, str]]]:
+    """The document's own bracket balance, and the completion's brackets (offsets into the completion)."""
     original = [0, 0, 0]
     for _, bracket in _brackets(ctx.prefix + ctx.suffix, ctx.language):
         _add(original, bracket)
     start = len(ctx.prefix)
-    events = [(pos - start, b) for pos, b in _brackets(ctx.prefix + completion, ctx.language) if pos >= start]
-    total, ok, e = list(original), [], 0
-    for end in ends:
-        while e < len(events) and events[e][0] < end:
-            _add(total, events[e][1])
-            e += 1
-        ok.append(_no_worse(total, original))
-    return ok
+    return original, [(pos - start, b) for pos, b in _brackets(ctx.prefix + completion, ctx.language) if pos >= start]
 
 
 def balanced(completion: str, ctx: TrimContext) -> bool:
-    return _ok_at(completion, ctx, [len(completion)])[0]
+    original, events = _scan(completion, ctx)
+    total = list(original)
+    for _, bracket in events:
+        _add(total, bracket)
+    return _no_worse(total, original)
 
 
 def cut(completion: str, ctx: TrimContext) -> int | None:
-    ends = [i for i, ch in enumerate(completion) if ch == "\n"] + [len(completion)]
-    ok = _ok_at(completion, ctx, ends)
-    if ok[-1]:
-        return None
-    return max((end for end, good in zip(ends, ok) if good), default=0)
+    original, events = _scan(completion, ctx)
+    total, best, e = list(original), 0, 0
+    ends = {i for i, ch in enumerate(completion) if ch == "\n"} | {pos + 1 for pos, b in events if b in ")]}"}
+    for end in sorted(ends | {len(completion)}):
+        while e < len(events) and events[e][0] < end:
+            _add(total, events[e][1])
+            e += 1
+        if _no_worse(total, original):
+            best = end
+    return None if best == len(completion) else best
