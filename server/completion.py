@@ -1,0 +1,158 @@
+"""One completion, start to end: document -> language -> prompt -> decode -> trim -> event.
+
+`complete` is the whole pipeline and runs on the decode worker thread; the LSP layer (server/lsp.py)
+only schedules it, cancels it and turns its result into protocol items. Nothing here knows LSP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from decoder.drafts import build_drafter
+from decoder.engine import DecodeOptions, SpeculativeDecoder
+from decoder.gamma import parse_gamma_policy
+from decoder.models import load_model
+from decoder.sampling import SamplingParams
+from decoder.stats import GenerationStats
+from telemetry.events import CompletionEvent
+
+from .filters import TrimContext, scope_closed, stop_strings, trim
+from .language import detect_language
+from .options import ServerOptions
+from .positions import PositionError, offset_at
+from .prompt import FimTokens, build_prompt, fim_tokens, format_fim
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Engine:
+    """The loaded models, and what telemetry calls them."""
+
+    decoder: SpeculativeDecoder
+    target: str
+    draft: str
+    device: str
+    fim: FimTokens | None  # the target's fill-in-the-middle tokens; None: prompt with the prefix only
+
+
+def load_engine(options: ServerOptions) -> Engine:
+    """Load the target and build the drafter; slow (seconds to minutes), so never on the event loop."""
+    gamma = parse_gamma_policy(options.gamma)
+    target, tokenizer = load_model(options.target, device=options.device, dtype=options.dtype)
+    drafter, _ = build_drafter(options.draft, target, tokenizer, device=options.device, dtype=options.dtype)
+    decoder = SpeculativeDecoder(target, tokenizer, drafter, gamma if drafter else None,
+                                 draft_confidence=options.draft_confidence)
+    device = f"{target.device} {str(target.dtype).removeprefix('torch.')}"
+    return Engine(decoder, options.target, options.draft, device, fim_tokens(tokenizer.get_vocab()))
+
+
+def retune(engine: Engine, options: ServerOptions) -> Engine:
+    """The same models with a new γ policy and draft confidence (no reload)."""
+    old = engine.decoder
+    gamma = parse_gamma_policy(options.gamma)
+    decoder = SpeculativeDecoder(old.target, old.tokenizer, old.drafter, gamma if old.drafter else None,
+                                 draft_confidence=options.draft_confidence)
+    return dataclasses.replace(engine, decoder=decoder)
+
+
+@dataclass
+class Request:
+    request_id: str
+    text: str
+    path: str  # from the document URI; used for language detection only
+    language_id: str | None
+    line: int
+    character: int  # UTF-16 code units, as LSP counts
+    trigger: str  # automatic | invoked
+    received: float  # time.perf_counter() when the server took the request up (after any debounce)
+
+
+@dataclass
+class Completion:
+    text: str  # what to insert at the cursor; "" for no completion
+    language: str
+    multiline: bool
+    event: CompletionEvent
+    error: Exception | None = None  # bad input the client should hear about (e.g. a position past the end)
+
+
+def complete(engine: Engine, options: ServerOptions, request: Request, cancel: threading.Event) -> Completion:
+    language = detect_language(request.path, request.language_id, request.text)
+
+    def finish(text: str, multiline: bool, stats: GenerationStats, outcome: str,
+               error: Exception | None = None) -> Completion:
+        event = _event(engine, options, request, language, multiline, stats, outcome, text)
+        return Completion(text, language, multiline, event, error)
+
+    text = request.text
+    if len(text) > options.max_document_chars:
+        log.warning("%s: %d characters is over maxDocumentChars=%d; no completion",
+                    request.path, len(text), options.max_document_chars)
+        return finish("", False, GenerationStats(), "empty")
+    if "\0" in text:
+        log.warning("%s: binary content (NUL bytes); no completion", request.path)
+        return finish("", False, GenerationStats(), "empty")
+    if not options.language_enabled(language):
+        log.info("%s: %s is not in enabledLanguages; no completion", request.path, language)
+        return finish("", False, GenerationStats(), "empty")
+    try:
+        offset = offset_at(text, request.line, request.character)
+    except PositionError as e:
+        log.warning("%s: %s", request.path, e)
+        return finish("", False, GenerationStats(), "error", error=e)
+
+    try:
+        prompt = build_prompt(text, offset, language, options.prompt_budget_chars)
+        context = TrimContext.from_prompt(prompt)
+        model_input = format_fim(prompt, engine.fim) if engine.fim else prompt.prefix
+        generation = engine.decoder.generate(model_input, DecodeOptions(
+            max_new_tokens=options.max_tokens_multi_line if prompt.multiline else options.max_tokens_single_line,
+            sampling=SamplingParams(temperature=options.temperature),
+            stop_strings=stop_strings(language, prompt.multiline),
+            stop_when=scope_closed(context),
+            cancel=cancel,
+        ))
+        if generation.finish_reason == "cancelled":
+            return finish("", prompt.multiline, generation.stats, "cancelled")
+        completion = trim(generation.text, context)
+    except Exception as e:  # a bug or out-of-memory in one completion must not take the server down
+        log.exception("%s: completion failed", request.path)
+        return finish("", False, GenerationStats(), "error", error=e)
+    return finish(completion, prompt.multiline, generation.stats, "shown" if completion else "empty")
+
+
+def reuse(engine: Engine, options: ServerOptions, request: Request, previous: Completion, rest: str) -> Completion:
+    """Serve the rest of an earlier completion the user is typing along (see `typed_along`): no decoding."""
+    stats = GenerationStats(finish_reason="reused")
+    event = _event(engine, options, request, previous.language, previous.multiline, stats, "shown", rest)
+    return Completion(rest, previous.language, previous.multiline, event)
+
+
+def _event(engine: Engine, options: ServerOptions, request: Request, language: str, multiline: bool,
+           stats: GenerationStats, outcome: str, text: str) -> CompletionEvent:
+    return CompletionEvent.from_stats(
+        stats.to_dict(), request_id=request.request_id, language=language, trigger=request.trigger,
+        multiline=multiline, latency_ms=(time.perf_counter() - request.received) * 1000, target=engine.target,
+        draft=engine.draft, device=engine.device, settings=options.settings(), outcome=outcome,
+        source=options.telemetry_source, text=text if options.telemetry_text and text else None,
+    )
+
+
+def typed_along(previous_prefix: str, previous_suffix: str, completion: str, text: str, offset: int) -> str | None:
+    """The rest of an earlier completion if the user has typed a prefix of it since, else None.
+
+    The document must be the earlier one with some of the completion typed at the cursor: same
+    text before the old cursor, same text after the cursor.
+    """
+    prefix = text[:offset]
+    if not prefix.startswith(previous_prefix) or text[offset:] != previous_suffix:
+        return None
+    typed = prefix[len(previous_prefix):]
+    if not typed or len(typed) >= len(completion) or not completion.startswith(typed):
+        return None
+    return completion[len(typed):]

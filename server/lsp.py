@@ -1,0 +1,406 @@
+"""The specdec language server: thin LSP handlers over server/completion.py.
+
+Threads: the asyncio event loop reads and answers messages; one worker thread loads the models
+and runs every decode (the models are not thread-safe), so the loop keeps reading while a decode
+runs, and a newer request or `$/cancelRequest` can stop it between rounds.
+
+Server -> client notifications beyond LSP:
+- `specdec/status` {"state": "loading"|"ready"|"error", "message", "acceptance", "p50_ms"}:
+  the status bar. `acceptance` is the share of resolved completions the user accepted, `p50_ms`
+  the median latency, both over the last 100.
+- `specdec/completed` {"uri", "requestId", "outcome", "latencyMs"} after each completion request
+  that reached the pipeline, so a harness can tie its own records to the event's request id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import queue
+import statistics
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
+
+from telemetry.log import EventLog
+
+from .completion import Completion, Engine, Request, complete, load_engine, retune, reuse, typed_along
+from .options import ServerOptions, models_changed, parse_options
+from .positions import PositionError, offset_at
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+STATUS = "specdec/status"
+COMPLETED = "specdec/completed"
+ACCEPT = "specdec.accept"
+
+
+class AnsweredError(JsonRpcInvalidParams):
+    """A malformed request that has already been answered with an error."""
+
+
+class Protocol(LanguageServerProtocol):
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        # server/positions.py counts UTF-16 code units, LSP's default; never negotiate UTF-8 or UTF-32.
+        general = params.capabilities.general
+        if general is not None and general.position_encodings:
+            general.position_encodings = [types.PositionEncodingKind.Utf16]
+        return (yield from super().lsp_initialize(params))
+
+    def structure_message(self, data):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as e:
+            # pygls logs a request it cannot parse and never answers it, so the client would wait forever.
+            if isinstance(data, dict) and "id" in data and "method" in data:
+                detail = str(e.__cause__ or e)[:300]
+                error = JsonRpcInvalidParams(f"malformed {data['method']} params: {detail}")
+                self._send_response(data["id"], error=error.to_response_error())
+                raise AnsweredError(error.message) from e
+            raise
+
+
+class Worker:
+    """One thread that runs jobs in order: the models are not thread-safe.
+
+    A daemon thread, unlike ThreadPoolExecutor's, so that exiting never waits for a model load.
+    """
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, fn, *args) -> Future:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="specdec-decode", daemon=True)
+            self.thread.start()
+        future: Future = Future()
+        self.jobs.put((future, fn, args))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, fn, args = self.jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as e:
+                    future.set_exception(e)
+
+
+@dataclass
+class Running:
+    request_id: str
+    cancel: threading.Event
+
+
+@dataclass
+class Shown:
+    """The latest completion shown in a document, until the user accepts it or moves on."""
+
+    request_id: str
+    prefix: str  # the document before the cursor when it was requested
+    suffix: str  # and after it
+    completion: Completion
+    tracked: bool  # whether its outcome is recorded (options.track_outcomes)
+    outcome: str | None = None  # the verdict recorded so far
+    timer: asyncio.TimerHandle | None = None  # records "rejected" when nothing happens in time
+
+
+class SpecdecServer(LanguageServer):
+    def __init__(self):
+        super().__init__("specdec", VERSION, protocol_cls=Protocol)
+        self.options = ServerOptions()
+        self.engine: Engine | None = None
+        self.state, self.state_message = "loading", "waiting for initialize"
+        self.worker = Worker()
+        self.events: EventLog | None = None  # made by configure() at initialize
+        self.running: dict[str, Running] = {}  # by document URI: at most one decode each
+        self.shown: dict[str, Shown] = {}  # by document URI
+        self.loads = 0  # counts model loads, so a superseded load does not install its models
+        self.load_task: asyncio.Task | None = None
+        self.latencies: deque[float] = deque(maxlen=100)
+        self.verdicts: deque[bool] = deque(maxlen=100)  # accepted (or typed along) vs rejected
+
+    def report_server_error(self, error, source):
+        if isinstance(error, AnsweredError):
+            log.warning("%s", error)  # the client already has the error as the request's answer
+            return
+        super().report_server_error(error, source)
+
+    # ------------------------------------------------------------------ settings and models
+
+    def configure(self, raw) -> ServerOptions:
+        """Apply settings; report rejected keys to the user. Returns the previous options."""
+        old = self.options
+        self.options, errors = parse_options(raw, old)
+        if errors:
+            message = "specdec: some settings were rejected and keep their previous value: " + "; ".join(errors)
+            log.error("%s", message)
+            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
+        new = self.options
+        if self.events is None or (old.telemetry, old.telemetry_path) != (new.telemetry, new.telemetry_path):
+            if self.events is not None:
+                self.events.close()
+            self.events = EventLog(new.telemetry_path, enabled=new.telemetry)
+        return old
+
+    def start_loading(self) -> None:
+        self.loads += 1
+        self.engine = None  # free the old models before loading new ones; requests answer empty meanwhile
+        self.load_task = asyncio.ensure_future(self.load(self.loads, self.options))
+
+    async def load(self, load_id: int, options: ServerOptions) -> None:
+        what = f"{options.target} with draft {options.draft}"
+        self.set_status("loading", f"loading {what}")
+        token = await self.begin_progress(f"specdec-load-{load_id}", f"loading {what}")
+        try:
+            engine = await asyncio.wrap_future(self.worker.submit(load_engine, options))
+        except Exception as e:  # any failure (missing model, OOM, bad draft spec) leaves the server up
+            log.exception("could not load %s", what)
+            if load_id == self.loads:
+                self.set_status("error", f"could not load {what}: {e}")
+                self.window_show_message(types.ShowMessageParams(
+                    type=types.MessageType.Error, message=f"specdec: could not load the models ({what}): {e}"))
+            self.end_progress(token, "failed")
+            return
+        self.end_progress(token, "ready")
+        if load_id != self.loads:
+            return  # the settings changed while it loaded; the newer load installs its own
+        self.engine = engine
+        log.info("models ready: %s on %s", what, engine.device)
+        self.set_status("ready", f"{options.target} + {options.draft} on {engine.device}")
+
+    async def begin_progress(self, token: str, message: str) -> str | None:
+        if not getattr(self.client_capabilities.window, "work_done_progress", False):
+            return None
+        await self.work_done_progress.create_async(token)
+        self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title="specdec", message=message))
+        return token
+
+    def end_progress(self, token: str | None, message: str) -> None:
+        if token is not None:
+            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
+
+    def set_status(self, state: str, message: str) -> None:
+        self.state, self.state_message = state, message
+        self.send_status()
+
+    def send_status(self) -> None:
+        self.protocol.notify(STATUS, {
+            "state": self.state, "message": self.state_message,
+            "acceptance": sum(self.verdicts) / len(self.verdicts) if self.verdicts else None,
+            "p50_ms": statistics.median(self.latencies) if self.latencies else None,
+        })
+
+    # ------------------------------------------------------------------ completions
+
+    async def completion_at(self, uri: str, position: types.Position, trigger: str) -> Completion | None:
+        """The completion to show at `position`, or None. Raises JsonRpcInvalidParams for a bad position."""
+        document = self.workspace.text_documents.get(uri)
+        if document is None:
+            log.warning("completion requested for %s, which is not open; empty answer", uri)
+            return None
+        if self.engine is None:
+            log.info("completion requested while the models are %s; empty answer", self.state)
+            return None
+        superseded = self.running.pop(uri, None)
+        if superseded is not None:
+            superseded.cancel.set()  # its decode stops at the end of its current round
+        version = document.version
+        request = Request(uuid.uuid4().hex, document.source, path_of(uri), document.language_id,
+                          position.line, position.character, trigger, time.perf_counter())
+        rest = self.settle_shown(uri, request)
+        if rest is not None:
+            return self.deliver(uri, version, request, reuse(self.engine, self.options, request,
+                                                              self.shown[uri].completion, rest))
+        cancel = threading.Event()
+        running = self.running[uri] = Running(request.request_id, cancel)
+        try:
+            if trigger == "automatic" and self.options.debounce_ms:
+                await asyncio.sleep(self.options.debounce_ms / 1000)
+                if cancel.is_set() or document.version != version:
+                    return None  # the user typed on; a newer request follows
+                request.received = time.perf_counter()
+            engine, options = self.engine, self.options
+            if engine is None:
+                return None  # a reload began while waiting
+            future = self.worker.submit(complete, engine, options, request, cancel)
+            try:
+                result = await asyncio.wrap_future(future)
+            except asyncio.CancelledError:  # $/cancelRequest
+                cancel.set()
+                if not future.cancelled():  # it had started: let it stop at a round boundary and log it
+                    self.deliver(uri, version, request, await asyncio.wrap_future(future))
+                raise
+        finally:
+            if self.running.get(uri) is running:
+                del self.running[uri]
+        return self.deliver(uri, version, request, result)
+
+    def settle_shown(self, uri: str, request: Request) -> str | None:
+        """Resolve the document's previous completion as typed along or rejected; return what is left of it."""
+        previous = self.shown.get(uri)
+        if previous is None:
+            return None
+        rest = None
+        try:
+            offset = offset_at(request.text, request.line, request.character)
+            rest = typed_along(previous.prefix, previous.suffix, previous.completion.text, request.text, offset)
+        except PositionError:
+            pass
+        if rest is None:
+            self.resolve(self.shown.pop(uri), "rejected")
+        else:  # kept: the reuse serves the rest of it
+            self.resolve(previous, "partial", len(previous.completion.text) - len(rest))
+        return rest
+
+    def deliver(self, uri: str, version: int | None, request: Request, result: Completion) -> Completion | None:
+        """Record the completion's event and start tracking its outcome; None if there is nothing to show."""
+        event = result.event
+        document = self.workspace.text_documents.get(uri)
+        if event.outcome == "shown" and (document is None or document.version != version):
+            log.info("dropping a completion for %s version %s: the document has changed", uri, version)
+            event.outcome = "cancelled"
+        self.events.write(event)
+        if event.outcome in ("shown", "empty"):
+            self.latencies.append(event.latency_ms)
+        self.protocol.notify(COMPLETED, {"uri": uri, "requestId": event.request_id, "outcome": event.outcome,
+                                         "latencyMs": event.latency_ms})
+        self.send_status()
+        if isinstance(result.error, PositionError):
+            raise JsonRpcInvalidParams(str(result.error))
+        if event.outcome != "shown":
+            return None
+        offset = offset_at(request.text, request.line, request.character)
+        shown = Shown(event.request_id, request.text[:offset], request.text[offset:], result, self.options.track_outcomes)
+        if shown.tracked:
+            shown.timer = asyncio.get_running_loop().call_later(self.options.reject_after_s, self.resolve, shown, "rejected")
+        self.shown[uri] = shown
+        return result
+
+    def resolve(self, shown: Shown, outcome: str, accepted_chars: int | None = None) -> None:
+        """Record the user's verdict on a shown completion (a later verdict overrides an earlier one)."""
+        if shown.timer is not None:
+            shown.timer.cancel()
+            shown.timer = None
+        if not shown.tracked or shown.outcome == outcome:
+            return
+        shown.outcome = outcome
+        self.events.update_outcome(shown.request_id, outcome, accepted_chars)
+        self.verdicts.append(outcome != "rejected")
+
+
+SERVER = SpecdecServer()
+
+
+def path_of(uri: str) -> str:
+    """The file path in a URI; language detection needs only its extension."""
+    return unquote(urlparse(uri).path)
+
+
+@SERVER.feature(types.INITIALIZE)
+def initialize(ls: SpecdecServer, params: types.InitializeParams) -> None:
+    ls.configure(params.initialization_options)
+
+
+@SERVER.feature(types.INITIALIZED)
+def initialized(ls: SpecdecServer, params: types.InitializedParams) -> None:
+    ls.start_loading()
+
+
+@SERVER.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+def did_change_configuration(ls: SpecdecServer, params: types.DidChangeConfigurationParams) -> None:
+    settings = params.settings.get("specdec") if isinstance(params.settings, dict) else None
+    if settings is None:
+        log.info("didChangeConfiguration carries no 'specdec' section; nothing to change")
+        return
+    old = ls.configure(settings)
+    if models_changed(old, ls.options):
+        ls.start_loading()
+    elif ls.engine is not None and (old.gamma, old.draft_confidence) != (ls.options.gamma, ls.options.draft_confidence):
+        ls.engine = retune(ls.engine, ls.options)
+    log.info("settings now %s", dataclasses.asdict(ls.options))
+
+
+@SERVER.feature(types.SHUTDOWN)
+def shutdown(ls: SpecdecServer, params: None) -> None:
+    for running in ls.running.values():
+        running.cancel.set()
+
+
+@SERVER.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: SpecdecServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    running = ls.running.pop(uri, None)
+    if running is not None:
+        running.cancel.set()
+    shown = ls.shown.pop(uri, None)
+    if shown is not None:
+        ls.resolve(shown, "rejected")
+
+
+@SERVER.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+async def inline_completion(ls: SpecdecServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+    result = await ls.completion_at(params.text_document.uri, params.position, "invoked" if invoked else "automatic")
+    if result is None:
+        return types.InlineCompletionList(items=[])
+    item = types.InlineCompletionItem(
+        insert_text=result.text,
+        range=types.Range(params.position, params.position),
+        command=types.Command(title="accept", command=ACCEPT, arguments=[result.event.request_id]),
+    )
+    return types.InlineCompletionList(items=[item])
+
+
+@SERVER.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions())
+async def completion(ls: SpecdecServer, params: types.CompletionParams) -> types.CompletionList:
+    """The fallback for clients without inline completion: one item holding the whole completion."""
+    invoked = params.context is None or params.context.trigger_kind == types.CompletionTriggerKind.Invoked
+    result = await ls.completion_at(params.text_document.uri, params.position, "invoked" if invoked else "automatic")
+    if result is None:
+        return types.CompletionList(is_incomplete=True, items=[])
+    first_line = result.text.split("\n", 1)[0].strip() or result.text.strip()
+    item = types.CompletionItem(
+        label=first_line[:60] or "(whitespace)",
+        kind=types.CompletionItemKind.Text,
+        detail="specdec",
+        documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=result.text),
+        # The edit starts at the cursor, so the client filters on nothing the user typed before it.
+        text_edit=types.TextEdit(range=types.Range(params.position, params.position), new_text=result.text),
+        command=types.Command(title="accept", command=ACCEPT, arguments=[result.event.request_id]),
+    )
+    # Incomplete: the client asks again as the user types, instead of filtering this one item.
+    return types.CompletionList(is_incomplete=True, items=[item])
+
+
+@SERVER.command(ACCEPT)
+def accept(ls: SpecdecServer, request_id: str) -> bool:
+    """The client ran the item's command: the user accepted the completion. False if it is unknown."""
+    for uri, shown in ls.shown.items():
+        if shown.request_id == request_id:
+            del ls.shown[uri]
+            ls.resolve(shown, "accepted", len(shown.completion.text))
+            return True
+    log.info("accept for unknown or already resolved completion %s", request_id)
+    return False
+
+
+def serve(tcp: bool = False, port: int = 2087) -> None:
+    if tcp:
+        SERVER.start_tcp("127.0.0.1", port)  # never another interface: completions are source code
+    else:
+        SERVER.start_io()

@@ -1,0 +1,146 @@
+"""Helpers for the language-server tests: tiny models saved to disk, a client that records the server's
+status notifications, and readers for the server's telemetry file.
+
+The server runs as a real subprocess (`python -m specdec.cli serve`), so its models must be on disk:
+a tiny random Llama with the byte tokenizer from conftest, saved as safetensors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import torch
+from lsprotocol import types
+from pytest_lsp import LanguageClient, client_capabilities
+from pytest_lsp.client import make_test_lsp_client
+
+from conftest import make_byte_tokenizer, tiny_llama
+
+SERVER_COMMAND = [sys.executable, "-m", "specdec.cli", "serve"]
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "docs" / "examples" / "cases.jsonl"
+
+
+def save_random_model(path: Path) -> Path:
+    """Random weights: the completions are garbage, which is what exercises the trimming."""
+    model = tiny_llama(seed=0, layers=2, max_pos=2048)
+    model.save_pretrained(path, safe_serialization=True)
+    make_byte_tokenizer().save_pretrained(path)
+    return path
+
+
+def save_constant_model(path: Path, byte: str = "x") -> Path:
+    """A model that writes `byte` forever and never ends: a decode runs as long as it is allowed to.
+
+    Every token embeds to the same vector and the attention and MLP outputs are zeroed, so the
+    hidden state is that vector at every position, and the head maps it to `byte`.
+    """
+    model = tiny_llama(seed=0, layers=2, max_pos=8192)
+    with torch.no_grad():
+        embed = model.get_input_embeddings().weight
+        embed.copy_(embed[0].expand_as(embed))
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        head = model.get_output_embeddings().weight
+        head.zero_()
+        head[ord(byte)] = model.model.norm(embed[0]) * 10
+    model.save_pretrained(path, safe_serialization=True)
+    make_byte_tokenizer().save_pretrained(path)
+    return path
+
+
+def make_client() -> LanguageClient:
+    """pytest-lsp's test client, also recording the server's `specdec/status` and `specdec/completed`
+    notifications in `client.statuses` and `client.completed`."""
+    client = make_test_lsp_client()
+    client.statuses = []
+    client.completed = []
+
+    @client.feature("specdec/status")
+    def on_status(ls, params):
+        client.statuses.append(params._asdict())  # pygls hands custom params over as a namedtuple
+
+    @client.feature("specdec/completed")
+    def on_completed(ls, params):
+        client.completed.append(params._asdict())
+
+    return client
+
+
+async def initialize(client: LanguageClient, options: dict, ready: str = "ready", timeout: float = 120) -> None:
+    """Initialize like VS Code does (inline completion, progress) and wait for the models' state."""
+    capabilities = client_capabilities("visual-studio-code")
+    await client.initialize_session(types.InitializeParams(capabilities=capabilities, initialization_options=options))
+    await wait_for_state(client, ready, timeout)
+
+
+async def wait_for_state(client: LanguageClient, state: str, timeout: float = 120, after: int = 0) -> dict:
+    """The first `specdec/status` at index >= after whose state is `state` (or "error" when waiting for ready)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        for status in client.statuses[after:]:
+            if status["state"] == state or state == "ready" and status["state"] == "error":
+                assert status["state"] == state, f"server reported {status}"
+                return status
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"no {state!r} status in {timeout} s; saw {client.statuses}")
+        await asyncio.sleep(0.05)
+
+
+def open_document(client: LanguageClient, uri: str, text: str, language_id: str, version: int = 1) -> None:
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=uri, language_id=language_id, version=version, text=text)))
+
+
+def close_document(client: LanguageClient, uri: str) -> None:
+    client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
+
+
+def inline_params(uri: str, line: int, character: int, invoked: bool = True) -> types.InlineCompletionParams:
+    kind = types.InlineCompletionTriggerKind.Invoked if invoked else types.InlineCompletionTriggerKind.Automatic
+    return types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri), position=types.Position(line, character),
+        context=types.InlineCompletionContext(trigger_kind=kind))
+
+
+async def inline(client: LanguageClient, uri: str, line: int, character: int,
+                 invoked: bool = True) -> list[types.InlineCompletionItem]:
+    result = await client.text_document_inline_completion_async(inline_params(uri, line, character, invoked))
+    return list(result.items if isinstance(result, types.InlineCompletionList) else (result or []))
+
+
+def records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def event_for(path: Path, request_id: str) -> dict:
+    found = [r for r in records(path) if r.get("record") != "outcome" and r["request_id"] == request_id]
+    assert len(found) == 1, f"expected one event for {request_id}, found {found}"
+    return found[0]
+
+
+def latest_event(path: Path, before: int = 0) -> dict:
+    """The last completion event written after the first `before` records."""
+    events = [r for r in records(path)[before:] if r.get("record") != "outcome"]
+    assert events, "no completion event was written"
+    return events[-1]
+
+
+def outcomes(path: Path, request_id: str) -> list[dict]:
+    return [r for r in records(path) if r.get("record") == "outcome" and r["request_id"] == request_id]
+
+
+async def eventually(check, timeout: float = 30):
+    """Poll `check()` until it returns something truthy."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (value := check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not met in time")
+        await asyncio.sleep(0.05)
+    return value
