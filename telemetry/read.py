@@ -70,13 +70,23 @@ def connect(paths: list[str | Path], columns: list[str] | None = None,
     con = con or duckdb.connect()
     con.execute("SET preserve_insertion_order = false")
     con.execute("SET enable_progress_bar = false")
-    wanted = {"schema", "record", "time", "request_id", "outcome", "accepted_chars", "settings", "draft",
-              "case_id", "accepted_histogram"} | set(columns or COLUMNS)
-    columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS.items() if k in wanted) + "}"
+    keep = set(columns or COLUMNS) | {"schema", "time", "request_id", "outcome", "accepted_chars", "draft", "case_id"}
+    read = keep | {"record", "settings", "accepted_histogram"}
+    spec = "{" + ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS.items() if k in read) + "}"
+    # Derived columns are computed while reading, so the wide settings and histogram columns
+    # are only materialized when asked for.
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE raw AS
-        SELECT * FROM read_json(?, format='newline_delimited', ignore_errors=true,
-                                columns={columns}, filename=true, maximum_object_size=67108864)
+        SELECT {", ".join(k for k in COLUMNS if k in keep and k != "record")}, record, filename,
+               coalesce(settings->>'gamma', '') AS gamma,
+               TRY_CAST(settings->>'temperature' AS DOUBLE) AS temperature,
+               TRY_CAST(settings->>'max_new_tokens' AS BIGINT) AS max_new_tokens,
+               (draft = 'none' OR settings->>'gamma' = '0') AS is_ar,
+               coalesce(case_id, request_id) AS unit,
+               CAST(coalesce(list_sum(accepted_histogram), 0) AS BIGINT) AS burst_rounds,
+               CAST(coalesce(list_sum(accepted_histogram[12:]), 0) AS BIGINT) AS long_bursts
+        FROM read_json(?, format='newline_delimited', ignore_errors=true, columns={spec}, filename=true,
+                       maximum_object_size=67108864)
     """, [files])
     bad = con.execute("SELECT filename, count(*) FROM raw WHERE schema IS NULL GROUP BY filename").fetchall()
     for filename, count in bad:
@@ -92,13 +102,6 @@ def connect(paths: list[str | Path], columns: list[str] | None = None,
                coalesce(o.outcome, e.outcome) AS outcome,
                coalesce(o.accepted_chars, e.accepted_chars) AS accepted_chars,
                o.request_id IS NOT NULL AS has_feedback,
-               coalesce(e.settings->>'gamma', '') AS gamma,
-               TRY_CAST(e.settings->>'temperature' AS DOUBLE) AS temperature,
-               TRY_CAST(e.settings->>'max_new_tokens' AS BIGINT) AS max_new_tokens,
-               (e.draft = 'none' OR e.settings->>'gamma' = '0') AS is_ar,
-               coalesce(e.case_id, e.request_id) AS unit,
-               CAST(coalesce(list_sum(e.accepted_histogram), 0) AS BIGINT) AS burst_rounds,
-               CAST(coalesce(list_sum(e.accepted_histogram[12:]), 0) AS BIGINT) AS long_bursts,
                e.filename AS file
         FROM raw e LEFT JOIN outcomes o USING (request_id)
         WHERE e.schema IS NOT NULL AND e.record IS NULL

@@ -29,7 +29,7 @@ DEFAULT_GROUPS = {
 }
 NATURAL_LANGUAGE = "nl"
 ALL_CODE = "all code"  # every language except natural language, grouped or not
-MAX_BLOCKS = 2000  # above this many cases per language, cases are resampled in hashed blocks
+MAX_BLOCKS = 2000  # above this many cases in a language, cases are resampled in hashed blocks
 LONG_BURST = 10
 RQ3_GAMMAS = (1, 2, 4, 8, 16, 32)
 REPORT_COLUMNS = ["language", "generated_tokens", "accepted", "rejected_rounds", "total_ms", "latency_ms",
@@ -97,21 +97,17 @@ def _prepare(con) -> None:
          AND ar.max_new_tokens IS NOT DISTINCT FROM c.max_new_tokens
         GROUP BY c.config, c.language, c.unit
     """)
-    # Resampling units: each case, or MAX_BLOCKS hashed blocks of cases where there are more.
-    # Ordering by unit gives two configurations over the same cases the same indices, so their
-    # bootstrap replicates resample the same cases (paired differences).
+    # Resampling units: cases, or MAX_BLOCKS hashed blocks of cases in a language that has more.
+    # Blocks are named by case, not by position, so configurations over the same cases get the
+    # same bootstrap weights (paired differences).
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE blocks AS
-        WITH ranked AS (
-            SELECT *, row_number() OVER (PARTITION BY config, language ORDER BY unit) - 1 AS idx,
-                   count(*) OVER (PARTITION BY config, language) AS n_units
-            FROM units
-        )
+        WITH sizes AS (SELECT language, count(DISTINCT unit) AS n_units FROM units GROUP BY language)
         SELECT config, language,
-               CASE WHEN n_units <= {MAX_BLOCKS} THEN idx ELSE hash(unit) % {MAX_BLOCKS} END AS block,
+               CASE WHEN n_units <= {MAX_BLOCKS} THEN unit ELSE CAST(hash(unit) % {MAX_BLOCKS} AS VARCHAR) END AS block,
                sum(acc) AS acc, sum(rej) AS rej, sum(sp_tokens) AS sp_tokens, sum(sp_ms) AS sp_ms,
                sum(ar_tokens) AS ar_tokens, sum(ar_ms) AS ar_ms
-        FROM ranked GROUP BY ALL ORDER BY config, language, block
+        FROM units JOIN sizes USING (language) GROUP BY ALL
     """)
 
 
@@ -170,27 +166,25 @@ class Replicates:
 
 
 def bootstrap(blocks: pd.DataFrame, reps: int, seed: int) -> dict[str, Replicates]:
-    """Resample cases with replacement within each language, `reps` times, per configuration.
+    """Poisson bootstrap of cases within each language, `reps` replicates per configuration.
 
-    The generator for a language depends only on (seed, language, number of units), so
-    configurations over the same cases draw the same resamples: differences between them are paired.
+    Each case (or block) gets a Poisson(1) weight per replicate, the standard large-sample stand-in
+    for multinomial resampling (Hanley & MacGibbon 2006). The weights belong to the case, not to a
+    configuration, so configurations over the same cases are resampled alike: paired differences.
     """
     out: dict[str, Replicates] = {}
-    cache: dict[tuple[str, int], np.ndarray] = {}
     columns = ["acc", "rej", "sp_tokens", "sp_ms", "ar_tokens", "ar_ms"]
-    for config, frame in blocks.groupby("config", sort=False):
-        reps_by_lang = Replicates({}, {})
-        for language, rows in frame.groupby("language", sort=False):
-            x = rows[columns].to_numpy(dtype=float)
-            key = (language, len(x))
-            if key not in cache:
-                rng = np.random.default_rng([seed, zlib.crc32(language.encode()), len(x)])
-                picks = rng.integers(0, len(x), size=(reps, len(x))) + len(x) * np.arange(reps)[:, None]
-                cache[key] = np.bincount(picks.ravel(), minlength=reps * len(x)).reshape(reps, len(x)).astype(float)
-            sums = cache[key] @ x  # (reps, 6)
-            reps_by_lang.alpha[language] = _ratio(sums[:, 0], sums[:, 0] + sums[:, 1]).to_numpy()
-            reps_by_lang.speedup[language] = _speedup(*sums[:, 2:].T).to_numpy()
-        out[config] = reps_by_lang
+    for language, rows in blocks.groupby("language", sort=False):
+        codes, names = pd.factorize(rows.block, sort=True)
+        rng = np.random.default_rng([seed, zlib.crc32(language.encode())])
+        weights = rng.poisson(1.0, size=(reps, len(names))).astype(float)
+        values = rows[columns].to_numpy(dtype=float)
+        for config, index in rows.groupby("config", sort=False).indices.items():
+            sums = weights[:, codes[index]] @ values[index]  # (reps, 6)
+            replicates = out.setdefault(config, Replicates({}, {}))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                replicates.alpha[language] = sums[:, 0] / (sums[:, 0] + sums[:, 1])
+                replicates.speedup[language] = (sums[:, 2] / sums[:, 3]) / (sums[:, 4] / sums[:, 5])
     return out
 
 
@@ -513,7 +507,8 @@ def build_report(paths: list[str], out: str | Path, groups: dict[str, list[str]]
         "groups": groups,
         "definitions": {"U": U_DEFINITION, "alpha": "Σ accepted / (Σ accepted + Σ rejected_rounds)",
                         "speedup": "spec tokens/s ÷ AR tokens/s over cases with both (same target, device, T, max_new_tokens)",
-                        "bootstrap": f"{reps} resamples of cases within each language; 95% percentile intervals"},
+                        "bootstrap": f"{reps} Poisson-bootstrap resamples of cases within each language; "
+                                     "95% percentile intervals"},
         "base_tuned": list(pair) if pair else None,
         "plots": plots,
         **{name: _records(table) for name, table in tables.items()},
@@ -532,7 +527,7 @@ def _markdown(data, tables, groups, pair, plots, reps) -> str:
           "accepted/drafted is not α). Mean accepted length = accepted drafts per drafting round. "
           "Speedup = spec tokens/s ÷ AR tokens/s over the cases that have AR events with the same target, "
           "device, temperature and max_new_tokens. User acceptance = (accepted + partial) / shown, only where "
-          f"outcome records exist. Brackets: bootstrap 95% CIs, {reps} resamples of cases within each language.",
+          f"outcome records exist. Brackets: bootstrap 95% CIs, {reps} Poisson-bootstrap resamples of cases within each language.",
           "", "Groups: " + "; ".join(f"{g} = {', '.join(m)}" for g, m in groups.items())
           + f"; {ALL_CODE} = every language except '{NATURAL_LANGUAGE}'.", ""]
     spec_configs = langs[~langs.is_ar].groupby("config", sort=False).n.sum().sort_values(ascending=False)
