@@ -5,9 +5,9 @@
 // checks it against the text the server sent (telemetry, text opt-in) and the "accepted" outcome.
 // On failure it saves a screenshot and the extension's log (which holds the server's stderr).
 //
-// Environment: CODE_SERVER, VSIX, SPECDEC (the specdec executable), WORK (an empty temp folder),
-// ARTIFACTS (where failure screenshots and logs go), SCREENSHOT (optional: a PNG of the first
-// ghost text), TIMEOUT_MS (optional: the longest wait for one step).
+// Environment: CODE_SERVER, VSIX, SPECDEC (the specdec executable), WORK (an empty temp folder;
+// failure.png and server-*.log land there too), SCREENSHOT (optional: a PNG of the first ghost
+// text), TIMEOUT_MS (optional: the longest wait for one step).
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -23,7 +23,6 @@ const CODE_SERVER = env('CODE_SERVER');
 const VSIX = env('VSIX');
 const SPECDEC = env('SPECDEC');
 const WORK = env('WORK');
-const ARTIFACTS = env('ARTIFACTS');
 const SCREENSHOT = process.env.SCREENSHOT;
 const TIMEOUT_MS = Number(process.env.TIMEOUT_MS || 600_000);
 
@@ -137,15 +136,17 @@ async function runCase(page, folder, c, shotPath) {
   log(`${c.file}: ghost text ${JSON.stringify(shown)}`);
   if (shotPath) await page.screenshot({ path: shotPath });
   await page.keyboard.press('Tab');
-  await page.keyboard.press('Control+S');
+  // Save until the file holds more than was typed: the edit lands a moment after the key press.
+  const after = c.after || '';
   const expectedStart = c.context + c.typed;
   const deadline = Date.now() + 30_000;
-  let saved = fs.readFileSync(file, 'utf8');
-  while (saved === c.context + (c.after || '') && Date.now() < deadline) {
-    await page.waitForTimeout(200);
+  let saved;
+  do {
+    await page.waitForTimeout(300);
+    await page.keyboard.press('Control+S');
+    await page.waitForTimeout(300);
     saved = fs.readFileSync(file, 'utf8');
-  }
-  const after = c.after || '';
+  } while ((saved === c.context + after || saved === expectedStart + after) && Date.now() < deadline);
   if (!saved.startsWith(expectedStart) || !saved.endsWith(after)) {
     throw new Error(`${c.file}: saved file does not hold the typed prefix:\n${saved}`);
   }
@@ -162,14 +163,12 @@ function saveServerLog() {
   for (const entry of fs.readdirSync(logs, { recursive: true })) {
     const full = path.join(logs, String(entry));
     if (fs.statSync(full).isFile() && /specdec/i.test(path.basename(full))) {
-      fs.copyFileSync(full, path.join(ARTIFACTS, `server-${path.basename(full)}`));
+      fs.copyFileSync(full, path.join(WORK, `server-${path.basename(full)}`));
     }
   }
-  fs.copyFileSync(path.join(WORK, 'code-server.log'), path.join(ARTIFACTS, 'code-server.log'));
 }
 
 async function main() {
-  fs.mkdirSync(ARTIFACTS, { recursive: true });
   const userDir = path.join(WORK, 'user');
   const extDir = path.join(WORK, 'extensions');
   const folder = path.join(WORK, 'project');
@@ -197,7 +196,10 @@ async function main() {
     log('workbench up; waiting for the server to load its models');
     const status = page.locator('.statusbar-item', { hasText: 'specdec' }).first();
     await status.waitFor({ timeout: 120_000 });
-    await status.locator('.codicon-check').waitFor({ timeout: TIMEOUT_MS });
+    await status.locator('.codicon-check, .codicon-error').first().waitFor({ timeout: TIMEOUT_MS });
+    if (await status.locator('.codicon-error').count()) {
+      throw new Error(`the server failed: ${await status.getAttribute('aria-label')}`);
+    }
     log(`status bar: ${await status.innerText()}`);
     const results = [];
     for (const [i, c] of CASES.entries()) {
@@ -212,7 +214,7 @@ async function main() {
   } catch (e) {
     failed = true;
     log(`FAIL: ${e.stack || e}`);
-    await page.screenshot({ path: path.join(ARTIFACTS, 'failure.png') }).catch(() => {});
+    await page.screenshot({ path: path.join(WORK, 'failure.png') }).catch(() => {});
     saveServerLog();
   } finally {
     await browser.close();

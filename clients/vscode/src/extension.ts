@@ -4,7 +4,7 @@
 // the item's `command` (specdec.accept) is registered by the client from the server's
 // executeCommandProvider, so acceptance reaches the server's telemetry without code here.
 import * as vscode from 'vscode';
-import { LanguageClient, LanguageClientOptions, ServerOptions, TransportKind } from 'vscode-languageclient/node';
+import { LanguageClient, LanguageClientOptions, ServerOptions } from 'vscode-languageclient/node';
 import { openTelemetryReport } from './report';
 import { commandChanged, initializationOptions, optionsChanged, serverCommand } from './settings';
 import { SpecdecStatus, StatusBar } from './statusBar';
@@ -22,7 +22,9 @@ function completionsEnabled(): boolean {
 function createClient(): LanguageClient {
   const { command, args } = serverCommand(['serve']);
   sentOptions = initializationOptions();
-  const serverOptions: ServerOptions = { command, args, transport: TransportKind.stdio };
+  // No `transport`: with TransportKind.stdio the client would append --stdio to the arguments;
+  // plain pipes are stdio already.
+  const serverOptions: ServerOptions = { command, args };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
     initializationOptions: sentOptions,
