@@ -210,6 +210,35 @@ def cmd_stepcost(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from server.lsp import serve
+
+    serve(tcp=args.tcp, port=args.port)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from tqdm import tqdm
+
+    from .cases import read_cases
+    from .eval import evaluate, format_summary, summarize
+
+    cases = read_cases(args.cases)
+    bar = tqdm(total=len(cases), desc="eval", unit="case")
+    try:
+        results, events = evaluate(cases, args, progress=lambda r: bar.update(1))
+    except (RuntimeError, TimeoutError) as e:  # the server could not start or load its models
+        print(f"specdec eval: {e}", file=sys.stderr)
+        return 2
+    finally:
+        bar.close()
+    print(f"target={args.target} draft={args.draft} gamma={args.gamma} cases={args.cases} "
+          f"(latency: server-side, from request to trimmed completion)")
+    print(format_summary(summarize(results, events)))
+    print(f"events: {args.telemetry}" + (f", results: {args.results}" if args.results else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec", description="code completion with speculative decoding")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -288,6 +317,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=300)
     p.add_argument("--json")
     p.set_defaults(func=cmd_stepcost)
+
+    p = sub.add_parser("serve", help="run the language server (stdio unless --tcp)")
+    p.add_argument("--tcp", action="store_true", help="listen on 127.0.0.1 instead of stdio")
+    p.add_argument("--port", type=int, default=2087)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("eval", help="drive the real language server over stdio on completion cases")
+    p.add_argument("cases", help="CASES.jsonl in the `specdec cases` format")
+    p.add_argument("--telemetry", required=True, help="write the completion events here (JSONL)")
+    p.add_argument("--results", help="also write each case's completion text here (opt-in: it is source code)")
+    p.add_argument("--concurrency", type=int, default=1, help="requests in flight at once")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for one completion")
+    p.add_argument("--max-tokens-single-line", type=int, default=32)
+    p.add_argument("--max-tokens-multi-line", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    _model_args(p)
+    p.set_defaults(func=cmd_eval)
 
     args = parser.parse_args(argv)
     torch.set_num_threads(os.cpu_count() or 1)

@@ -1,0 +1,304 @@
+"""`specdec eval`: drive the real language server over stdio on completion cases, like an editor would.
+
+For each case: open the document, ask for an inline completion at the cursor (trigger Invoked),
+close it. The server writes one telemetry event per completion; this harness tags each with its
+case id and copies it to --telemetry, then prints a per-language summary computed from the events.
+A case the server answers with an error, crashes on or does not answer in time is counted, not fatal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient
+
+from server.language import detect_language
+from server.lsp import COMPLETED, STATUS
+from telemetry.events import CompletionEvent
+from telemetry.log import EventLog
+
+from .cases import Case
+
+log = logging.getLogger(__name__)
+
+
+
+def server_command() -> list[str]:
+    """`specdec serve` in this interpreter, verbose when this harness is."""
+    verbose = ["-v"] if log.isEnabledFor(logging.INFO) else []
+    return [sys.executable, "-m", "specdec.cli", *verbose, "serve"]
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    language: str
+    status: str  # ok | error | timeout | crash
+    completion: str = ""
+    request_id: str | None = None
+    latency_ms: float | None = None  # as the harness saw it: request sent to answer received
+    detail: str = ""
+
+
+@dataclass
+class Session:
+    """One server process and the client talking to it."""
+
+    client: LanguageClient
+    statuses: list[dict] = field(default_factory=list)
+    completed: dict[str, asyncio.Future] = field(default_factory=dict)  # uri -> the server's specdec/completed
+    stderr: deque = field(default_factory=lambda: deque(maxlen=40))  # the server's last log lines, for crashes
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+    @property
+    def alive(self) -> bool:
+        return self.client._server is not None and self.client._server.returncode is None
+
+
+async def start_session(command: list[str], init_options: dict, ready_timeout: float) -> Session:
+    client = LanguageClient("specdec-eval", "0.1.0")
+    session = Session(client)
+    ready = asyncio.get_running_loop().create_future()
+
+    @client.feature(STATUS)
+    def on_status(params):
+        status = _plain(params)
+        session.statuses.append(status)
+        if status.get("state") in ("ready", "error") and not ready.done():
+            ready.set_result(status)
+
+    @client.feature(COMPLETED)
+    def on_completed(params):
+        note = _plain(params)
+        future = session.completed.get(note.get("uri"))
+        if future is not None and not future.done():
+            future.set_result(note)
+
+    @client.feature(types.WINDOW_SHOW_MESSAGE)
+    def on_message(params: types.ShowMessageParams):
+        log.warning("server says: %s", params.message)
+
+    await client.start_io(*command)
+    session.tasks.append(asyncio.create_task(_drain_stderr(session)))
+    await client.initialize_async(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), process_id=os.getpid(), initialization_options=init_options))
+    client.initialized(types.InitializedParams())
+    status = await asyncio.wait_for(ready, ready_timeout)
+    if status["state"] != "ready":
+        await stop_session(session)
+        raise RuntimeError(f"the server could not load its models: {status.get('message')}")
+    return session
+
+
+async def stop_session(session: Session) -> None:
+    client = session.client
+    if session.alive:
+        try:
+            await asyncio.wait_for(client.shutdown_async(None), 30)
+            client.exit(None)
+            await asyncio.wait_for(client._server.wait(), 30)
+        except (asyncio.TimeoutError, RuntimeError, ConnectionError) as e:
+            log.warning("server did not shut down cleanly (%s); killing it", e)
+            client._server.kill()
+    await client.stop()
+    for task in session.tasks:
+        task.cancel()
+
+
+async def _drain_stderr(session: Session) -> None:
+    """Read the server's log (a full pipe would block it); keep the tail, echo it with -v."""
+    stream = session.client._server.stderr
+    while line := await stream.readline():
+        text = line.decode(errors="replace").rstrip()
+        session.stderr.append(text)
+        log.info("server: %s", text)
+
+
+def _plain(params) -> dict:
+    """pygls hands a custom notification's params over as a namedtuple."""
+    return params._asdict()
+
+
+async def run_case(session: Session, index: int, case: Case, timeout: float) -> CaseResult:
+    client = session.client
+    language = detect_language(case.path, text=case.text)
+    uri = f"file:///specdec-eval/{index}/{Path(case.path).name or 'document'}"
+    session.completed[uri] = asyncio.get_running_loop().create_future()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri=uri, language_id=language, version=1, text=case.text)))
+    params = types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri),
+        position=types.Position(case.line, case.character),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+    )
+    msg_id = f"eval-{index}"
+    start = time.perf_counter()
+    try:
+        answer = await asyncio.wait_for(
+            client.protocol.send_request_async(types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=msg_id), timeout)
+        latency = (time.perf_counter() - start) * 1000
+        note = await asyncio.wait_for(session.completed[uri], 10)  # sent before the answer, so already here
+        items = (answer.items if isinstance(answer, types.InlineCompletionList) else answer) or []
+        text = items[0].insert_text if items else ""
+        text = text if isinstance(text, str) else text.value
+        return CaseResult(case, language, "ok", text, note["requestId"], latency)
+    except asyncio.TimeoutError:
+        if session.alive:
+            client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+        return CaseResult(case, language, "timeout", detail=f"no answer in {timeout:.0f} s")
+    except Exception as e:  # the server answered with an error, or its process died
+        if not session.alive:
+            return CaseResult(case, language, "crash", detail="\n".join(session.stderr))
+        note = session.completed[uri]
+        request_id = note.result()["requestId"] if note.done() else None
+        return CaseResult(case, language, "error", request_id=request_id, detail=str(e))
+    finally:
+        session.completed.pop(uri, None)
+        if session.alive:
+            client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
+
+
+async def run_eval(cases: list[Case], init_options: dict, command: list[str] | None = None,
+                   concurrency: int = 1, timeout: float = 300.0, ready_timeout: float = 900.0,
+                   progress=None) -> list[CaseResult]:
+    """Run every case through the server, restarting it after a crash."""
+    command = command or server_command()
+    session = await start_session(command, init_options, ready_timeout)
+    results: list[CaseResult | None] = [None] * len(cases)
+    gate = asyncio.Semaphore(concurrency)
+    restart = asyncio.Lock()
+
+    async def one(index: int, case: Case) -> None:
+        nonlocal session
+        async with gate:
+            results[index] = result = await run_case(session, index, case, timeout)
+            if result.status == "crash":
+                async with restart:
+                    if not session.alive:
+                        log.error("the server crashed on case %s; restarting it", case.id)
+                        await stop_session(session)
+                        session = await start_session(command, init_options, ready_timeout)
+            if progress:
+                progress(result)
+
+    try:
+        await asyncio.gather(*(one(i, case) for i, case in enumerate(cases)))
+    finally:
+        await stop_session(session)
+    return results
+
+
+def init_options(args, telemetry_path: str) -> dict:
+    """The server settings for a headless run: the CLI's model options, every event to one file, no debounce."""
+    return {
+        "target": args.target, "draft": args.draft, "device": args.device, "dtype": args.dtype,
+        "gamma": args.gamma, "draftConfidence": args.draft_confidence,
+        "maxTokensSingleLine": args.max_tokens_single_line, "maxTokensMultiLine": args.max_tokens_multi_line,
+        "temperature": args.temperature, "debounceMs": 0,
+        "telemetry": True, "telemetryPath": telemetry_path, "telemetrySource": "eval", "trackOutcomes": False,
+    }
+
+
+def read_events(path: str | Path) -> list[CompletionEvent]:
+    events = []
+    if not Path(path).exists():
+        return events
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if record.get("record") != "outcome":
+                events.append(CompletionEvent.from_dict(record))
+    return events
+
+
+def tag_events(results: list[CaseResult], server_events: list[CompletionEvent]) -> list[CompletionEvent]:
+    """The events of the cases, in case order, each with its case id."""
+    by_request = {event.request_id: event for event in server_events}
+    tagged = []
+    for result in results:
+        event = by_request.get(result.request_id)
+        if event is not None:
+            event.case_id = result.case.id
+            tagged.append(event)
+    return tagged
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def summarize(results: list[CaseResult], events: list[CompletionEvent]) -> list[dict]:
+    """Per-language rows (and a last 'all' row) from the events; failures counted from the results."""
+    languages = sorted({r.language for r in results})
+    rows = []
+    for language in languages + ["all"]:
+        mine = [r for r in results if language in ("all", r.language)]
+        ev = [e for e in events if language in ("all", e.language)]
+        single = [e.latency_ms for e in ev if not e.multiline]
+        multi = [e.latency_ms for e in ev if e.multiline]
+        accepted = sum(e.accepted for e in ev)
+        seen = accepted + sum(e.rejected_rounds for e in ev)
+        rows.append({
+            "language": language, "cases": len(mine), "events": len(ev),
+            "single": len(single), "multi": len(multi),
+            "p50_ms": _percentile(single + multi, 50), "p95_ms": _percentile(single + multi, 95),
+            "p50_single_ms": _percentile(single, 50), "p50_multi_ms": _percentile(multi, 50),
+            "alpha": accepted / seen if seen else None,
+            "tokens": sum(e.generated_tokens for e in ev),
+            "empty": sum(1 for r in mine if r.status == "ok" and not r.completion),
+            "errors": sum(1 for r in mine if r.status == "error"),
+            "timeouts": sum(1 for r in mine if r.status == "timeout"),
+            "crashes": sum(1 for r in mine if r.status == "crash"),
+        })
+    return rows
+
+
+def format_summary(rows: list[dict]) -> str:
+    def num(value, digits=0):
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    header = (f"{'language':<11}{'n':>4}{'1-line':>7}{'multi':>6}{'p50 ms':>9}{'p95 ms':>9}"
+              f"{'p50 1-line':>11}{'p50 multi':>10}{'alpha':>7}{'tokens':>7}{'empty':>6}{'err':>5}{'t/o':>5}{'crash':>6}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        if r["language"] == "all":
+            lines.append("-" * len(header))
+        lines.append(
+            f"{r['language']:<11}{r['cases']:>4}{r['single']:>7}{r['multi']:>6}{num(r['p50_ms']):>9}{num(r['p95_ms']):>9}"
+            f"{num(r['p50_single_ms']):>11}{num(r['p50_multi_ms']):>10}{num(r['alpha'], 2):>7}{r['tokens']:>7}"
+            f"{r['empty']:>6}{r['errors']:>5}{r['timeouts']:>5}{r['crashes']:>6}")
+    return "\n".join(lines)
+
+
+def evaluate(cases: list[Case], args, progress=None) -> tuple[list[CaseResult], list[CompletionEvent]]:
+    """Run the cases; write the tagged events to args.telemetry and, if asked, the completions to args.results."""
+    with tempfile.TemporaryDirectory(prefix="specdec-eval-") as tmp:
+        server_log = os.path.join(tmp, "events.jsonl")
+        results = asyncio.run(run_eval(cases, init_options(args, server_log), concurrency=args.concurrency,
+                                       timeout=args.timeout, progress=progress))
+        events = tag_events(results, read_events(server_log))
+    with EventLog(args.telemetry) as out:
+        for event in events:
+            out.write(event)
+    if args.results:
+        with open(args.results, "w") as f:
+            for r in results:
+                latency = r.latency_ms if r.latency_ms is None else round(r.latency_ms, 1)
+                f.write(json.dumps({"id": r.case.id, "language": r.language, "completion": r.completion,
+                                    "latency_ms": latency, "status": r.status}) + "\n")
+    return results, events

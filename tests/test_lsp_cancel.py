@@ -1,0 +1,163 @@
+"""Cancellation, supersession, stale versions and reuse, with a model that writes "x" forever: a decode
+runs until it is stopped or reaches its token limit, so a decode that really stops early shows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from lsp_support import (
+    SERVER_COMMAND, close_document, eventually, initialize, inline, inline_params, latest_event, make_client,
+    open_document, outcomes, records, save_constant_model,
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+LONG = 6000  # tokens: tens of seconds of decoding for this model on a busy CPU
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lsp-cancel")
+    return {"model": save_constant_model(root / "model"), "events": root / "events.jsonl"}
+
+
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client))
+async def client(lsp_client: LanguageClient, workdir):
+    await initialize(lsp_client, {"target": str(workdir["model"]), "draft": "none", "debounceMs": 0,
+                                  "telemetryPath": str(workdir["events"]), "maxTokensMultiLine": LONG})
+    yield
+    await lsp_client.shutdown_session()
+
+
+def events(workdir) -> list[dict]:
+    return [r for r in records(workdir["events"]) if r.get("record") != "outcome"]
+
+
+async def decoding(client: LanguageClient, uri: str, line: int, character: int, msg_id: str) -> asyncio.Future:
+    """Send an inline completion request and return once the server is busy decoding it."""
+    request = asyncio.ensure_future(client.protocol.send_request_async(
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params(uri, line, character), msg_id=msg_id))
+    await asyncio.sleep(1.5)  # the request is read at once; give the decode time to get going
+    assert not request.done(), "the decode should still be running"
+    return request
+
+
+async def test_cancel_request_stops_the_decode(client: LanguageClient, workdir):
+    uri = "file:///work/cancel.txt"
+    open_document(client, uri, "notes:\n", "plaintext")
+    request = await decoding(client, uri, 1, 0, "cancel-1")
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="cancel-1"))
+    with pytest.raises(JsonRpcException) as error:
+        await asyncio.wait_for(request, 60)
+    assert error.value.code == types.LSPErrorCodes.RequestCancelled
+    event = await eventually(lambda: [e for e in events(workdir) if e["finish_reason"] == "cancelled"])
+    (event,) = event
+    assert event["outcome"] == "cancelled" and event["multiline"]
+    assert 0 < event["generated_tokens"] < LONG, "the decode stopped between rounds, long before its limit"
+    close_document(client, uri)
+
+
+async def test_newer_request_supersedes_the_running_decode(client: LanguageClient, workdir):
+    uri = "file:///work/supersede.txt"
+    open_document(client, uri, "notes:\n", "plaintext")
+    seen = len(events(workdir))
+    first = await decoding(client, uri, 1, 0, "supersede-1")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"specdec": {"maxTokensMultiLine": 16}}))
+    second = await inline(client, uri, 1, 0)
+    first_result = await asyncio.wait_for(first, 60)
+    assert not first_result.items, "the superseded request answers empty"
+    assert second and second[0].insert_text == "x" * 16
+    old, new = events(workdir)[seen:]
+    assert old["outcome"] == "cancelled" and 0 < old["generated_tokens"] < LONG
+    assert new["outcome"] == "shown" and new["generated_tokens"] == 16
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"specdec": {"maxTokensMultiLine": LONG}}))
+    close_document(client, uri)
+
+
+async def test_result_for_a_changed_document_is_dropped(client: LanguageClient, workdir):
+    uri = "file:///work/stale.txt"
+    open_document(client, uri, "notes:\n", "plaintext")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"specdec": {"maxTokensMultiLine": 1500}}))
+    seen = len(events(workdir))
+    request = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, 1, 0)))
+    await asyncio.sleep(0.3)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(0, 0), types.Position(0, 0)), text="my ")]))
+    result = await asyncio.wait_for(request, 120)
+    assert not result.items
+    (event,) = events(workdir)[seen:]
+    assert event["outcome"] == "cancelled", "decoded in full, then dropped: the document changed meanwhile"
+    assert event["generated_tokens"] == 1500
+    close_document(client, uri)
+
+
+async def test_debounced_request_for_a_changed_document_never_decodes(client: LanguageClient, workdir):
+    uri = "file:///work/debounce.txt"
+    open_document(client, uri, "notes:\n", "plaintext")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"specdec": {"debounceMs": 500, "maxTokensSingleLine": 8}}))
+    seen = len(events(workdir))
+    typing = asyncio.ensure_future(inline(client, uri, 1, 0, invoked=False))
+    await asyncio.sleep(0.1)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(1, 0), types.Position(1, 0)), text="a")]))
+    latest = await inline(client, uri, 1, 1, invoked=False)
+    assert await typing == []
+    assert latest and latest[0].insert_text == "x" * 8
+    assert len(events(workdir)) == seen + 1, "only the request after the user paused was decoded"
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"specdec": {"debounceMs": 0}}))
+    close_document(client, uri)
+
+
+async def test_typing_along_serves_the_rest_without_decoding(client: LanguageClient, workdir):
+    uri = "file:///work/reuse.txt"
+    open_document(client, uri, "notes:\n", "plaintext")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"specdec": {"maxTokensMultiLine": 10}}))
+    (item,) = await inline(client, uri, 1, 0)
+    assert item.insert_text == "x" * 10
+    first_id = item.command.arguments[0]
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(1, 0), types.Position(1, 0)), text="xxx")]))
+    (rest,) = await inline(client, uri, 1, 3)
+    assert rest.insert_text == "x" * 7
+    assert rest.range.start == types.Position(1, 3)
+    event = latest_event(workdir["events"])
+    assert event["finish_reason"] == "reused" and event["generated_tokens"] == 0
+    assert event["request_id"] == rest.command.arguments[0] != first_id
+    (typed,) = outcomes(workdir["events"], first_id)
+    assert typed["outcome"] == "partial" and typed["accepted_chars"] == 3
+    close_document(client, uri)
+
+
+async def test_shown_completion_is_rejected_after_the_timeout(client: LanguageClient, workdir):
+    uri = "file:///work/timeout.txt"
+    open_document(client, uri, "notes:\n", "plaintext")
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"specdec": {"maxTokensMultiLine": 4, "rejectAfterS": 0.5}}))
+    (item,) = await inline(client, uri, 1, 0)
+    request_id = item.command.arguments[0]
+    (outcome,) = await eventually(lambda: outcomes(workdir["events"], request_id), timeout=10)
+    assert outcome["outcome"] == "rejected"
+    # accepting it later still counts: the analysis takes the latest outcome
+    assert await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="specdec.accept", arguments=[request_id])) is True
+    assert [o["outcome"] for o in outcomes(workdir["events"], request_id)] == ["rejected", "accepted"]
+    close_document(client, uri)

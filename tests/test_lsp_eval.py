@@ -1,0 +1,59 @@
+"""`specdec eval` end to end through the real server, and the bundled example cases it runs on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import Counter
+
+from lsp_support import EXAMPLES, REPO, SERVER_COMMAND, records, save_random_model
+from specdec.cases import read_cases, write_cases
+
+LANGUAGES = {"python", "c", "cpp", "java", "go", "rust", "javascript", "typescript", "lua", "haskell", "ruby",
+             "zig", "elixir", "ocaml"}
+
+
+def test_examples_cover_the_14_languages():
+    cases = read_cases(EXAMPLES)
+    assert Counter(c.language for c in cases) == {language: 2 for language in LANGUAGES}
+    for case in cases:
+        line = case.text.split("\n")[case.line]
+        kind = case.id.rsplit("-", 1)[1]
+        assert case.id.startswith(case.language + "-") and kind in ("block", "line")
+        if kind == "block":  # an empty line inside a block: a multi-line completion
+            assert not line.strip() and case.character == len(line)
+        else:  # mid-line: the rest of the line
+            assert line[: case.character].strip()
+
+
+def test_eval_end_to_end(tmp_path):
+    model = save_random_model(tmp_path / "model")
+    cases = [c for c in read_cases(EXAMPLES) if c.id in ("python-block", "c-line", "ocaml-line")]
+    bad = cases[0].__class__("past-end", "x.py", "x = 1\n", 9, 0)  # a case the server must refuse, not crash on
+    write_cases(cases + [bad], tmp_path / "cases.jsonl")
+    events, results = tmp_path / "events.jsonl", tmp_path / "results.jsonl"
+    command = [*SERVER_COMMAND[:-1], "eval", str(tmp_path / "cases.jsonl"), "--telemetry", str(events),
+               "--results", str(results), "--target", str(model), "--draft", "layers:0",
+               "--max-tokens-multi-line", "24", "--max-tokens-single-line", "12"]
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+
+    table = run.stdout
+    for language in ("python", "c", "ocaml", "all"):
+        assert any(line.startswith(language) for line in table.splitlines()), table
+    assert "alpha" in table and "p95 ms" in table
+
+    logged = records(events)
+    assert {e["case_id"] for e in logged} == {"python-block", "c-line", "ocaml-line", "past-end"}
+    assert all(e["source"] == "eval" and e["text"] is None for e in logged)
+    by_case = {e["case_id"]: e for e in logged}
+    assert by_case["python-block"]["multiline"] and not by_case["c-line"]["multiline"]
+    assert by_case["ocaml-line"]["language"] == "ocaml" and by_case["ocaml-line"]["generated_tokens"] <= 12
+    assert by_case["past-end"]["outcome"] == "error"
+    all_row = next(line for line in table.splitlines() if line.startswith("all")).split()
+    assert all_row[1] == "4" and all_row[-3:] == ["1", "0", "0"], "one error, no timeouts, no crashes"
+
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [c.id for c in cases] + ["past-end"]
+    assert set(rows[0]) >= {"id", "language", "completion", "latency_ms"}
+    assert rows[3]["status"] == "error" and rows[3]["completion"] == ""

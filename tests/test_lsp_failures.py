@@ -1,0 +1,76 @@
+"""A server whose models cannot load stays up and answers empty; bad settings are reported; TCP is local only."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pygls.lsp.client import LanguageClient as PlainClient
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from lsp_support import SERVER_COMMAND, close_document, initialize, inline, make_client, open_document
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client))
+async def client(lsp_client: LanguageClient, tmp_path):
+    lsp_client.events_path = tmp_path / "events.jsonl"
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_failed_model_load_is_shown_and_the_server_keeps_serving(client: LanguageClient, tmp_path):
+    missing = tmp_path / "no-such-model"
+    await initialize(client, {"target": str(missing), "telemetryPath": str(client.events_path),
+                              "maxTokensSingleLine": "lots"}, ready="error")
+    errors = [m for m in client.messages if m.type == types.MessageType.Error]
+    assert any("maxTokensSingleLine" in m.message for m in errors), "the bad setting is reported"
+    assert any(str(missing) in m.message and "could not load" in m.message for m in errors)
+    assert client.statuses[-1]["state"] == "error"
+
+    uri = "file:///work/a.py"
+    open_document(client, uri, "def f():\n    ", "python")
+    for _ in range(2):  # answers at once, and again: still alive
+        assert await inline(client, uri, 1, 4) == []
+    result = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri), position=types.Position(1, 4)))
+    assert list(result.items) == []
+    close_document(client, uri)
+    assert not client.events_path.exists(), "no models, no completions, no events"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/net/tcp")
+def test_tcp_listens_on_localhost_only():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([*SERVER_COMMAND, "--tcp", "--port", str(port)], stderr=subprocess.PIPE)
+    try:
+        asyncio.run(_initialize_over_tcp(port))
+        listening = [line.split()[1] for line in open("/proc/net/tcp").read().splitlines()[1:]
+                     if line.split()[3] == "0A"]  # state LISTEN
+        assert f"0100007F:{port:04X}" in listening
+        assert f"00000000:{port:04X}" not in listening
+    finally:
+        server.kill()
+        server.wait()
+
+
+async def _initialize_over_tcp(port: int) -> None:
+    client = PlainClient("tcp-test", "0")
+    for _ in range(100):  # the server needs a few seconds to import torch
+        try:
+            await client.start_tcp("127.0.0.1", port)
+            break
+        except ConnectionRefusedError:
+            await asyncio.sleep(0.2)
+    result = await asyncio.wait_for(client.initialize_async(types.InitializeParams(
+        capabilities=types.ClientCapabilities(), initialization_options={"target": "/nonexistent"})), 60)
+    assert result.capabilities.inline_completion_provider is not None
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
