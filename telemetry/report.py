@@ -370,7 +370,7 @@ def _plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups: dict
         if data.empty:
             continue
         languages = sorted(set(data.language), key=lambda x: (order.index(x) if x in order else len(order), x))
-        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(languages) * max(1, len(configs) / 2)), 4.5))
+        fig, ax = plt.subplots(figsize=(min(16, max(6, 0.35 * len(languages) * len(configs))), 4.5))
         width = 0.8 / len(configs)
         for i, config in enumerate(configs):
             rows = data[data.config == config].set_index("language").reindex(languages)
