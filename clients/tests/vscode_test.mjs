@@ -118,6 +118,28 @@ async function openFile(page, name) {
   await page.locator('.editor-group-container.active .monaco-editor textarea').first().waitFor({ state: 'attached' });
 }
 
+async function runCommand(page, title) {
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible' });
+  await input.fill(`>${title}`);
+  await page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first().waitFor({ timeout: 30_000 });
+  await page.keyboard.press('Enter');
+}
+
+// The commands besides completion: disable / enable (the status bar follows) and the telemetry
+// report (`specdec report` into a temp folder, report.md opened).
+async function checkCommands(page, status) {
+  await runCommand(page, 'specdec: Disable Completions');
+  await status.locator('.codicon-circle-slash').waitFor({ timeout: 30_000 });
+  await runCommand(page, 'specdec: Enable Completions');
+  await status.locator('.codicon-check').waitFor({ timeout: 30_000 });
+  log('disable / enable: status bar follows');
+  await runCommand(page, 'specdec: Open Telemetry Report');
+  await page.locator('.tab', { hasText: 'report.md' }).first().waitFor({ timeout: 180_000 });
+  log('telemetry report opened');
+}
+
 async function runCase(page, folder, c, shotPath) {
   const file = path.join(folder, c.file);
   log(`${c.file}: opening`);
@@ -207,6 +229,7 @@ async function main() {
     }
     // The accept command reaches the server right after the edit; give it a moment to be logged.
     await page.waitForTimeout(2000);
+    await checkCommands(page, status);
     const statusText = plain(await status.innerText());
     log(`status bar: ${statusText}`);
     fs.writeFileSync(path.join(WORK, 'result.json'), JSON.stringify({ cases: results, status: statusText }, null, 2));
