@@ -160,6 +160,8 @@ class SpecdecServer(LanguageServer):
     def start_loading(self) -> None:
         self.loads += 1
         self.engine = None  # free the old models before loading new ones; requests answer empty meanwhile
+        for running in self.running.values():
+            running.cancel.set()  # the load waits on the worker behind them
         self.load_task = asyncio.ensure_future(self.load(self.loads, self.options))
 
     async def load(self, load_id: int, options: ServerOptions) -> None:
@@ -186,7 +188,11 @@ class SpecdecServer(LanguageServer):
     async def begin_progress(self, token: str, message: str) -> str | None:
         if not getattr(self.client_capabilities.window, "work_done_progress", False):
             return None
-        await self.work_done_progress.create_async(token)
+        try:
+            await self.work_done_progress.create_async(token)
+        except Exception as e:  # the client refused; loading goes on without a progress bar
+            log.warning("window/workDoneProgress/create failed: %s", e)
+            return None
         self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title="specdec", message=message))
         return token
 
@@ -275,7 +281,7 @@ class SpecdecServer(LanguageServer):
             log.info("dropping a completion for %s version %s: the document has changed", uri, version)
             event.outcome = "cancelled"
         self.events.write(event)
-        if event.outcome in ("shown", "empty"):
+        if event.prompt_tokens:  # it decoded: refusals and reuse take no time worth reporting
             self.latencies.append(event.latency_ms)
         self.protocol.notify(COMPLETED, {"uri": uri, "requestId": event.request_id, "outcome": event.outcome,
                                          "latencyMs": event.latency_ms})

@@ -221,7 +221,7 @@ def cmd_eval(args) -> int:
     from tqdm import tqdm
 
     from .cases import read_cases
-    from .eval import evaluate, format_summary, summarize
+    from .eval import evaluate, format_failures, format_summary, summarize
 
     cases = read_cases(args.cases)
     bar = tqdm(total=len(cases), desc="eval", unit="case")
@@ -235,6 +235,8 @@ def cmd_eval(args) -> int:
     print(f"target={args.target} draft={args.draft} gamma={args.gamma} cases={args.cases} "
           f"(latency: server-side, from request to trimmed completion)")
     print(format_summary(summarize(results, events)))
+    if failures := format_failures(results):
+        print(failures)
     print(f"events: {args.telemetry}" + (f", results: {args.results}" if args.results else ""))
     return 0
 

@@ -260,6 +260,7 @@ def summarize(results: list[CaseResult], events: list[CompletionEvent]) -> list[
             "p50_single_ms": _percentile(single, 50), "p50_multi_ms": _percentile(multi, 50),
             "alpha": accepted / seen if seen else None,
             "tokens": sum(e.generated_tokens for e in ev),
+            "scope_stops": sum(1 for e in ev if e.finish_reason == "predicate"),
             "empty": sum(1 for r in mine if r.status == "ok" and not r.completion),
             "errors": sum(1 for r in mine if r.status == "error"),
             "timeouts": sum(1 for r in mine if r.status == "timeout"),
@@ -269,11 +270,13 @@ def summarize(results: list[CaseResult], events: list[CompletionEvent]) -> list[
 
 
 def format_summary(rows: list[dict]) -> str:
+    """The table; `scope` counts completions the syntax check ended inside the decode loop."""
     def num(value, digits=0):
         return "-" if value is None else f"{value:.{digits}f}"
 
     header = (f"{'language':<11}{'n':>4}{'1-line':>7}{'multi':>6}{'p50 ms':>9}{'p95 ms':>9}"
-              f"{'p50 1-line':>11}{'p50 multi':>10}{'alpha':>7}{'tokens':>7}{'empty':>6}{'err':>5}{'t/o':>5}{'crash':>6}")
+              f"{'p50 1-line':>11}{'p50 multi':>10}{'alpha':>7}{'tokens':>7}{'scope':>6}{'empty':>6}{'err':>5}{'t/o':>5}"
+              f"{'crash':>6}")
     lines = [header, "-" * len(header)]
     for r in rows:
         if r["language"] == "all":
@@ -281,7 +284,17 @@ def format_summary(rows: list[dict]) -> str:
         lines.append(
             f"{r['language']:<11}{r['cases']:>4}{r['single']:>7}{r['multi']:>6}{num(r['p50_ms']):>9}{num(r['p95_ms']):>9}"
             f"{num(r['p50_single_ms']):>11}{num(r['p50_multi_ms']):>10}{num(r['alpha'], 2):>7}{r['tokens']:>7}"
-            f"{r['empty']:>6}{r['errors']:>5}{r['timeouts']:>5}{r['crashes']:>6}")
+            f"{r['scope_stops']:>6}{r['empty']:>6}{r['errors']:>5}{r['timeouts']:>5}{r['crashes']:>6}")
+    return "\n".join(lines)
+
+
+def format_failures(results: list[CaseResult]) -> str:
+    """One line per case that got no answer: errors, timeouts and crashes, with the reason."""
+    lines = []
+    for r in results:
+        if r.status != "ok":
+            reason = r.detail.strip().splitlines()[-1] if r.detail.strip() else ""
+            lines.append(f"{r.status}: {r.case.id} ({r.language}) {reason}")
     return "\n".join(lines)
 
 
