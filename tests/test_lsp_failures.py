@@ -13,7 +13,9 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient as PlainClient
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from lsp_support import SERVER_COMMAND, close_document, initialize, inline, make_client, open_document
+from lsp_support import (
+    SERVER_COMMAND, close_document, initialize, inline, make_client, open_document, save_random_model, wait_for_state,
+)
 
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client))
@@ -41,6 +43,19 @@ async def test_failed_model_load_is_shown_and_the_server_keeps_serving(client: L
     assert list(result.items) == []
     close_document(client, uri)
     assert not client.events_path.exists(), "no models, no completions, no events"
+
+
+async def test_requests_before_the_models_are_ready_answer_empty_at_once(client: LanguageClient, tmp_path):
+    model = save_random_model(tmp_path / "model")
+    await client.initialize_session(types.InitializeParams(
+        capabilities=types.ClientCapabilities(),
+        initialization_options={"target": str(model), "telemetryPath": str(client.events_path)}))
+    uri = "file:///work/early.py"
+    open_document(client, uri, "def f():\n    ", "python")
+    assert await inline(client, uri, 1, 4) == []
+    assert "ready" not in [s["state"] for s in client.statuses], "answered while the models were still loading"
+    await wait_for_state(client, "ready")
+    close_document(client, uri)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/net/tcp")

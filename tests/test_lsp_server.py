@@ -171,9 +171,10 @@ async def test_configuration_changes_apply(client: LanguageClient, workdir):
     open_document(client, uri, text, "python")
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
         settings={"specdec": {"maxTokensSingleLine": 1, "gamma": "2", "telemetryText": True}}))
-    await inline(client, uri, 1, 15)
+    items = await inline(client, uri, 1, 15)
     event = latest_event(workdir["events"])
     assert event["generated_tokens"] <= 1
+    assert event["text"] == (items[0].insert_text if items else None), "the user opted in to storing text"
     assert event["settings"]["gamma"] == "2" and event["settings"]["max_tokens_single_line"] == 1
     assert set(event["gammas"]) <= {2}, "the new fixed γ is used without reloading"
 
