@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from .sampling import SamplingParams, probabilities
+
+# Trained drafts that ship with the package, one folder each (see its README.md model card).
+SHIPPED_DRAFTS = Path(__file__).parent / "weights"
 
 
 @dataclass
@@ -45,6 +49,9 @@ class ModelDrafter:
     def __init__(self, model):
         self.model = model
         self.cache = new_cache()
+        # A draft head over a sub-vocabulary (trained drafts) has logits over these target ids.
+        self.vocab_ids = getattr(model, "vocab_ids", None)
+        self.target_vocab = model.get_input_embeddings().num_embeddings
 
     def reset(self, prompt: list[int]) -> None:
         self.cache = new_cache()
@@ -65,19 +72,24 @@ class ModelDrafter:
             logits = forward_logits(self.model, self.cache, feed, keep=1)[0]
             if params.greedy:
                 probs = torch.softmax(logits.float(), -1) if min_confidence else None
-                token = int(logits.argmax())
-                confidence = float(probs[token]) if probs is not None else 1.0
+                index = int(logits.argmax())
+                confidence = float(probs[index]) if probs is not None else 1.0
             else:
                 probs = probabilities(logits, params)
-                token = int(torch.multinomial(probs, 1, generator=generator))
+                index = int(torch.multinomial(probs, 1, generator=generator))
                 confidence = float(probs.max())
             if confidence < min_confidence:
                 break
+            token = index if self.vocab_ids is None else int(self.vocab_ids[index])
             tokens.append(token)
             if probs is not None and not params.greedy:
-                qs.append(probs)
+                qs.append(probs if self.vocab_ids is None else self._to_target_vocab(probs))
             feed = [token]
         return Proposal(tokens, torch.stack(qs) if qs else None)
+
+    def _to_target_vocab(self, probs: torch.Tensor) -> torch.Tensor:
+        """q over the sub-vocabulary -> q over the target's vocabulary (zero elsewhere)."""
+        return torch.zeros(self.target_vocab, dtype=probs.dtype, device=probs.device).scatter_(0, self.vocab_ids, probs)
 
     def rollback(self, valid: int) -> None:
         """Forget cached positions from `valid` on (they held drafts the target rejected)."""
@@ -155,15 +167,36 @@ def derive_draft(target, layers: list[int]):
     return draft
 
 
+def default_draft_for(target) -> str:
+    """The shipped trained draft when it was made for a target of this shape, else first two layers."""
+    from .trained_draft import DraftLoadError, check_target
+
+    for folder in sorted(SHIPPED_DRAFTS.glob("*/")):
+        try:
+            check_target(folder, target)
+            return str(folder)
+        except DraftLoadError:
+            continue
+    return "layers:0,1"
+
+
 def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str = "auto"):
-    """A drafter from a spec: 'none', 'ngram', 'layers:0,1' (derived from the target) or a model spec.
+    """A drafter from a spec: 'auto' (the shipped trained draft for this target, if any), 'none',
+    'ngram', 'layers:0,1' (derived from the target), a trained-draft folder, or a model spec.
 
     Returns (drafter or None, draft model or None); the model is what HF assisted generation needs.
     """
     from .models import VocabularyMismatchError, check_same_vocabulary, load_model
 
+    from .trained_draft import is_trained_draft, load_draft
+
+    if spec == "auto":
+        spec = default_draft_for(target)
     if spec == "none":
         return None, None
+    if is_trained_draft(spec):
+        draft = load_draft(spec, target)
+        return ModelDrafter(draft), draft
     if spec == "ngram":
         return NgramDrafter(), None
     if spec.startswith("layers:"):

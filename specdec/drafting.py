@@ -1,0 +1,223 @@
+"""`specdec corpus` and `specdec finetune`: build a draft's training corpus, train it, write its model card."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from decoder.corpus import (NL, CorpusError, build_corpus, local_documents, nl_documents, package_roots,
+                            parse_budgets, split_lists, stack_documents)
+
+
+def add_corpus_parser(sub) -> None:
+    p = sub.add_parser("corpus", help="build packed, language-labelled training shards for a draft")
+    p.add_argument("--out", required=True, help="output directory (shards + manifest.json)")
+    p.add_argument("--splits", help="directory of <lang>.<split>.txt file lists (../shared/corpus)")
+    p.add_argument("--stack", help="The Stack dataset id or a local dataset in its layout (data/<lang>/...)")
+    p.add_argument("--split", default="train")
+    p.add_argument("--languages", help="comma-separated; default: every language the source has")
+    p.add_argument("--nl-roots", help="ROOTS.txt of the corpus: READMEs and docs there become language 'nl'")
+    p.add_argument("--budget", default="200k", help="tokens per language: '200k' or 'python=1M,*=200k'")
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokenizer", default="gemma3-270m", help="model spec whose tokenizer to use")
+    p.add_argument("--self-distill", action="store_true",
+                   help="replace each document by target continuations (the tokenizer's model) of its prompts")
+    p.add_argument("--temperatures", default="0,0.3,0.7,1.0", help="self-distillation temperatures")
+    p.add_argument("--distill-prompts", type=int, default=8, help="prompts per language for self-distillation")
+    p.add_argument("--distill-new-tokens", type=int, default=128)
+
+
+def cmd_corpus(args) -> int:
+    from decoder.models import load_model, resolve
+
+    if not args.splits and not args.stack:
+        raise CorpusError("give a source: --splits DIR (file lists) or --stack DATASET")
+    languages = [x for x in (args.languages or "").split(",") if x]
+    documents = {}
+    if args.splits:
+        for lang, listing in split_lists(args.splits, args.split, languages).items():
+            documents[lang] = local_documents(listing, lang)
+    else:
+        if not languages:
+            raise CorpusError("--stack needs --languages (one data_dir per language)")
+        for lang in languages:
+            if lang != NL:
+                documents[lang] = stack_documents(args.stack, lang, "train")
+    if args.nl_roots:
+        documents[NL] = nl_documents(package_roots(args.nl_roots), args.split)
+    budgets = parse_budgets(args.budget, sorted(documents))
+    if args.self_distill:
+        from decoder.distill import self_distilled
+
+        model, tokenizer = load_model(args.tokenizer)
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+        documents = {lang: self_distilled(model, tokenizer, docs, temperatures, args.distill_prompts,
+                                          args.distill_new_tokens, seed=args.seed)
+                     for lang, docs in documents.items()}
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve(args.tokenizer), trust_remote_code=False)
+    manifest = build_corpus(documents, tokenizer, args.out, budgets, args.seq_len, args.seed,
+                            tokenizer_name=args.tokenizer)
+    manifest["command"] = "specdec " + shlex.join(sys.argv[1:])
+    (Path(args.out) / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(f"{'language':>11}{'docs':>8}{'tokens':>10}")
+    for lang, row in manifest["per_language"].items():
+        print(f"{lang:>11}{row['documents']:8d}{row['tokens']:10d}")
+    print(f"wrote {manifest['sequences']} sequences x {manifest['seq_len']} tokens to {args.out}")
+    return 0
+
+
+def add_finetune_parser(sub, model_args) -> None:
+    p = sub.add_parser("finetune", help="train a draft toward the target on a corpus")
+    p.add_argument("--data", required=True, help="corpus directory (fine-tuning phase)")
+    p.add_argument("--tokens", default="1M", help="tokens to train on in the fine-tuning phase")
+    p.add_argument("--pretrain", help="corpus directory for a general first phase (pretrain, then fine-tune)")
+    p.add_argument("--pretrain-tokens", default="0")
+    p.add_argument("--dev", help="dev corpus directory for periodic per-language fitness")
+    p.add_argument("--out", required=True, help="output folder: the draft, its model card, log and checkpoint")
+    p.add_argument("--init", default="derived",
+                   help="derived (copies of target layers), scratch (fresh layers), or model:SPEC (an HF model)")
+    p.add_argument("--layers", default="0,1", help="target layers the draft is made of (derived/scratch)")
+    p.add_argument("--draft-vocab", type=int, default=32768,
+                   help="restrict the draft head to this many frequent tokens (0: the target's full head)")
+    p.add_argument("--objective", default="kd", help="ce, kd or ce+kd")
+    p.add_argument("--kd-topk", type=int, default=0, help="KL on the teacher's top-k only (0: full)")
+    p.add_argument("--balance", default="natural", help="natural, uniform, or scdf (upweight worst-fitting languages)")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--warmup-tokens", default="100k")
+    p.add_argument("--precision", default="auto",
+                   help="auto (bf16 autocast on CUDA, fp32 on CPU: bf16 measured 3-30x slower on CPUs without AMX), fp32, bf16")
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--eval-sequences", type=int, default=4, help="dev sequences per language")
+    p.add_argument("--eval-tokens", type=int, default=256, help="positions scored per dev sequence")
+    p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-resume", action="store_true")
+    model_args(p)
+
+
+def cmd_finetune(args) -> int:
+    import torch
+
+    from decoder.corpus import Shards
+    from decoder.models import check_same_vocabulary, load_model
+    from decoder.train import Phase, TrainConfig, train
+    from decoder.trained_draft import build_draft, frequent_token_ids, save_draft, target_signature, trainable_parameters
+
+    budget = lambda s: parse_budgets(s, [])["*"]  # noqa: E731
+    objective = {"ce": (1.0, 0.0), "kd": (0.0, 1.0), "ce+kd": (0.5, 0.5)}.get(args.objective)
+    if objective is None:
+        raise ValueError(f"--objective must be ce, kd or ce+kd, got {args.objective!r}")
+    phases = ([Phase(args.pretrain, budget(args.pretrain_tokens))] if args.pretrain else []) + [
+        Phase(args.data, budget(args.tokens))]
+    target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
+    data = Shards.load(args.data)
+    if data.manifest["vocab_size"] != len(tokenizer):
+        raise ValueError(f"corpus {args.data} was tokenized with a {data.manifest['vocab_size']}-token vocabulary, "
+                         f"the target has {len(tokenizer)}")
+    layers = [int(x) for x in args.layers.split(",")]
+    if args.init.startswith("model:"):
+        draft, draft_tokenizer = load_model(args.init[len("model:"):], device=args.device, dtype=args.dtype)
+        check_same_vocabulary(tokenizer, draft_tokenizer)
+        params = {n: p for n, p in draft.named_parameters() if p is not draft.get_input_embeddings().weight}
+        for p in params.values():
+            p.requires_grad_(True)
+    else:
+        vocab_ids = None
+        if args.draft_vocab:
+            vocab_ids = frequent_token_ids(data.tokens, args.draft_vocab, sorted(_special_ids(tokenizer)),
+                                           target.config.vocab_size)
+        draft = build_draft(target, layers, args.init, vocab_ids)
+        params = trainable_parameters(draft)
+    # master weights in fp32 even when the target runs in bf16: AdamW updates are too small for bf16
+    for p in params.values():
+        p.data = p.data.float()
+    cfg = TrainConfig(
+        phases=phases, out=args.out, dev=args.dev, ce_weight=objective[0], kd_weight=objective[1],
+        kd_topk=args.kd_topk, balance=args.balance, batch_size=args.batch_size, grad_accum=args.grad_accum,
+        lr=args.lr, warmup_tokens=budget(args.warmup_tokens), bf16=_use_bf16(args.precision, target.device), seed=args.seed,
+        eval_every=args.eval_every, eval_sequences=args.eval_sequences, eval_tokens=args.eval_tokens,
+        checkpoint_every=args.checkpoint_every,
+    )
+    bar = tqdm(total=sum(p.tokens for p in phases), unit="tok", unit_scale=True, desc="finetune")
+
+    def progress(record):
+        bar.n = record["tokens"]
+        bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", phase=record["phase"])
+
+    state = train(target, draft, params, cfg, progress=progress, resume=not args.no_resume)
+    bar.close()
+    draft.to(target.dtype)
+    command = "specdec " + shlex.join(sys.argv[1:])
+    if args.init.startswith("model:"):
+        draft.save_pretrained(args.out, safe_serialization=True)
+        tokenizer.save_pretrained(args.out)
+    else:
+        meta = {
+            "format": "specdec-draft", "version": 1, "target": args.target, "target_config": target_signature(target),
+            "layers": layers, "init": args.init, "draft_vocab": args.draft_vocab or target.config.vocab_size,
+            "objective": args.objective, "kd_topk": args.kd_topk, "balance": args.balance,
+            "tokens_seen": state["tokens"], "steps": state["step"],
+            "corpus": [{"data": p.data, "tokens": p.tokens} for p in phases],
+            "dev_fitness": state["evals"][-1]["dev"] if state["evals"] else None,
+            "command": command,
+        }
+        save_draft(draft, args.out, meta)
+        write_model_card(Path(args.out), meta, [Shards.load(p.data).manifest for p in phases],
+                         state["evals"][0]["dev"] if state["evals"] and state["evals"][0]["step"] == 0 else None)
+    torch.set_grad_enabled(False)
+    print(f"trained {state['tokens']} tokens in {state['step']} steps; draft in {args.out}")
+    if state["evals"]:
+        print(json.dumps(state["evals"][-1]["dev"].get("all", {})))
+    return 0
+
+
+def _use_bf16(precision: str, device) -> bool:
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"--precision must be auto, fp32 or bf16, got {precision!r}")
+    return precision == "bf16" or precision == "auto" and device.type == "cuda"
+
+
+def _special_ids(tokenizer) -> set[int]:
+    return {i for i in (tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id) if i is not None}
+
+
+def write_model_card(folder: Path, meta: dict, manifests: list[dict], first_eval: dict | None) -> None:
+    lines = [
+        f"# Draft for `{meta['target']}`", "",
+        f"- Base target: `{meta['target']}` ({meta['target_config']})",
+        f"- Draft: target layers {meta['layers']} (init `{meta['init']}`), the target's embeddings (shared), "
+        f"its own final norm, a head over the {meta['draft_vocab']} most frequent corpus tokens",
+        f"- Objective: `{meta['objective']}`" + (f", KD on top-{meta['kd_topk']}" if meta["kd_topk"] else "")
+        + f"; language sampling `{meta['balance']}`",
+        f"- Tokens seen: {meta['tokens_seen']:,} in {meta['steps']} optimizer steps",
+        "- Weights: `model.safetensors` (bf16, the draft's own layers and norm, plus `vocab_ids`); no optimizer state",
+        "", "## Corpus and language mix", "",
+    ]
+    for phase, manifest in zip(meta["corpus"], manifests):
+        lines.append(f"Phase `{phase['data']}`: {phase['tokens']:,} tokens trained; corpus seq_len "
+                     f"{manifest['seq_len']}, seed {manifest['seed']}, built with `{manifest.get('command', '')}`")
+        lines += ["", "| language | documents | corpus tokens |", "|---|---|---|"]
+        lines += [f"| {lang} | {row['documents']} | {row['tokens']:,} |" for lang, row in manifest["per_language"].items()]
+        lines.append("")
+    if meta["dev_fitness"]:
+        lines += ["## Dev fitness (teacher-forced, per language)", "",
+                  "| language | expected acceptance Σmin(p,q) | top-1 agreement | CE vs target (nats) |"
+                  + (" untrained exp. acc. |" if first_eval else ""),
+                  "|---|---|---|---|" + ("---|" if first_eval else "")]
+        for lang, row in meta["dev_fitness"].items():
+            before = first_eval.get(lang, {}).get("expected_acceptance") if first_eval else None
+            lines.append(f"| {lang} | {row['expected_acceptance']:.3f} | {row['top1_agreement']:.3f} | "
+                         f"{row['cross_entropy']:.3f} |" + (f" {before:.3f} |" if first_eval and before is not None else ""))
+        lines.append("")
+    lines += ["## Reproduce", "", "```bash", meta["command"], "```", ""]
+    (folder / "README.md").write_text("\n".join(lines))
