@@ -25,6 +25,8 @@ const SPECDEC = env('SPECDEC');
 const WORK = env('WORK');
 const SCREENSHOT = process.env.SCREENSHOT;
 const TIMEOUT_MS = Number(process.env.TIMEOUT_MS || 600_000);
+// Once the models are loaded, one short completion takes seconds even on a busy CPU.
+const COMPLETION_TIMEOUT_MS = 180_000;
 
 // Each case: a file with some context, and a prefix typed at its end. Mid-line prefixes make the
 // server complete the rest of one line.
@@ -152,7 +154,7 @@ async function runCase(page, folder, c, shotPath) {
   await page.keyboard.type(c.typed, { delay: 30 });
   log(`${c.file}: typed ${JSON.stringify(c.typed)}; waiting for ghost text`);
   const ghost = page.locator('.editor-group-container.active [class*="ghost-text"]');
-  await ghost.first().waitFor({ state: 'visible', timeout: TIMEOUT_MS });
+  await ghost.first().waitFor({ state: 'visible', timeout: COMPLETION_TIMEOUT_MS });
   await page.waitForTimeout(300); // let the rest of a multi-part ghost text render
   const shown = plain((await ghost.allInnerTexts()).join(''));
   log(`${c.file}: ghost text ${JSON.stringify(shown)}`);
