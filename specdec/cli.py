@@ -14,13 +14,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-from decoder.models import DEFAULT_TARGET, ModelError  # noqa: E402
+from decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelError  # noqa: E402
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="packaged alias, local directory or HF id")
-    p.add_argument("--draft", default="layers:0,1",
-                   help="'layers:0,1' (derived from the target), 'ngram', 'none', or a model spec")
+    p.add_argument("--draft", default=DEFAULT_DRAFT,
+                   help="'auto' (the shipped trained draft for the target, else layers:0,1), 'layers:0,1' "
+                        "(derived from the target), 'ngram', 'none', a trained-draft folder, or a model spec")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     p.add_argument("--gamma", default="heuristic", help="an integer >= 0 (fixed) or heuristic[:START:MAX]")
@@ -319,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=300)
     p.add_argument("--json")
     p.set_defaults(func=cmd_stepcost)
+
+    from .drafting import add_corpus_parser, add_finetune_parser, cmd_corpus, cmd_finetune
+
+    add_corpus_parser(sub)
+    sub.choices["corpus"].set_defaults(func=cmd_corpus)
+    add_finetune_parser(sub, _model_args)
+    sub.choices["finetune"].set_defaults(func=cmd_finetune)
 
     p = sub.add_parser("serve", help="run the language server (stdio unless --tcp)")
     p.add_argument("--tcp", action="store_true", help="listen on 127.0.0.1 instead of stdio")
