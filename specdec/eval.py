@@ -211,14 +211,19 @@ def init_options(args, telemetry_path: str) -> dict:
 
 
 def read_events(path: str | Path) -> list[CompletionEvent]:
+    """The completion events of the server's own log (it tracks no outcomes in eval runs)."""
     events = []
     if not Path(path).exists():
         return events
     for line in Path(path).read_text().splitlines():
-        if line.strip():
+        if not line.strip():
+            continue
+        try:
             record = json.loads(line)
-            if record.get("record") != "outcome":
-                events.append(CompletionEvent.from_dict(record))
+        except ValueError:  # a line torn by a server crash
+            log.warning("skipping an unreadable event line: %.80s", line)
+            continue
+        events.append(CompletionEvent.from_dict(record))
     return events
 
 

@@ -32,11 +32,11 @@ def save_random_model(path: Path) -> Path:
     return path
 
 
-def save_constant_model(path: Path, byte: str = "x") -> Path:
-    """A model that writes `byte` forever and never ends: a decode runs as long as it is allowed to.
+def save_constant_model(path: Path) -> Path:
+    """A model that writes "x" forever and never ends: a decode runs as long as it is allowed to.
 
     Every token embeds to the same vector and the attention and MLP outputs are zeroed, so the
-    hidden state is that vector at every position, and the head maps it to `byte`.
+    hidden state is that vector at every position, and the head maps it to "x".
     """
     model = tiny_llama(seed=0, layers=2, max_pos=8192)
     with torch.no_grad():
@@ -47,7 +47,7 @@ def save_constant_model(path: Path, byte: str = "x") -> Path:
             layer.mlp.down_proj.weight.zero_()
         head = model.get_output_embeddings().weight
         head.zero_()
-        head[ord(byte)] = model.model.norm(embed[0]) * 10
+        head[ord("x")] = model.model.norm(embed[0]) * 10
     model.save_pretrained(path, safe_serialization=True)
     make_byte_tokenizer().save_pretrained(path)
     return path
@@ -119,15 +119,9 @@ def records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def event_for(path: Path, request_id: str) -> dict:
-    found = [r for r in records(path) if r.get("record") != "outcome" and r["request_id"] == request_id]
-    assert len(found) == 1, f"expected one event for {request_id}, found {found}"
-    return found[0]
-
-
-def latest_event(path: Path, before: int = 0) -> dict:
-    """The last completion event written after the first `before` records."""
-    events = [r for r in records(path)[before:] if r.get("record") != "outcome"]
+def latest_event(path: Path) -> dict:
+    """The last completion event written (outcome records aside)."""
+    events = [r for r in records(path) if r.get("record") != "outcome"]
     assert events, "no completion event was written"
     return events[-1]
 
