@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections import Counter
 
 from lsp_support import EXAMPLES, REPO, SERVER_COMMAND, records, save_random_model
-from specdec.cases import read_cases, write_cases
+from specdec.cases import Case, read_cases, write_cases
+from specdec.eval import run_eval, summarize
 
 LANGUAGES = {"python", "c", "cpp", "java", "go", "rust", "javascript", "typescript", "lua", "haskell", "ruby",
              "zig", "elixir", "ocaml"}
@@ -29,7 +31,7 @@ def test_examples_cover_the_14_languages():
 def test_eval_end_to_end(tmp_path):
     model = save_random_model(tmp_path / "model")
     cases = [c for c in read_cases(EXAMPLES) if c.id in ("python-block", "c-line", "ocaml-line")]
-    bad = cases[0].__class__("past-end", "x.py", "x = 1\n", 9, 0)  # a case the server must refuse, not crash on
+    bad = Case("past-end", "x.py", "x = 1\n", 9, 0)  # a case the server must refuse, not crash on
     write_cases(cases + [bad], tmp_path / "cases.jsonl")
     events, results = tmp_path / "events.jsonl", tmp_path / "results.jsonl"
     command = [*SERVER_COMMAND[:-1], "eval", str(tmp_path / "cases.jsonl"), "--telemetry", str(events),
@@ -57,3 +59,32 @@ def test_eval_end_to_end(tmp_path):
     assert [r["id"] for r in rows] == [c.id for c in cases] + ["past-end"]
     assert set(rows[0]) >= {"id", "language", "completion", "latency_ms"}
     assert rows[3]["status"] == "error" and rows[3]["completion"] == ""
+
+
+CRASHING_SERVER = """
+import os, sys
+import server.lsp
+from specdec.cli import main
+
+real = server.lsp.complete
+
+def complete(engine, options, request, cancel):
+    if "CRASH" in request.text:
+        os._exit(3)  # a hard crash inside a decode, as a segfault would be
+    return real(engine, options, request, cancel)
+
+server.lsp.complete = complete
+sys.exit(main(["serve"]))
+"""
+
+
+async def test_eval_counts_a_crash_and_restarts_the_server(tmp_path):
+    model = save_random_model(tmp_path / "model")
+    cases = [Case("before", "a.py", "x = 1\ny = ", 1, 4), Case("crash", "b.py", "CRASH = ", 0, 8),
+             Case("after", "c.go", "package main\n\nvar x = ", 2, 8)]
+    options = {"target": str(model), "draft": "none", "debounceMs": 0, "telemetry": False, "maxTokensSingleLine": 4}
+    results = await run_eval(cases, options, command=[sys.executable, "-c", CRASHING_SERVER], timeout=120)
+    assert [r.status for r in results] == ["ok", "crash", "ok"]
+    assert results[2].language == "go" and results[2].request_id, "the restarted server answered"
+    rows = {row["language"]: row for row in summarize(results, [])}
+    assert rows["all"]["crashes"] == 1 and rows["python"]["crashes"] == 1 and rows["go"]["crashes"] == 0
