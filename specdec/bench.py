@@ -58,21 +58,22 @@ def assisted(target, draft, ids, max_new_tokens, gamma: int | None) -> list[int]
 
 
 def build_methods(target, tokenizer, spec: SpeculativeDecoder, draft_model, max_new_tokens: int,
-                  hf_gammas: list[int], prompt_lookup: int | None, hf_greedy: bool):
+                  hf_gammas: list[int], prompt_lookup: int | None, hf: bool):
     ar = SpeculativeDecoder(target, tokenizer)  # same engine, γ = 0
     options = DecodeOptions(max_new_tokens=max_new_tokens)
     methods = {
         "ar": lambda ids: _ours(ar, ids, options),
         "spec": lambda ids: _ours(spec, ids, options),
     }
-    if draft_model is not None:
+    # HF assisted reads draft logits as target ids, so it cannot run a sub-vocabulary draft head.
+    if hf and draft_model is not None and getattr(draft_model, "vocab_ids", None) is None:
         methods["hf_assisted_default"] = lambda ids: _timed(assisted, target, draft_model, ids, max_new_tokens, None)
         for g in hf_gammas:
             methods[f"hf_assisted_const{g}"] = (
                 lambda ids, g=g: _timed(assisted, target, draft_model, ids, max_new_tokens, g))
-    if hf_greedy:
+    if hf:
         methods["hf_greedy"] = lambda ids: _timed(hf_generate, target, ids, max_new_tokens)
-    if prompt_lookup:
+    if hf and prompt_lookup:
         methods["hf_prompt_lookup"] = lambda ids: _timed(
             hf_generate, target, ids, max_new_tokens, prompt_lookup_num_tokens=prompt_lookup)
     return ar, methods
@@ -92,8 +93,8 @@ def _timed(fn, *args, **kwargs) -> Run:
 
 def run_bench(cases: list[Case], target, tokenizer, spec: SpeculativeDecoder, draft_model, *,
               max_new_tokens: int, max_prompt_tokens: int, hf_gammas: list[int], prompt_lookup: int | None,
-              hf_greedy: bool = True, progress=None) -> list[CaseResult]:
-    ar, methods = build_methods(target, tokenizer, spec, draft_model, max_new_tokens, hf_gammas, prompt_lookup, hf_greedy)
+              hf: bool = True, progress=None) -> list[CaseResult]:
+    ar, methods = build_methods(target, tokenizer, spec, draft_model, max_new_tokens, hf_gammas, prompt_lookup, hf)
     names = list(methods)
     prompts = [ar.fit_prompt(ar.encode(c.prefix), max_new_tokens, max_prompt_tokens)[0] for c in cases]
     for name in names:  # warm-up: allocator, kernels, thread pools

@@ -92,7 +92,7 @@ def cmd_bench(args) -> int:
         cases, target, tokenizer, decoder, draft_model,
         max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
         hf_gammas=[int(g) for g in args.hf_gammas.split(",") if g], prompt_lookup=args.prompt_lookup or None,
-        progress=lambda r: bar.update(1),
+        hf=not args.no_hf, progress=lambda r: bar.update(1),
     )
     bar.close()
     device = _device_name(target)
@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json")
     p.add_argument("--limit", type=int, help="use only the first N cases")
     p.add_argument("--hf-gammas", default="1,2,4", help="constant γ values to try for HF assisted")
+    p.add_argument("--no-hf", action="store_true", help="time only our AR and speculative decoder")
     p.add_argument("--prompt-lookup", type=int, default=0, help="also time HF prompt lookup with this many tokens")
     p.add_argument("--events", help="also append one completion event per case for AR and spec (JSONL)")
     _model_args(p)

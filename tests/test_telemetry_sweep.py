@@ -46,7 +46,7 @@ def test_bench_writes_one_event_per_case_per_method(tokenizer, tmp_path):
     draft = derive_draft(target, [0])
     spec = SpeculativeDecoder(target, tokenizer, ModelDrafter(draft), FixedGamma(2))
     results = run_bench(CASES, target, tokenizer, spec, draft, max_new_tokens=5, max_prompt_tokens=64,
-                        hf_gammas=[], prompt_lookup=None, hf_greedy=False)
+                        hf_gammas=[], prompt_lookup=None, hf=False)
     events = bench_events(results, target="tiny", draft="layers:0", device="cpu", gamma="2", max_new_tokens=5)
     assert [(e.case_id, e.draft, e.settings["gamma"]) for e in events] == [
         ("py-0", "none", "0"), ("py-0", "layers:0", "2"), ("rs-0", "none", "0"), ("rs-0", "layers:0", "2")]
