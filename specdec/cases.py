@@ -60,36 +60,52 @@ def write_cases(cases: list[Case], path: str | Path) -> None:
 
 
 def sample_cases(splits_dir: str | Path, per_language: int, seed: int = 0, split: str = "dev",
-                 max_prefix_chars: int = 3000, min_line_chars: int = 10) -> list[Case]:
-    """Pick files from `<lang>.<split>.txt` lists and a cursor inside each, deterministically."""
+                 nl_roots: list[str] | None = None) -> list[Case]:
+    """Pick files from `<lang>.<split>.txt` lists and a cursor inside each, deterministically.
+
+    With `nl_roots`, also natural-language cases (READMEs and docs under those package roots, the
+    same split rule as the draft corpus); their language is detected as "text".
+    """
     rng = random.Random(seed)
     cases = []
     for listing in sorted(Path(splits_dir).glob(f"*.{split}.txt")):
         language = listing.name.split(".")[0]
         files = [p for p in listing.read_text().splitlines() if p.strip()]
         rng.shuffle(files)
-        taken = 0
-        for file in files:
-            if taken == per_language:
-                break
-            try:
-                raw = Path(file).read_bytes()
-            except OSError:
-                continue
-            if len(raw) > 500_000 or b"\0" in raw or detect_language(file) != language:
-                continue
-            text = raw.decode("utf-8", errors="replace")
-            lines = text.split("\n")
-            candidates, offset = [], 0
-            for number, row in enumerate(lines):
-                if number >= 8 and offset <= max_prefix_chars and len(row.strip()) >= min_line_chars:
-                    candidates.append(number)
-                offset += len(row) + 1
-            if not candidates:
-                continue
-            number = rng.choice(candidates)
-            row = lines[number]
-            indent = row[: len(row) - len(row.lstrip())]
-            cases.append(Case(f"{language}-{taken}", file, text, number, utf16_len(indent)))
-            taken += 1
+        cases += _pick(files, language, language, per_language, rng)
+    if nl_roots:
+        from decoder.corpus import nl_documents
+
+        files = [doc.source for doc in nl_documents(nl_roots, split)]
+        rng.shuffle(files)
+        cases += _pick(files, "nl", "text", per_language, rng)
+    return cases
+
+
+def _pick(files: list[str], label: str, language: str, count: int, rng: random.Random,
+          max_prefix_chars: int = 3000, min_line_chars: int = 10) -> list[Case]:
+    """Up to `count` cases from `files` in `language`, the cursor after the indentation of a real line."""
+    cases: list[Case] = []
+    for file in files:
+        if len(cases) == count:
+            break
+        try:
+            raw = Path(file).read_bytes()
+        except OSError:
+            continue
+        if len(raw) > 500_000 or b"\0" in raw or detect_language(file) != language:
+            continue
+        text = raw.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        candidates, offset = [], 0
+        for number, row in enumerate(lines):
+            if number >= 8 and offset <= max_prefix_chars and len(row.strip()) >= min_line_chars:
+                candidates.append(number)
+            offset += len(row) + 1
+        if not candidates:
+            continue
+        number = rng.choice(candidates)
+        row = lines[number]
+        indent = row[: len(row) - len(row.lstrip())]
+        cases.append(Case(f"{label}-{len(cases)}", file, text, number, utf16_len(indent)))
     return cases

@@ -71,7 +71,12 @@ def cmd_complete(args) -> int:
 def cmd_cases(args) -> int:
     from .cases import sample_cases, write_cases
 
-    cases = sample_cases(args.splits, args.per_language, seed=args.seed, split=args.split)
+    nl_roots = None
+    if args.nl_roots:
+        from decoder.corpus import package_roots
+
+        nl_roots = package_roots(args.nl_roots)
+    cases = sample_cases(args.splits, args.per_language, seed=args.seed, split=args.split, nl_roots=nl_roots)
     write_cases(cases, args.out)
     print(f"wrote {len(cases)} cases to {args.out}")
     return 0
@@ -264,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--splits", default="/opt/corpus/splits")
     p.add_argument("--split", default="dev")
     p.add_argument("--per-language", type=int, default=2)
+    p.add_argument("--nl-roots", help="ROOTS.txt of the corpus: also sample natural-language (README/docs) cases")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_cases)
