@@ -101,12 +101,6 @@ class Worker:
 
 
 @dataclass
-class Running:
-    request_id: str
-    cancel: threading.Event
-
-
-@dataclass
 class Shown:
     """The latest completion shown in a document, until the user accepts it or moves on."""
 
@@ -127,7 +121,7 @@ class SpecdecServer(LanguageServer):
         self.state, self.state_message = "loading", "waiting for initialize"
         self.worker = Worker()
         self.events: EventLog | None = None  # made by configure() at initialize
-        self.running: dict[str, Running] = {}  # by document URI: at most one decode each
+        self.running: dict[str, threading.Event] = {}  # by document URI, the cancel switch of its one decode
         self.shown: dict[str, Shown] = {}  # by document URI
         self.loads = 0  # counts model loads, so a superseded load does not install its models
         self.load_task: asyncio.Task | None = None
@@ -160,8 +154,8 @@ class SpecdecServer(LanguageServer):
     def start_loading(self) -> None:
         self.loads += 1
         self.engine = None  # free the old models before loading new ones; requests answer empty meanwhile
-        for running in self.running.values():
-            running.cancel.set()  # the load waits on the worker behind them
+        for cancel in self.running.values():
+            cancel.set()  # the load waits on the worker behind them
         self.load_task = asyncio.ensure_future(self.load(self.loads, self.options))
 
     async def load(self, load_id: int, options: ServerOptions) -> None:
@@ -224,7 +218,7 @@ class SpecdecServer(LanguageServer):
             return None
         superseded = self.running.pop(uri, None)
         if superseded is not None:
-            superseded.cancel.set()  # its decode stops at the end of its current round
+            superseded.set()  # its decode stops at the end of its current round
         version = document.version
         request = Request(uuid.uuid4().hex, document.source, path_of(uri), document.language_id,
                           position.line, position.character, trigger, time.perf_counter())
@@ -232,8 +226,7 @@ class SpecdecServer(LanguageServer):
         if rest is not None:
             return self.deliver(uri, version, request, reuse(self.engine, self.options, request,
                                                               self.shown[uri].completion, rest))
-        cancel = threading.Event()
-        running = self.running[uri] = Running(request.request_id, cancel)
+        cancel = self.running[uri] = threading.Event()
         try:
             if trigger == "automatic" and self.options.debounce_ms:
                 await asyncio.sleep(self.options.debounce_ms / 1000)
@@ -252,7 +245,7 @@ class SpecdecServer(LanguageServer):
                     self.deliver(uri, version, request, await asyncio.wrap_future(future))
                 raise
         finally:
-            if self.running.get(uri) is running:
+            if self.running.get(uri) is cancel:
                 del self.running[uri]
         return self.deliver(uri, version, request, result)
 
@@ -343,16 +336,16 @@ def did_change_configuration(ls: SpecdecServer, params: types.DidChangeConfigura
 
 @SERVER.feature(types.SHUTDOWN)
 def shutdown(ls: SpecdecServer, params: None) -> None:
-    for running in ls.running.values():
-        running.cancel.set()
+    for cancel in ls.running.values():
+        cancel.set()
 
 
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: SpecdecServer, params: types.DidCloseTextDocumentParams) -> None:
     uri = params.text_document.uri
-    running = ls.running.pop(uri, None)
-    if running is not None:
-        running.cancel.set()
+    cancel = ls.running.pop(uri, None)
+    if cancel is not None:
+        cancel.set()
     shown = ls.shown.pop(uri, None)
     if shown is not None:
         ls.resolve(shown, "rejected")
