@@ -19,13 +19,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import decoder.models
 from decoder.gamma import parse_gamma_policy
+from decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 log = logging.getLogger(__name__)
-
-# The lead owns the default draft; until decoder.models names one, this matches `specdec --draft`.
-DEFAULT_DRAFT = getattr(decoder.models, "DEFAULT_DRAFT", "layers:0,1")
 
 # Fields whose change needs the models reloaded; the rest apply to the next request.
 MODEL_FIELDS = ("target", "draft", "device", "dtype")
@@ -33,8 +30,8 @@ MODEL_FIELDS = ("target", "draft", "device", "dtype")
 
 @dataclass(frozen=True)
 class ServerOptions:
-    target: str = decoder.models.DEFAULT_TARGET  # packaged alias, local directory or HF id
-    draft: str = DEFAULT_DRAFT  # 'layers:0,1', 'ngram', 'none' or a model spec
+    target: str = DEFAULT_TARGET  # packaged alias, local directory or HF id
+    draft: str = DEFAULT_DRAFT  # auto (the shipped trained draft), layers:0,1, ngram, none, a folder or a model spec
     device: str = "auto"
     dtype: str = "auto"
     gamma: str = "heuristic"  # an integer >= 0 or heuristic[:START:MAX]
