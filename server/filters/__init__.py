@@ -1,7 +1,8 @@
 """Post-processing of a completion, Tabby-style: one small filter per module, each `cut(completion, ctx)`
 returning where to end the completion (None: keep it all), applied in this order:
 
-1. decode_stops: per-language stop strings (the decoder stops at them already);
+1. control_chars: a lost model's control characters; decode_stops: per-language stop strings (the decoder
+   stops at them already);
 2. self_repeat, suffix_repeat, rest_of_line: line filters (the model loops, or rewrites what follows);
 3. syntax_scope, brackets: end at the close of the node begun at the cursor; keep brackets balanced;
 4. indentation: the scope rule where there is no grammar; trailing_blank: drop trailing blank lines.
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from server.filters import (brackets, decode_stops, indentation, rest_of_line, self_repeat, suffix_repeat,
-                            syntax_scope, trailing_blank)
+from server.filters import (brackets, control_chars, decode_stops, indentation, rest_of_line, self_repeat,
+                            suffix_repeat, syntax_scope, trailing_blank)
 from server.filters.context import TrimContext
 from server.filters.decode_stops import stop_strings
 
-FILTERS = (decode_stops, self_repeat, suffix_repeat, rest_of_line, syntax_scope, brackets, indentation, trailing_blank)
+FILTERS = (control_chars, decode_stops, self_repeat, suffix_repeat, rest_of_line, syntax_scope, brackets, indentation, trailing_blank)
 # What can end a decode early: a loop, the next existing line, or the scope closing.
 EARLY_STOPS = (self_repeat, suffix_repeat, syntax_scope, indentation)
 
