@@ -180,6 +180,15 @@ def default_draft_for(target) -> str:
     return "layers:0,1"
 
 
+def draft_label(spec: str, target) -> str:
+    """What telemetry calls a draft: 'auto' resolved for this target, a trained-draft folder by its name."""
+    from .trained_draft import is_trained_draft
+
+    if spec == "auto":
+        spec = default_draft_for(target)
+    return Path(spec).name if is_trained_draft(spec) else spec
+
+
 def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str = "auto"):
     """A drafter from a spec: 'auto' (the shipped trained draft for this target, if any), 'none',
     'ngram', 'layers:0,1' (derived from the target), a trained-draft folder, or a model spec.

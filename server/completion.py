@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from decoder.drafts import build_drafter
+from decoder.drafts import build_drafter, draft_label
 from decoder.engine import DecodeOptions, SpeculativeDecoder
 from decoder.gamma import parse_gamma_policy
 from decoder.models import load_model
@@ -48,7 +48,8 @@ def load_engine(options: ServerOptions) -> Engine:
     decoder = SpeculativeDecoder(target, tokenizer, drafter, gamma if drafter else None,
                                  draft_confidence=options.draft_confidence)
     device = f"{target.device} {str(target.dtype).removeprefix('torch.')}"
-    return Engine(decoder, options.target, options.draft, device, fim_tokens(tokenizer.get_vocab()))
+    return Engine(decoder, options.target, draft_label(options.draft, target), device,
+                  fim_tokens(tokenizer.get_vocab()))
 
 
 def retune(engine: Engine, options: ServerOptions) -> Engine:

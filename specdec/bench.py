@@ -212,13 +212,6 @@ def format_table(data: dict) -> str:
     return "\n".join(lines)
 
 
-def draft_name(spec: str, target) -> str:
-    """The draft an event names: 'auto' resolved to what it picked for this target."""
-    from decoder.drafts import default_draft_for
-
-    return default_draft_for(target) if spec == "auto" else spec
-
-
 def bench_events(results: list[CaseResult], *, target: str, draft: str, device: str, gamma: str,
                  max_new_tokens: int) -> list[CompletionEvent]:
     """One event per case for our AR and our speculative runs (HF methods keep no decoder stats)."""

@@ -102,12 +102,13 @@ def cmd_bench(args) -> int:
     bar.close()
     device = _device_name(target)
     if args.events:
+        from decoder.drafts import draft_label
         from telemetry.log import EventLog
 
-        from .bench import bench_events, draft_name
+        from .bench import bench_events
 
         with EventLog(args.events) as log:
-            for event in bench_events(results, target=args.target, draft=draft_name(args.draft, target), device=device,
+            for event in bench_events(results, target=args.target, draft=draft_label(args.draft, target), device=device,
                                       gamma=args.gamma, max_new_tokens=args.max_new_tokens):
                 log.write(event)
     data = report(results, tokenizer, device=device, dtype=str(target.dtype).replace("torch.", ""),
@@ -132,7 +133,7 @@ def cmd_sweep(args) -> int:
 
     from telemetry.log import EventLog
 
-    from .bench import draft_name
+    from decoder.drafts import draft_label
     from .cases import read_cases
     from .sweep import grid_settings, parse_list, run_sweep
 
@@ -158,7 +159,7 @@ def cmd_sweep(args) -> int:
 
         run_sweep(cases, target, tokenizer, decoder.drafter, log, gammas=gammas, temperatures=temperatures,
                   max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
-                  target_name=args.target, draft_name=draft_name(args.draft, target), device=_device_name(target),
+                  target_name=args.target, draft_name=draft_label(args.draft, target), device=_device_name(target),
                   seed=args.seed, progress=progress)
     print(f"wrote {runs} events to {args.events}")
     return 0
