@@ -1,8 +1,9 @@
 """Completion cases: a document and an LSP cursor position, one JSON object per line.
 
-`{"id": str, "path": str, "text": str, "line": int, "character": int}`. Cases drawn from the
-corpus dev split put the cursor after the indentation of a real line, so the rest of that line
-is the ground truth for next-line exact match.
+`{"id": str, "path": str, "text": str, "line": int, "character": int}`, optionally `"label"` (a
+language label that overrides detection, e.g. "nl"). Cases drawn from the corpus dev split put the
+cursor after the indentation of a real line, so the rest of that line is the ground truth for
+next-line exact match.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ class Case:
     text: str
     line: int
     character: int
+    label: str = ""  # a language label that overrides detection: "nl" for README and docs cases
 
     @property
     def language(self) -> str:
-        return detect_language(self.path, text=self.text)
+        return self.label or detect_language(self.path, text=self.text)
 
     @property
     def offset(self) -> int:
@@ -107,5 +109,6 @@ def _pick(files: list[str], label: str, language: str, count: int, rng: random.R
         number = rng.choice(candidates)
         row = lines[number]
         indent = row[: len(row) - len(row.lstrip())]
-        cases.append(Case(f"{label}-{len(cases)}", file, text, number, utf16_len(indent)))
+        cases.append(Case(f"{label}-{len(cases)}", file, text, number, utf16_len(indent),
+                          label if label != language else ""))
     return cases
