@@ -1,0 +1,50 @@
+"""The shipped trained draft on the real packaged Gemma-3-270M: `auto` picks it, it drafts tokens the
+target accepts, and greedy speculative output equals plain greedy output token for token.
+
+The first use converts the packaged GGUF once into ~/.cache/specdec (about 90 s).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import check_stats
+from decoder.drafts import SHIPPED_DRAFTS, build_drafter, default_draft_for, draft_label
+from decoder.engine import DecodeOptions, SpeculativeDecoder
+from decoder.gamma import FixedGamma
+from decoder.models import load_model
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = [
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return ",
+    "#include <stdio.h>\n\nint main(void) {\n    for (int i = 0; i < 10; i++) {\n        ",
+    "fn main() {\n    let v: Vec<i32> = (0..10).collect();\n    for x in ",
+]
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return load_model("gemma3-270m", device="cpu", dtype="float32")
+
+
+def test_auto_resolves_to_the_shipped_draft(gemma):
+    target, _ = gemma
+    assert default_draft_for(target) == str(SHIPPED_DRAFTS / "gemma3-270m-code")
+    assert draft_label("auto", target) == "gemma3-270m-code"
+
+
+def test_shipped_draft_is_lossless_and_accepted(gemma):
+    target, tokenizer = gemma
+    drafter, draft = build_drafter("auto", target, tokenizer)
+    assert len(draft.vocab_ids) == 32768
+    spec = SpeculativeDecoder(target, tokenizer, drafter, FixedGamma(3))
+    ar = SpeculativeDecoder(target, tokenizer)
+    accepted = 0
+    for prompt in PROMPTS:
+        want = ar.generate(prompt, DecodeOptions(max_new_tokens=16))
+        got = spec.generate(prompt, DecodeOptions(max_new_tokens=16))
+        check_stats(got)
+        assert got.token_ids == want.token_ids, prompt
+        accepted += got.stats.accepted
+    assert accepted > 0  # a trained draft: the target accepts some of its tokens
