@@ -11,6 +11,7 @@ import datetime
 import json
 import platform
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -214,7 +215,11 @@ def format_table(data: dict) -> str:
 
 def bench_events(results: list[CaseResult], *, target: str, draft: str, device: str, gamma: str,
                  max_new_tokens: int) -> list[CompletionEvent]:
-    """One event per case for our AR and our speculative runs (HF methods keep no decoder stats)."""
+    """One event per case for our AR and our speculative runs (HF methods keep no decoder stats).
+
+    Their settings share one run id, so the report pairs the speculative runs with this run's AR.
+    """
+    run_id = uuid.uuid4().hex[:12]
     events = []
     for r in results:
         for name, run_draft, run_gamma in (("ar", "none", "0"), ("spec", draft, gamma)):
@@ -222,7 +227,7 @@ def bench_events(results: list[CaseResult], *, target: str, draft: str, device: 
             events.append(CompletionEvent.from_stats(
                 run.stats.to_dict(), language=r.case.language, trigger="invoked", multiline=True,
                 latency_ms=1000 * run.seconds, target=target, draft=run_draft, device=device,
-                settings={"gamma": run_gamma, "temperature": 0.0, "max_new_tokens": max_new_tokens},
+                settings={"gamma": run_gamma, "temperature": 0.0, "max_new_tokens": max_new_tokens, "run": run_id},
                 case_id=r.case.id, source="bench",
             ))
     return events

@@ -61,7 +61,7 @@ def connect(paths: list[str | Path], columns: list[str] | None = None,
     """A DuckDB connection holding table `events`: one row per completion, latest outcome joined.
 
     Derived columns: gamma (the settings' gamma policy, as text), temperature, max_new_tokens,
-    is_ar (draft "none" or gamma "0"), unit (case_id, or request_id for editor events: the
+    is_ar (draft "none" or gamma "0"), run (the settings' run id, where a harness sets one), unit (case_id, or request_id for editor events: the
     bootstrap's resampling unit), has_feedback (an outcome record exists), and burst_rounds /
     long_bursts (drafting rounds, and those that accepted more than 10 drafts). `columns` limits
     the event fields read (the report skips the long `gammas` lists and `text`).
@@ -82,6 +82,7 @@ def connect(paths: list[str | Path], columns: list[str] | None = None,
                TRY_CAST(settings->>'temperature' AS DOUBLE) AS temperature,
                TRY_CAST(settings->>'max_new_tokens' AS BIGINT) AS max_new_tokens,
                (draft = 'none' OR settings->>'gamma' = '0') AS is_ar,
+               settings->>'run' AS run,
                coalesce(case_id, request_id) AS unit,
                CAST(coalesce(list_sum(accepted_histogram), 0) AS BIGINT) AS burst_rounds,
                CAST(coalesce(list_sum(accepted_histogram[12:]), 0) AS BIGINT) AS long_bursts

@@ -6,7 +6,8 @@ Every number is pooled as a ratio of sums, never a mean of per-event ratios:
   τ  = Σ accepted / Σ drafting rounds                            mean accepted length (burst)
   tokens/s = 1000 Σ generated_tokens / Σ total_ms
   speedup  = (spec tokens/s) / (AR tokens/s) over the cases that have both, where an AR event
-             (draft "none" or γ "0") has the same target, device, temperature, max_new_tokens and case.
+             (draft "none" or γ "0") has the same target, device, temperature, max_new_tokens, case
+             and run id (where the harness sets one: speed is compared within one run).
 A configuration is (target, draft, γ policy, temperature); each gets its own rows.
 """
 
@@ -75,14 +76,14 @@ def _prepare(con) -> None:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE cases AS
         SELECT {CONFIG}, {CONFIG_LABEL} AS config, device, max_new_tokens, coalesce(is_ar, false) AS is_ar,
-               language, unit, count(*) AS n, sum(accepted) AS acc, sum(rejected_rounds) AS rej,
+               language, unit, run, count(*) AS n, sum(accepted) AS acc, sum(rejected_rounds) AS rej,
                sum(generated_tokens) AS tokens, sum(total_ms) AS ms
         FROM events GROUP BY ALL
     """)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE units AS
         WITH ar AS (
-            SELECT target, device, temperature, max_new_tokens, unit, sum(tokens) AS ar_tokens, sum(ms) AS ar_ms
+            SELECT target, device, temperature, max_new_tokens, unit, run, sum(tokens) AS ar_tokens, sum(ms) AS ar_ms
             FROM cases WHERE is_ar GROUP BY ALL
         )
         SELECT c.config, any_value(c.is_ar) AS is_ar, c.language, c.unit,
@@ -95,6 +96,7 @@ def _prepare(con) -> None:
           ON NOT c.is_ar AND ar.unit = c.unit AND ar.target IS NOT DISTINCT FROM c.target
          AND ar.device IS NOT DISTINCT FROM c.device AND ar.temperature IS NOT DISTINCT FROM c.temperature
          AND ar.max_new_tokens IS NOT DISTINCT FROM c.max_new_tokens
+         AND ar.run IS NOT DISTINCT FROM c.run  -- a harness run times spec and AR together; pair within it
         GROUP BY c.config, c.language, c.unit
     """)
     # Resampling units: cases, or MAX_BLOCKS hashed blocks of cases in a language that has more.

@@ -178,3 +178,19 @@ def test_report_command_end_to_end(tmp_path, capsys):
     assert {r["group"] for r in data["disparity"]} == {"fast", "slow", "all code"}
     assert "report.md" in capsys.readouterr().out
     assert main(["report", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o2")]) == 2
+
+
+def test_speedup_pairs_spec_with_the_ar_of_its_own_run(tmp_path):
+    """Two bench runs on a machine of different speed: each draft is compared with its own run's AR."""
+    def timed(draft, gamma, ms, run):
+        event = _event("python", 0, draft, gamma, 4, 1, ms=ms)
+        event.settings["run"] = run
+        return event
+
+    with EventLog(tmp_path / "events.jsonl") as log:
+        for event in (timed("none", "0", 2000.0, "busy"), timed("base", "1", 1000.0, "busy"),
+                      timed("none", "0", 1000.0, "idle"), timed("tuned", "1", 800.0, "idle")):
+            log.write(event)
+    data = build_report([str(tmp_path / "events.jsonl")], tmp_path / "out", reps=10)
+    speedup = {r["draft"]: r["speedup"] for r in data["languages"] if r["draft"] != "none"}
+    assert speedup == {"base": pytest.approx(2.0), "tuned": pytest.approx(1.25)}  # pooled AR would give 1.5 and 1.875
