@@ -196,7 +196,6 @@ def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str
     Returns (drafter or None, draft model or None); the model is what HF assisted generation needs.
     """
     from .models import VocabularyMismatchError, check_same_vocabulary, load_model
-
     from .trained_draft import is_trained_draft, load_draft
 
     if spec == "auto":

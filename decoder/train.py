@@ -20,7 +20,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -61,7 +61,6 @@ class TrainConfig:
     eval_sequences: int = 4  # dev sequences per language
     eval_tokens: int = 256  # positions scored per dev sequence (the target's full head is costly on CPU)
     checkpoint_every: int = 200
-    meta: dict = field(default_factory=dict)  # recorded in draft.json (target, layers, command...)
 
     def __post_init__(self):
         if self.balance not in ("natural", "uniform", "scdf"):
@@ -328,7 +327,3 @@ def _evaluate(target, draft, dev: Shards, cfg: TrainConfig, sampler: BatchSample
     if "all" in fitness:
         log.info("step %d: dev expected acceptance %.3f, top-1 %.3f", state["step"],
                  fitness["all"]["expected_acceptance"], fitness["all"]["top1_agreement"])
-
-
-def config_dict(cfg: TrainConfig) -> dict:
-    return asdict(cfg)

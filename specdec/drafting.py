@@ -106,19 +106,16 @@ def add_finetune_parser(sub, model_args) -> None:
 
 
 def cmd_finetune(args) -> int:
-    import torch
-
     from decoder.corpus import Shards
     from decoder.models import check_same_vocabulary, load_model
     from decoder.train import Phase, TrainConfig, train
     from decoder.trained_draft import build_draft, frequent_token_ids, save_draft, target_signature, trainable_parameters
 
-    budget = lambda s: parse_budgets(s, [])["*"]  # noqa: E731
     objective = {"ce": (1.0, 0.0), "kd": (0.0, 1.0), "ce+kd": (0.5, 0.5)}.get(args.objective)
     if objective is None:
         raise ValueError(f"--objective must be ce, kd or ce+kd, got {args.objective!r}")
-    phases = ([Phase(args.pretrain, budget(args.pretrain_tokens))] if args.pretrain else []) + [
-        Phase(args.data, budget(args.tokens))]
+    phases = ([Phase(args.pretrain, _tokens(args.pretrain_tokens))] if args.pretrain else []) + [
+        Phase(args.data, _tokens(args.tokens))]
     target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
     data = Shards.load(args.data)
     if data.manifest["vocab_size"] != len(tokenizer):
@@ -144,7 +141,7 @@ def cmd_finetune(args) -> int:
     cfg = TrainConfig(
         phases=phases, out=args.out, dev=args.dev, ce_weight=objective[0], kd_weight=objective[1],
         kd_topk=args.kd_topk, balance=args.balance, batch_size=args.batch_size, grad_accum=args.grad_accum,
-        lr=args.lr, warmup_tokens=budget(args.warmup_tokens), bf16=_use_bf16(args.precision, target.device), seed=args.seed,
+        lr=args.lr, warmup_tokens=_tokens(args.warmup_tokens), bf16=_use_bf16(args.precision, target.device), seed=args.seed,
         eval_every=args.eval_every, eval_sequences=args.eval_sequences, eval_tokens=args.eval_tokens,
         checkpoint_every=args.checkpoint_every,
     )
@@ -174,11 +171,15 @@ def cmd_finetune(args) -> int:
         save_draft(draft, args.out, meta)
         write_model_card(Path(args.out), meta, [Shards.load(p.data).manifest for p in phases],
                          state["evals"][0]["dev"] if state["evals"] and state["evals"][0]["step"] == 0 else None)
-    torch.set_grad_enabled(False)
     print(f"trained {state['tokens']} tokens in {state['step']} steps; draft in {args.out}")
     if state["evals"]:
         print(json.dumps(state["evals"][-1]["dev"].get("all", {})))
     return 0
+
+
+def _tokens(count: str) -> int:
+    """'256k' -> 256000."""
+    return parse_budgets(count, [])["*"]
 
 
 def _use_bf16(precision: str, device) -> bool:

@@ -1,0 +1,71 @@
+"""`specdec corpus` and `specdec finetune` end to end on a tiny model, and their errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decoder.drafts import build_drafter
+from decoder.models import load_model
+from specdec.cli import main
+from tests.lsp_support import save_random_model
+
+SOURCE = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n" * 8
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("drafting")
+    model = save_random_model(root / "model")
+    splits = root / "splits"
+    splits.mkdir()
+    for split in ("train", "dev"):
+        files = []
+        for i in range(6):
+            f = root / f"{split}{i}.py"
+            f.write_text(SOURCE.replace("add", f"add{i}"))
+            files.append(str(f))
+        (splits / f"python.{split}.txt").write_text("\n".join(files) + "\n")
+    for split, budget in (("train", "2k"), ("dev", "512")):
+        assert main(["corpus", "--splits", str(splits), "--split", split, "--budget", budget, "--seq-len", "64",
+                     "--tokenizer", str(model), "--out", str(root / split)]) == 0
+    return root, model, splits
+
+
+def test_corpus_then_finetune_ships_a_loadable_draft(workspace):
+    root, model, splits = workspace
+    manifest = json.loads((root / "train" / "manifest.json").read_text())
+    assert manifest["per_language"]["python"]["tokens"] == 2000 // 64 * 64 and manifest["command"].startswith("specdec corpus")
+    out = root / "draft"
+    assert main(["finetune", "--data", str(root / "train"), "--dev", str(root / "dev"), "--out", str(out),
+                 "--target", str(model), "--layers", "0", "--draft-vocab", "64", "--tokens", "1k",
+                 "--batch-size", "2", "--eval-sequences", "1", "--eval-tokens", "32"]) == 0
+    assert {"draft.json", "model.safetensors", "README.md"} <= {p.name for p in out.iterdir()}
+    meta = json.loads((out / "draft.json").read_text())
+    assert meta["layers"] == [0] and meta["draft_vocab"] == 64 and meta["tokens_seen"] == 1024
+    assert "untrained exp. acc." in (out / "README.md").read_text()  # the card compares with the start
+    target, tokenizer = load_model(str(model))
+    _, draft = build_drafter(str(out), target, tokenizer)
+    assert len(draft.vocab_ids) == 64
+
+
+def test_bad_input_is_a_clear_error(workspace, tmp_path, capsys):
+    root, model, splits = workspace
+    assert main(["corpus", "--splits", str(splits), "--languages", "cobol", "--tokenizer", str(model),
+                 "--out", str(tmp_path / "c")]) == 2
+    assert "unknown language(s) ['cobol']" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "python.train.txt").write_text("")
+    assert main(["corpus", "--splits", str(tmp_path / "empty"), "--tokenizer", str(model),
+                 "--out", str(tmp_path / "e")]) == 2
+    assert "the corpus is empty" in capsys.readouterr().err
+    # a corpus tokenized for another vocabulary
+    manifest = json.loads((root / "train" / "manifest.json").read_text())
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in manifest["shards"]:
+        (other / name).write_bytes((root / "train" / name).read_bytes())
+    (other / "manifest.json").write_text(json.dumps(manifest | {"vocab_size": 262144}))
+    assert main(["finetune", "--data", str(other), "--out", str(tmp_path / "d"), "--target", str(model)]) == 2
+    assert "262144-token vocabulary" in capsys.readouterr().err
