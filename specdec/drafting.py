@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
 from tqdm import tqdm
@@ -65,7 +64,7 @@ def cmd_corpus(args) -> int:
         tokenizer = AutoTokenizer.from_pretrained(resolve(args.tokenizer), trust_remote_code=False)
     manifest = build_corpus(documents, tokenizer, args.out, budgets, args.seq_len, args.seed,
                             tokenizer_name=args.tokenizer)
-    manifest["command"] = "specdec " + shlex.join(sys.argv[1:])
+    manifest["command"] = "specdec " + shlex.join(args.argv)
     (Path(args.out) / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"{'language':>11}{'docs':>8}{'tokens':>10}")
     for lang, row in manifest["per_language"].items():
@@ -154,7 +153,7 @@ def cmd_finetune(args) -> int:
     state = train(target, draft, params, cfg, progress=progress, resume=not args.no_resume)
     bar.close()
     draft.to(target.dtype)
-    command = "specdec " + shlex.join(sys.argv[1:])
+    command = "specdec " + shlex.join(args.argv)
     if args.init.startswith("model:"):
         draft.save_pretrained(args.out, safe_serialization=True)
         tokenizer.save_pretrained(args.out)

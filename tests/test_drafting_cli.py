@@ -43,7 +43,7 @@ def test_corpus_then_finetune_ships_a_loadable_draft(workspace):
                  "--batch-size", "2", "--eval-sequences", "1", "--eval-tokens", "32"]) == 0
     assert {"draft.json", "model.safetensors", "README.md"} <= {p.name for p in out.iterdir()}
     meta = json.loads((out / "draft.json").read_text())
-    assert meta["layers"] == [0] and meta["draft_vocab"] == 64 and meta["tokens_seen"] == 1024
+    assert meta["layers"] == [0] and meta["draft_vocab"] == 64 and meta["tokens_seen"] == 1000 // 128 * 128  # whole steps of 2 x 64, within the budget
     assert "untrained exp. acc." in (out / "README.md").read_text()  # the card compares with the start
     target, tokenizer = load_model(str(model))
     _, draft = build_drafter(str(out), target, tokenizer)
