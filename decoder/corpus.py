@@ -60,11 +60,14 @@ class LanguageStats:
 
 
 def local_documents(list_file: str | Path, language: str) -> Iterator[Document]:
-    """Documents named by a file list (one path per line), skipping unreadable, binary and huge files."""
-    for line in Path(list_file).read_text().splitlines():
-        path = line.strip()
-        if not path:
-            continue
+    """Documents named by a file list (one path per line)."""
+    paths = (line.strip() for line in Path(list_file).read_text().splitlines())
+    return documents_at((p for p in paths if p), language)
+
+
+def documents_at(paths: Iterable[str], language: str) -> Iterator[Document]:
+    """The files at `paths`, skipping unreadable, binary, non-UTF-8 and huge ones."""
+    for path in paths:
         try:
             raw = Path(path).read_bytes()
         except OSError as e:
@@ -115,17 +118,7 @@ def nl_documents(roots: Iterable[str | Path], split: str) -> Iterator[Document]:
                 continue
             for name in sorted(filenames):
                 if name.lower().endswith(NL_SUFFIXES) or name.upper().startswith("README"):
-                    yield from local_documents_from_paths([os.path.join(dirpath, name)], NL)
-
-
-def local_documents_from_paths(paths: Iterable[str], language: str) -> Iterator[Document]:
-    for path in paths:
-        try:
-            raw = Path(path).read_bytes()
-            if len(raw) <= MAX_DOC_BYTES and b"\0" not in raw:
-                yield Document(language, raw.decode("utf-8"), path)
-        except (OSError, UnicodeDecodeError):
-            continue
+                    yield from documents_at([os.path.join(dirpath, name)], NL)
 
 
 def package_roots(roots_file: str | Path) -> list[str]:
