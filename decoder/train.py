@@ -199,7 +199,10 @@ def dev_fitness(target, draft, dev: Shards, sequences: int, positions: int = 512
 
 def save_checkpoint(folder: Path, params: dict[str, torch.nn.Parameter], optimizer, state: dict) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({n: p.detach().cpu().contiguous() for n, p in params.items()}, str(folder / "weights.safetensors"))
+    # Each file is written aside, then renamed into place, the state last: a crash while writing
+    # (the slow part) leaves the previous checkpoint untouched.
+    weights = {n: p.detach().cpu().contiguous() for n, p in params.items()}
+    save_file(weights, str(folder / "weights.safetensors.tmp"))
     moments, steps = {}, {}
     for i, p in enumerate(params.values()):
         s = optimizer.state.get(p)
@@ -208,10 +211,11 @@ def save_checkpoint(folder: Path, params: dict[str, torch.nn.Parameter], optimiz
             moments[f"{i}.exp_avg_sq"] = s["exp_avg_sq"].cpu().contiguous()
             steps[str(i)] = float(s["step"])
     if moments:
-        save_file(moments, str(folder / "optimizer.safetensors"))
-    tmp = folder / "state.json.tmp"
-    tmp.write_text(json.dumps(state | {"adam_steps": steps}))
-    tmp.replace(folder / "state.json")  # the state file lands last: its presence means a whole checkpoint
+        save_file(moments, str(folder / "optimizer.safetensors.tmp"))
+    (folder / "state.json.tmp").write_text(json.dumps(state | {"adam_steps": steps}))
+    for name in ("weights.safetensors", "optimizer.safetensors", "state.json"):
+        if (folder / f"{name}.tmp").exists():
+            (folder / f"{name}.tmp").replace(folder / name)
 
 
 def load_checkpoint(folder: Path, params: dict[str, torch.nn.Parameter], optimizer) -> dict:
