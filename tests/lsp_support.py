@@ -96,6 +96,19 @@ def open_document(client: LanguageClient, uri: str, text: str, language_id: str,
         types.TextDocumentItem(uri=uri, language_id=language_id, version=version, text=text)))
 
 
+def insert_text(client: LanguageClient, uri: str, version: int, line: int, character: int, text: str) -> None:
+    """An incremental change: `text` typed at (line, character), making the document `version`."""
+    at = types.Position(line, character)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(at, at), text=text)]))
+
+
+def configure(client: LanguageClient, **settings) -> None:
+    """workspace/didChangeConfiguration with camelCase specdec settings."""
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings={"specdec": settings}))
+
+
 def close_document(client: LanguageClient, uri: str) -> None:
     client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
 

@@ -13,8 +13,8 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from lsp_support import (
-    SERVER_COMMAND, close_document, eventually, initialize, inline, inline_params, latest_event, make_client,
-    open_document, outcomes, records, save_constant_model,
+    SERVER_COMMAND, close_document, configure, eventually, initialize, inline, inline_params, insert_text,
+    latest_event, make_client, open_document, outcomes, records, save_constant_model,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -69,8 +69,7 @@ async def test_newer_request_supersedes_the_running_decode(client: LanguageClien
     open_document(client, uri, "notes:\n", "plaintext")
     seen = len(events(workdir))
     first = await decoding(client, uri, 1, 0, "supersede-1")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"maxTokensMultiLine": 16}}))
+    configure(client, maxTokensMultiLine=16)
     second = await inline(client, uri, 1, 0)
     first_result = await asyncio.wait_for(first, 60)
     assert not first_result.items, "the superseded request answers empty"
@@ -78,23 +77,18 @@ async def test_newer_request_supersedes_the_running_decode(client: LanguageClien
     old, new = events(workdir)[seen:]
     assert old["outcome"] == "cancelled" and 0 < old["generated_tokens"] < LONG
     assert new["outcome"] == "shown" and new["generated_tokens"] == 16
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"maxTokensMultiLine": LONG}}))
+    configure(client, maxTokensMultiLine=LONG)
     close_document(client, uri)
 
 
 async def test_result_for_a_changed_document_is_dropped(client: LanguageClient, workdir):
     uri = "file:///work/stale.txt"
     open_document(client, uri, "notes:\n", "plaintext")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"maxTokensMultiLine": 1500}}))
+    configure(client, maxTokensMultiLine=1500)
     seen = len(events(workdir))
     request = asyncio.ensure_future(client.text_document_inline_completion_async(inline_params(uri, 1, 0)))
     await asyncio.sleep(0.3)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangePartial(
-            range=types.Range(types.Position(0, 0), types.Position(0, 0)), text="my ")]))
+    insert_text(client, uri, 2, 0, 0, "my ")
     result = await asyncio.wait_for(request, 120)
     assert not result.items
     (event,) = events(workdir)[seen:]
@@ -106,36 +100,27 @@ async def test_result_for_a_changed_document_is_dropped(client: LanguageClient, 
 async def test_debounced_request_for_a_changed_document_never_decodes(client: LanguageClient, workdir):
     uri = "file:///work/debounce.txt"
     open_document(client, uri, "notes:\n", "plaintext")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"debounceMs": 500, "maxTokensSingleLine": 8}}))
+    configure(client, debounceMs=500, maxTokensSingleLine=8)
     seen = len(events(workdir))
     typing = asyncio.ensure_future(inline(client, uri, 1, 0, invoked=False))
     await asyncio.sleep(0.1)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangePartial(
-            range=types.Range(types.Position(1, 0), types.Position(1, 0)), text="a")]))
+    insert_text(client, uri, 2, 1, 0, "a")
     latest = await inline(client, uri, 1, 1, invoked=False)
     assert await typing == []
     assert latest and latest[0].insert_text == "x" * 8
     assert len(events(workdir)) == seen + 1, "only the request after the user paused was decoded"
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"debounceMs": 0}}))
+    configure(client, debounceMs=0)
     close_document(client, uri)
 
 
 async def test_typing_along_serves_the_rest_without_decoding(client: LanguageClient, workdir):
     uri = "file:///work/reuse.txt"
     open_document(client, uri, "notes:\n", "plaintext")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"maxTokensMultiLine": 10}}))
+    configure(client, maxTokensMultiLine=10)
     (item,) = await inline(client, uri, 1, 0)
     assert item.insert_text == "x" * 10
     first_id = item.command.arguments[0]
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[types.TextDocumentContentChangePartial(
-            range=types.Range(types.Position(1, 0), types.Position(1, 0)), text="xxx")]))
+    insert_text(client, uri, 2, 1, 0, "xxx")
     (rest,) = await inline(client, uri, 1, 3)
     assert rest.insert_text == "x" * 7
     assert rest.range.start == types.Position(1, 3)
@@ -150,8 +135,7 @@ async def test_typing_along_serves_the_rest_without_decoding(client: LanguageCli
 async def test_shown_completion_is_rejected_after_the_timeout(client: LanguageClient, workdir):
     uri = "file:///work/timeout.txt"
     open_document(client, uri, "notes:\n", "plaintext")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"maxTokensMultiLine": 4, "rejectAfterS": 0.5}}))
+    configure(client, maxTokensMultiLine=4, rejectAfterS=0.5)
     (item,) = await inline(client, uri, 1, 0)
     request_id = item.command.arguments[0]
     (outcome,) = await eventually(lambda: outcomes(workdir["events"], request_id), timeout=10)

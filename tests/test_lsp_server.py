@@ -18,8 +18,8 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 from lsp_support import (
-    EXAMPLES, SERVER_COMMAND, close_document, eventually, inline, latest_event, make_client,
-    open_document, outcomes, records, save_random_model, wait_for_state,
+    EXAMPLES, SERVER_COMMAND, close_document, configure, eventually, inline, insert_text, latest_event,
+    make_client, open_document, outcomes, records, save_random_model, wait_for_state,
 )
 from specdec.cases import read_cases
 from telemetry.events import CompletionEvent
@@ -142,10 +142,7 @@ async def test_accept_records_the_outcome(client: LanguageClient, workdir):
 async def eventually_items(client: LanguageClient, uri: str) -> list[types.InlineCompletionItem]:
     """A random model can trim to nothing at a given position; some position at the end of the text will not."""
     for character in range(6):
-        client.text_document_did_change(types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=10 + character),
-            content_changes=[types.TextDocumentContentChangePartial(
-                range=types.Range(types.Position(1, 6 + character), types.Position(1, 6 + character)), text="q")]))
+        insert_text(client, uri, 10 + character, 1, 6 + character, "q")
         items = await inline(client, uri, 1, 7 + character)
         if items:
             return items
@@ -169,8 +166,7 @@ async def test_configuration_changes_apply(client: LanguageClient, workdir):
     uri = "file:///work/config.py"
     text = "def f(x):\n    return x + "
     open_document(client, uri, text, "python")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"maxTokensSingleLine": 1, "gamma": "2", "telemetryText": True}}))
+    configure(client, maxTokensSingleLine=1, gamma="2", telemetryText=True)
     items = await inline(client, uri, 1, 15)
     event = latest_event(workdir["events"])
     assert event["generated_tokens"] <= 1
@@ -179,8 +175,7 @@ async def test_configuration_changes_apply(client: LanguageClient, workdir):
     assert set(event["gammas"]) <= {2}, "the new fixed γ is used without reloading"
 
     # a wrong type is reported and that one key keeps its value; the server keeps serving
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"maxTokensSingleLine": "many", "temperature": 0.0}}))
+    configure(client, maxTokensSingleLine="many", temperature=0.0)
     await eventually(lambda: client.messages)
     assert client.messages[-1].type == types.MessageType.Error and "maxTokensSingleLine" in client.messages[-1].message
     await inline(client, uri, 1, 15)
@@ -188,8 +183,7 @@ async def test_configuration_changes_apply(client: LanguageClient, workdir):
 
     # a model setting reloads the models
     seen = len(client.statuses)
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"draft": "ngram", "maxTokensSingleLine": 24, "gamma": "heuristic", "telemetryText": False}}))
+    configure(client, draft="ngram", maxTokensSingleLine=24, gamma="heuristic", telemetryText=False)
     await wait_for_state(client, "loading", after=seen)
     await wait_for_state(client, "ready", after=seen)
     await inline(client, uri, 1, 15)
@@ -200,12 +194,10 @@ async def test_configuration_changes_apply(client: LanguageClient, workdir):
 async def test_enabled_languages(client: LanguageClient, workdir):
     uri = "file:///work/disabled.rb"
     open_document(client, uri, "def f\n  1 + \nend\n", "ruby")
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"enabledLanguages": ["python"]}}))
+    configure(client, enabledLanguages=["python"])
     assert await inline(client, uri, 1, 6) == []
     assert latest_event(workdir["events"])["outcome"] == "empty"
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"specdec": {"enabledLanguages": None}}))
+    configure(client, enabledLanguages=None)
     close_document(client, uri)
 
 
