@@ -177,6 +177,7 @@ def build_corpus(
     seed: int = 0,
     shard_sequences: int = 4096,
     tokenizer_name: str = "",
+    command: str = "",
 ) -> dict:
     """Tokenize, pack and write shards; returns the manifest (also written as manifest.json)."""
     if seq_len < 2:
@@ -224,6 +225,7 @@ def build_corpus(
         "seq_len": seq_len,
         "seed": seed,
         "tokenizer": tokenizer_name,
+        "command": command,  # how this corpus was built, for model cards
         "vocab_size": len(tokenizer),
         "languages": languages,
         "shards": shards,

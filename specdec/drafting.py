@@ -63,9 +63,7 @@ def cmd_corpus(args) -> int:
 
         tokenizer = AutoTokenizer.from_pretrained(resolve(args.tokenizer), trust_remote_code=False)
     manifest = build_corpus(documents, tokenizer, args.out, budgets, args.seq_len, args.seed,
-                            tokenizer_name=args.tokenizer)
-    manifest["command"] = "specdec " + shlex.join(args.argv)
-    (Path(args.out) / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+                            tokenizer_name=args.tokenizer, command="specdec " + shlex.join(args.argv))
     print(f"{'language':>11}{'docs':>8}{'tokens':>10}")
     for lang, row in manifest["per_language"].items():
         print(f"{lang:>11}{row['documents']:8d}{row['tokens']:10d}")
