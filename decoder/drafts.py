@@ -4,6 +4,7 @@
   the target's own layers (`derive_draft`), or an independent small model.
 - NgramDrafter is model-free prompt lookup: it copies what followed the last occurrence of the
   current suffix, which is cheap and good at the identifiers code repeats.
+- HybridDrafter asks the lookup first and the model only where the context has no match.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SHIPPED_DRAFTS = Path(__file__).parent / "weights"
 class Proposal:
     tokens: list[int]
     q: torch.Tensor | None  # [len(tokens), V] draft probabilities; None for greedy or deterministic drafts
+    lookup: bool = False  # copied from the context, not drafted by a model: says nothing about the γ to draft
 
 
 def forward_logits(model, cache: DynamicCache, ids: list[int], keep: int) -> torch.Tensor:
@@ -53,10 +55,15 @@ class ModelDrafter:
         self.vocab_ids = getattr(model, "vocab_ids", None)
         self.target_vocab = model.get_input_embeddings().num_embeddings
 
-    def reset(self, prompt: list[int]) -> None:
-        self.cache = new_cache()
-        if len(prompt) > 1:
-            forward_logits(self.model, self.cache, prompt[:-1], keep=1)
+    def reset(self, prompt: list[int], reused: int = 0) -> None:
+        """Start a request; the first `reused` prompt tokens are those the last request began with."""
+        keep = min(reused, self.cache.get_seq_length())
+        if keep == 0:
+            self.cache = new_cache()
+        elif self.cache.get_seq_length() > keep:
+            self.cache.crop(keep - self.cache.get_seq_length())
+        if len(prompt) - 1 > keep:
+            forward_logits(self.model, self.cache, prompt[keep:-1], keep=1)
 
     def propose(
         self, committed: list[int], gamma: int, params: SamplingParams, generator, min_confidence: float = 0.0
@@ -105,7 +112,7 @@ class NgramDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def reset(self, prompt: list[int]) -> None:
+    def reset(self, prompt: list[int], reused: int = 0) -> None:
         pass
 
     def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0) -> Proposal:
@@ -122,6 +129,32 @@ class NgramDrafter:
 
     def rollback(self, valid: int) -> None:
         pass
+
+
+class HybridDrafter:
+    """Prompt lookup where the context repeats itself (free, often long), the model draft elsewhere.
+
+    The lookup needs a match of `min_ngram` tokens, so a single common token does not trigger it,
+    and proposes up to `lookup_tokens` whatever γ the policy gives the model: verifying a few more
+    tokens costs little next to a model's draft steps.
+    """
+
+    def __init__(self, model: ModelDrafter, lookup_tokens: int = 8, min_ngram: int = 2, max_ngram: int = 4):
+        self.model = model
+        self.lookup = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
+        self.lookup_tokens = lookup_tokens
+
+    def reset(self, prompt: list[int], reused: int = 0) -> None:
+        self.model.reset(prompt, reused)
+
+    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0) -> Proposal:
+        found = self.lookup.propose(committed, self.lookup_tokens, params, generator)
+        if found.tokens:
+            return Proposal(found.tokens, None, lookup=True)
+        return self.model.propose(committed, gamma, params, generator, min_confidence)
+
+    def rollback(self, valid: int) -> None:
+        self.model.rollback(valid)
 
 
 def _layer_list_name(base) -> str:
@@ -184,6 +217,8 @@ def draft_label(spec: str, target) -> str:
     """What telemetry calls a draft: 'auto' resolved for this target, a trained-draft folder by its name."""
     from .trained_draft import is_trained_draft
 
+    if spec.startswith("ngram+"):
+        return "ngram+" + draft_label(spec.removeprefix("ngram+"), target)
     if spec == "auto":
         spec = default_draft_for(target)
     return Path(spec).name if is_trained_draft(spec) else spec
@@ -191,13 +226,19 @@ def draft_label(spec: str, target) -> str:
 
 def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str = "auto"):
     """A drafter from a spec: 'auto' (the shipped trained draft for this target, if any), 'none',
-    'ngram', 'layers:0,1' (derived from the target), a trained-draft folder, or a model spec.
+    'ngram', 'layers:0,1' (derived from the target), a trained-draft folder, or a model spec;
+    'ngram+' before a model draft's spec makes it a HybridDrafter.
 
     Returns (drafter or None, draft model or None); the model is what HF assisted generation needs.
     """
     from .models import VocabularyMismatchError, check_same_vocabulary, load_model
     from .trained_draft import is_trained_draft, load_draft
 
+    if spec.startswith("ngram+"):
+        drafter, draft = build_drafter(spec.removeprefix("ngram+"), target, tokenizer, device, dtype)
+        if not isinstance(drafter, ModelDrafter):
+            raise ValueError(f"draft spec {spec!r}: 'ngram+' must be followed by a model draft")
+        return HybridDrafter(drafter), draft
     if spec == "auto":
         spec = default_draft_for(target)
     if spec == "none":

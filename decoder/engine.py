@@ -6,6 +6,10 @@ one more token from the target (the correction, or a bonus when all were accepte
 cache back to the new invariant. Rolling back is a crop; nothing is recomputed. The one exception
 is the first round: prefill feeds the whole prompt, and its last logits stand in for that feed,
 so plain AR costs exactly one forward pass per token, as in HF generate.
+
+Between requests the caches are kept: the next prompt is compared with the tokens the caches
+hold, and only what differs is prefilled. Editors ask again and again about the same file, so
+most of a prompt is usually already there.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 class Drafter(Protocol):
-    def reset(self, prompt: list[int]) -> None: ...
+    def reset(self, prompt: list[int], reused: int) -> None: ...
     def propose(self, committed: list[int], gamma: int, params: SamplingParams, generator,
                 min_confidence: float = 0.0) -> Proposal: ...
     def rollback(self, valid: int) -> None: ...
@@ -88,6 +92,8 @@ class SpeculativeDecoder:
         self.draft_confidence = draft_confidence
         self.eos = eos_ids(target, tokenizer)
         self.window = context_window(target.config)
+        self.target_cache = new_cache()
+        self.cached_ids: list[int] = []  # the tokens whose keys and values target_cache holds, in order
 
     def encode(self, prompt: str) -> list[int]:
         return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
@@ -105,11 +111,15 @@ class SpeculativeDecoder:
         generator = torch.Generator(self.target.device).manual_seed(opts.seed) if opts.seed is not None else None
         stream = TextStream(self.tokenizer, ids, opts.stop_strings)
 
-        target_cache = new_cache()
-        prefill_logits = forward_logits(self.target, target_cache, ids, keep=1)
+        reused = self._reuse_prefix(ids)
+        self.cached_ids = []  # unknown until this request finishes; an exception leaves nothing reusable
+        target_cache = self.target_cache
+        prefill_logits = forward_logits(self.target, target_cache, ids[reused:], keep=1)
         if self.drafter is not None:
-            self.drafter.reset(ids)
+            self.drafter.reset(ids, reused)
+        stats.prompt_reused_tokens = reused
         stats.prefill_ms = _ms(start)
+        fed = list(ids)  # every token the target's cache has been given, rejected drafts excepted
 
         committed = list(ids)
         generated: list[int] = []
@@ -120,6 +130,7 @@ class SpeculativeDecoder:
                 break
             new_tokens = self._round(committed, target_cache, prefill_logits, opts, generator, stats)
             prefill_logits = None
+            fed += new_tokens
             for token in new_tokens:
                 if token in self.eos:
                     finish = "eos"
@@ -138,6 +149,7 @@ class SpeculativeDecoder:
                 finish = "predicate"
             if settled and opts.on_text:
                 opts.on_text(settled)
+        self.cached_ids = fed[:target_cache.get_seq_length()]
         rest = stream.finish()
         if rest and opts.on_text:
             opts.on_text(rest)
@@ -146,6 +158,22 @@ class SpeculativeDecoder:
         stats.total_ms = _ms(start)
         return Generation(stream.text, generated, finish, stats)
 
+    def _reuse_prefix(self, ids: list[int]) -> int:
+        """Crop the target's cache to the longest prefix it shares with `ids`; returns its length.
+
+        At least the last prompt token is always fed again: its logits start the decode.
+        """
+        shared = 0
+        limit = min(len(self.cached_ids), len(ids) - 1)
+        while shared < limit and self.cached_ids[shared] == ids[shared]:
+            shared += 1
+        cached = self.target_cache.get_seq_length()
+        if shared == 0:
+            self.target_cache = new_cache()
+        elif cached > shared:
+            self.target_cache.crop(shared - cached)
+        return shared
+
     def _round(self, committed, target_cache, prefill_logits, opts, generator, stats) -> list[int]:
         """One draft-then-verify round. Returns the tokens to commit: accepted drafts plus one from the target."""
         params = opts.sampling
@@ -153,7 +181,7 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         proposal = (
             self.drafter.propose(committed, gamma, params, generator, self.draft_confidence)
-            if gamma else Proposal([], None)
+            if self.drafter is not None else Proposal([], None)
         )
         t1 = time.perf_counter()
         k = len(proposal.tokens)
@@ -179,10 +207,11 @@ class SpeculativeDecoder:
             target_cache.crop(n - k)
         if self.drafter is not None:
             self.drafter.rollback(len(committed) + n)
-            self.gamma.update(gamma, k, n)
+            # a lookup hit says nothing of how far the model draft would have matched
+            self.gamma.update(gamma, 0, 0) if proposal.lookup else self.gamma.update(gamma, k, n)
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += _ms(t1)
-        stats.record_round(k, n)
+        stats.record_round(k, n, proposal.lookup)
         return proposal.tokens[:n] + [token]
 
     def fit_prompt(self, ids: list[int], max_new_tokens: int, max_prompt_tokens: int | None = None
@@ -196,7 +225,8 @@ class SpeculativeDecoder:
         limits = [max_prompt_tokens] if max_prompt_tokens else []
         if self.window:
             # room for the answer and for one round of drafts beyond it
-            limits.append(self.window - max_new_tokens - self.gamma.max_gamma - 1)
+            drafts = max(self.gamma.max_gamma, getattr(self.drafter, "lookup_tokens", 0))
+            limits.append(self.window - max_new_tokens - drafts - 1)
         budget = min(limits) if limits else None
         if budget is not None and budget < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in a {self.window}-token context")

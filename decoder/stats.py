@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 class GenerationStats:
     prompt_tokens: int = 0
     prompt_truncated_tokens: int = 0  # dropped from the left to fit the context window
+    prompt_reused_tokens: int = 0  # already in the cache from the previous request: not prefilled again
     new_tokens: int = 0
     rounds: int = 0  # target forward passes after prefill
     drafted: int = 0
@@ -16,6 +17,8 @@ class GenerationStats:
     rejected_rounds: int = 0  # rounds that ended in a rejected draft token
     accepted_histogram: list[int] = field(default_factory=list)  # [n] = rounds that accepted n drafts
     gammas: list[int] = field(default_factory=list)  # drafts proposed in each round
+    lookup_drafted: int = 0  # of `drafted`, the tokens copied from the context (hybrid drafts)
+    lookup_accepted: int = 0
     prefill_ms: float = 0.0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -23,8 +26,11 @@ class GenerationStats:
     ttft_ms: float = 0.0
     finish_reason: str = ""
 
-    def record_round(self, drafted: int, accepted: int) -> None:
+    def record_round(self, drafted: int, accepted: int, lookup: bool = False) -> None:
         self.rounds += 1
+        if lookup:
+            self.lookup_drafted += drafted
+            self.lookup_accepted += accepted
         self.gammas.append(drafted)
         self.drafted += drafted
         self.accepted += accepted

@@ -12,10 +12,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-from decoder.drafts import build_drafter, draft_label
+from decoder.drafts import draft_label
 from decoder.engine import DecodeOptions, SpeculativeDecoder
 from decoder.gamma import parse_gamma_policy
-from decoder.models import load_model
+from decoder.loader import load_decoder
 from decoder.sampling import SamplingParams
 from decoder.stats import GenerationStats
 from telemetry.events import CompletionEvent
@@ -42,11 +42,9 @@ class Engine:
 
 def load_engine(options: ServerOptions) -> Engine:
     """Load the target and build the drafter; slow (seconds to minutes), so never on the event loop."""
-    gamma = parse_gamma_policy(options.gamma)
-    target, tokenizer = load_model(options.target, device=options.device, dtype=options.dtype)
-    drafter, _ = build_drafter(options.draft, target, tokenizer, device=options.device, dtype=options.dtype)
-    decoder = SpeculativeDecoder(target, tokenizer, drafter, gamma if drafter else None,
-                                 draft_confidence=options.draft_confidence)
+    loaded = load_decoder(options.target, options.draft, device=options.device, dtype=options.dtype,
+                          gamma=options.gamma, draft_confidence=options.draft_confidence)
+    decoder, target, tokenizer = loaded.decoder, loaded.target, loaded.tokenizer
     device = f"{target.device} {str(target.dtype).removeprefix('torch.')}"
     return Engine(decoder, options.target, draft_label(options.draft, target), device,
                   fim_tokens(tokenizer.get_vocab()))

@@ -30,17 +30,11 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args):
-    from decoder.drafts import build_drafter
-    from decoder.engine import SpeculativeDecoder
-    from decoder.gamma import parse_gamma_policy
-    from decoder.models import load_model
+    from decoder.loader import load_decoder
 
-    gamma = parse_gamma_policy(args.gamma)
-    target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
-    drafter, draft_model = build_drafter(args.draft, target, tokenizer, device=args.device, dtype=args.dtype)
-    decoder = SpeculativeDecoder(target, tokenizer, drafter, gamma if drafter else None,
-                                 draft_confidence=args.draft_confidence)
-    return target, tokenizer, draft_model, decoder
+    loaded = load_decoder(args.target, args.draft, device=args.device, dtype=args.dtype, gamma=args.gamma,
+                          draft_confidence=args.draft_confidence, pack=not getattr(args, "no_pack", False))
+    return loaded.target, loaded.tokenizer, loaded.draft_model, loaded.decoder
 
 
 def cmd_complete(args) -> int:

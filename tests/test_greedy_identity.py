@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import EOS, check_stats, generate, random_prompts
-from decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
+from decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, derive_draft
 from decoder.engine import SpeculativeDecoder
 from decoder.gamma import FixedGamma, HeuristicGamma
 
@@ -163,6 +163,49 @@ def test_eos_finish_matches_ar(llama, llama_other, tokenizer, reference, monkeyp
             assert (got.token_ids, got.finish_reason, got.text) == (w.token_ids, w.finish_reason, w.text), p
 
 
+@pytest.mark.parametrize("target", ["llama", "gpt2"])
+def test_hybrid_drafter_matches_ar(targets, reference, tokenizer, target):
+    model, _ = targets[target]
+    decoder = SpeculativeDecoder(model, tokenizer, HybridDrafter(ModelDrafter(derive_draft(model, [0]))),
+                                 HeuristicGamma(start=2, max_gamma=6))
+    gens = [generate(decoder, p, max_new_tokens=MAX_NEW) for p in PROMPTS]
+    _assert_same(gens, reference[target])
+    lookup = sum(g.stats.lookup_drafted for g in gens)
+    model_drafted = sum(g.stats.drafted for g in gens) - lookup
+    # both halves ran: lookups where the prompt repeats itself, the model elsewhere
+    assert lookup > 0 and model_drafted > 0
+    assert 0 < sum(g.stats.lookup_accepted for g in gens) <= lookup
+    assert all(k <= max(6, decoder.drafter.lookup_tokens) for g in gens for k in g.stats.gammas)
+
+
+def _extensions(prompts):
+    """Request sequences an editor makes: the same file grown, edited mid-way, and a different one."""
+    for p in prompts:
+        yield [p, p + "xy", p + "xy z", p[: len(p) // 2] + "Q" + p[len(p) // 2:], p[::-1]]
+
+
+@pytest.mark.parametrize("kind", ["none", "derived"])
+def test_prefix_reuse_between_requests_matches_fresh(llama, tokenizer, kind):
+    """A decoder kept across requests gives what a fresh one gives, prefilling only what changed."""
+    def fresh():
+        drafter = ModelDrafter(derive_draft(llama, [0])) if kind == "derived" else None
+        return SpeculativeDecoder(llama, tokenizer, drafter, FixedGamma(3) if drafter else None)
+
+    kept = fresh()
+    reused = []
+    for requests in _extensions(PROMPTS[:6]):
+        for i, p in enumerate(requests):
+            got = generate(kept, p, max_new_tokens=MAX_NEW)
+            want = generate(fresh(), p, max_new_tokens=MAX_NEW)
+            assert (got.token_ids, got.finish_reason) == (want.token_ids, want.finish_reason), p
+            assert want.stats.prompt_reused_tokens == 0
+            reused.append((i, got.stats.prompt_reused_tokens, got.stats.prompt_tokens))
+    # a grown prompt reuses all but its new tail; the reversed file only its BOS
+    grown = [r for i, r, n in reused if i in (1, 2)]
+    assert all(r >= len(tokenizer(p)["input_ids"]) - 1 for r, p in zip(grown[::2], PROMPTS[:6]))
+    assert all(r < n for _, r, n in reused)
+
+
 # ----------------------------------------------------------------------------- Gemma 3: sliding window
 
 GEMMA_PROMPTS = random_prompts(14, seed=99) + ["a" * 30, "def f(x):\n    return x * 2\n" * 2]
@@ -229,6 +272,18 @@ def test_gemma_ngram_and_heuristic(gemma3, tokenizer, gemma_reference):
         for p, want in zip(GEMMA_PROMPTS, gemma_reference):
             got = generate(decoder, p, max_new_tokens=GEMMA_NEW)
             assert (got.token_ids, got.finish_reason) == (want.token_ids, want.finish_reason), p
+
+
+def test_gemma_prefix_reuse_across_sliding_window(gemma3, tokenizer):
+    """Reused caches hold the full history, so a sliding window after reuse still matches."""
+    decoder = SpeculativeDecoder(gemma3, tokenizer, ModelDrafter(derive_draft(gemma3, [0, 1])), FixedGamma(3))
+    for p in GEMMA_PROMPTS:
+        first = generate(decoder, p, max_new_tokens=GEMMA_NEW)
+        accepted = tokenizer(p)["input_ids"] + first.token_ids  # the user took the completion and asks again
+        got = generate(decoder, accepted, max_new_tokens=GEMMA_NEW)
+        want = generate(SpeculativeDecoder(gemma3, tokenizer), accepted, max_new_tokens=GEMMA_NEW)
+        assert got.stats.prompt_reused_tokens > 8 + GEMMA_NEW // 2  # more than a window came from the cache
+        assert (got.token_ids, got.finish_reason) == (want.token_ids, want.finish_reason), p
 
 
 def test_stats_invariants_on_a_mixed_run(llama, tokenizer):

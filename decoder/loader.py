@@ -1,0 +1,32 @@
+"""Everything a decode needs, from specs: target, tokenizer, drafter, γ policy, CPU kernels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .drafts import build_drafter
+from .engine import SpeculativeDecoder
+from .gamma import parse_gamma_policy
+from .kernels import pack_linear_weights
+from .models import load_model
+
+
+@dataclass
+class LoadedDecoder:
+    decoder: SpeculativeDecoder
+    target: object  # the HF model
+    tokenizer: object
+    draft_model: object | None  # None for model-free drafts
+
+
+def load_decoder(target: str, draft: str, *, device: str = "auto", dtype: str = "auto", gamma: str = "heuristic",
+                 draft_confidence: float = 0.0, pack: bool = True) -> LoadedDecoder:
+    """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (decoder/kernels.py)."""
+    policy = parse_gamma_policy(gamma)
+    target_model, tokenizer = load_model(target, device=device, dtype=dtype)
+    drafter, draft_model = build_drafter(draft, target_model, tokenizer, device=device, dtype=dtype)
+    if pack:  # last: drafts are built from the target's plain weights
+        pack_linear_weights(target_model, draft_model)
+    decoder = SpeculativeDecoder(target_model, tokenizer, drafter, policy if drafter else None,
+                                 draft_confidence=draft_confidence)
+    return LoadedDecoder(decoder, target_model, tokenizer, draft_model)

@@ -1,0 +1,63 @@
+"""oneDNN-packed linears: same numbers as nn.Linear, and the speculative loop stays lossless on them."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from conftest import generate, random_prompts
+from decoder.drafts import ModelDrafter, derive_draft
+from decoder.engine import SpeculativeDecoder
+from decoder.gamma import FixedGamma
+from decoder.kernels import PackedLinear, can_pack, pack_linear_weights
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
+
+
+@pytest.fixture()
+def packed_pair(llama):
+    plain = copy.deepcopy(llama)
+    packed = copy.deepcopy(llama)
+    draft = derive_draft(packed, [0])
+    linears = sum(isinstance(m, torch.nn.Linear) for m in packed.modules())
+    assert pack_linear_weights(packed, draft) == linears  # the draft's shared linears were packed once
+    return plain, packed, draft
+
+
+def test_every_linear_is_swapped_and_shared_modules_stay_shared(packed_pair):
+    _, packed, draft = packed_pair
+    assert not any(isinstance(m, torch.nn.Linear) for m in list(packed.modules()) + list(draft.modules()))
+    assert draft.lm_head is packed.lm_head and isinstance(packed.lm_head, PackedLinear)
+    assert draft.model.layers[0] is packed.model.layers[0]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 9])
+def test_packed_logits_equal_plain(packed_pair, rows):
+    plain, packed, _ = packed_pair
+    ids = torch.randint(3, 200, (1, 20))
+    with torch.inference_mode():
+        want = plain(ids).logits[0, -rows:]
+        got = packed(ids).logits[0, -rows:]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_speculative_on_packed_weights_matches_ar(packed_pair, tokenizer):
+    _, packed, draft = packed_pair
+    ar = SpeculativeDecoder(packed, tokenizer)
+    spec = SpeculativeDecoder(packed, tokenizer, ModelDrafter(draft), FixedGamma(4))
+    gens = []
+    for p in random_prompts(20, seed=5):
+        want = generate(ar, p, max_new_tokens=12)
+        got = generate(spec, p, max_new_tokens=12)
+        assert got.token_ids == want.token_ids, p
+        gens.append(got)
+    assert sum(g.stats.accepted for g in gens) > 0 and sum(g.stats.rejected_rounds for g in gens) > 0
+
+
+def test_only_cpu_float32_is_packed(llama):
+    half = copy.deepcopy(llama).to(torch.bfloat16)
+    assert not can_pack(half)
+    assert pack_linear_weights(half, None) == 0
+    assert any(isinstance(m, torch.nn.Linear) for m in half.modules())
