@@ -134,26 +134,36 @@ class NgramDrafter:
 class HybridDrafter:
     """Prompt lookup where the context repeats itself (free, often long), the model draft elsewhere.
 
-    The lookup needs a match of `min_ngram` tokens, so a single common token does not trigger it,
-    and proposes up to `lookup_tokens` whatever γ the policy gives the model: verifying a few more
-    tokens costs little next to a model's draft steps.
+    The lookup needs a match of `min_ngram` tokens, so one common token does not trigger it. How
+    much it copies adapts, apart from the model's γ: +2 after a fully accepted copy, else one
+    more than was accepted. Long copies pay where code repeats itself, and a copy that keeps
+    missing shrinks to one token, whose verify costs about a plain step.
     """
 
-    def __init__(self, model: ModelDrafter, lookup_tokens: int = 8, min_ngram: int = 2, max_ngram: int = 4):
+    def __init__(self, model: ModelDrafter, lookup_tokens: int = 16, min_ngram: int = 2, max_ngram: int = 4):
         self.model = model
         self.lookup = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
-        self.lookup_tokens = lookup_tokens
+        self.lookup_tokens = lookup_tokens  # the most one copy proposes
+        self.span = lookup_tokens // 2  # what the next copy proposes
+        self._copied: tuple[int, int] | None = None  # (committed length, tokens) of the last copy
 
     def reset(self, prompt: list[int], reused: int = 0) -> None:
         self.model.reset(prompt, reused)
 
     def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0) -> Proposal:
-        found = self.lookup.propose(committed, self.lookup_tokens, params, generator)
+        found = self.lookup.propose(committed, self.span, params, generator)
         if found.tokens:
+            self._copied = (len(committed), len(found.tokens))
             return Proposal(found.tokens, None, lookup=True)
+        self._copied = None
         return self.model.propose(committed, gamma, params, generator, min_confidence)
 
     def rollback(self, valid: int) -> None:
+        if self._copied is not None:
+            start, copied = self._copied
+            accepted = valid - start
+            self.span = min(self.span + 2, self.lookup_tokens) if accepted == copied else accepted + 1
+            self._copied = None
         self.model.rollback(valid)
 
 

@@ -14,6 +14,7 @@ most of a prompt is usually already there.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ class DecodeOptions:
     on_text: Callable[[str], None] | None = None  # receives settled text as it grows
     seed: int | None = None
     max_prompt_tokens: int | None = None  # left-truncate longer prompts (the context window always applies)
+    gamma_group: str = ""  # requests of one group (e.g. a language) share an adaptive γ policy's statistics
 
 
 @dataclass
@@ -89,6 +91,7 @@ class SpeculativeDecoder:
         if gamma is None:
             gamma = HeuristicGamma() if drafter is not None else FixedGamma(0)
         self.gamma = gamma  # kept across requests, like HF's heuristic schedule
+        self.group_gammas: dict[str, object] = {}  # a copy of it for each named gamma_group
         self.draft_confidence = draft_confidence
         self.eos = eos_ids(target, tokenizer)
         self.window = context_window(target.config)
@@ -158,6 +161,13 @@ class SpeculativeDecoder:
         stats.total_ms = _ms(start)
         return Generation(stream.text, generated, finish, stats)
 
+    def _policy(self, group: str):
+        if not group:
+            return self.gamma
+        if group not in self.group_gammas:
+            self.group_gammas[group] = copy.deepcopy(self.gamma)
+        return self.group_gammas[group]
+
     def _reuse_prefix(self, ids: list[int]) -> int:
         """Crop the target's cache to the longest prefix it shares with `ids`; returns its length.
 
@@ -177,7 +187,8 @@ class SpeculativeDecoder:
     def _round(self, committed, target_cache, prefill_logits, opts, generator, stats) -> list[int]:
         """One draft-then-verify round. Returns the tokens to commit: accepted drafts plus one from the target."""
         params = opts.sampling
-        gamma = self.gamma.next_gamma() if self.drafter is not None else 0
+        policy = self._policy(opts.gamma_group)
+        gamma = policy.next_gamma() if self.drafter is not None else 0
         t0 = time.perf_counter()
         proposal = (
             self.drafter.propose(committed, gamma, params, generator, self.draft_confidence)
@@ -208,7 +219,7 @@ class SpeculativeDecoder:
         if self.drafter is not None:
             self.drafter.rollback(len(committed) + n)
             # a lookup hit says nothing of how far the model draft would have matched
-            self.gamma.update(gamma, 0, 0) if proposal.lookup else self.gamma.update(gamma, k, n)
+            policy.update(gamma, 0, 0) if proposal.lookup else policy.update(gamma, k, n)
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += _ms(t1)
         stats.record_round(k, n, proposal.lookup)

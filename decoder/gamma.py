@@ -66,11 +66,63 @@ class HeuristicGamma:
         return f"heuristic(γ={self.gamma}, max={self.max_gamma})"
 
 
+class CostModelGamma:
+    """γ* from a cost model (Leviathan et al.; NOTES.md §3), fed by live acceptance.
+
+    A round of γ drafts yields E(γ) = (1 - α^(γ+1)) / (1 - α) tokens and costs γ·c draft steps
+    plus a verify of γ+1 tokens, 1 + v·γ target steps. γ* maximizes E(γ) / cost(γ); when no
+    γ > 0 beats plain decoding (E/cost ≤ 1) it is 0, with probes as in HeuristicGamma so a
+    rising α is noticed. α̂ = accepted / (accepted + rejections), over recent rounds (decayed).
+    """
+
+    def __init__(self, draft_cost: float = 0.2, verify_cost: float = 0.03, max_gamma: int = 8,
+                 prior_alpha: float = 0.5, decay: float = 0.95, probe_after: int = 8):
+        self.c, self.v, self.max_gamma = draft_cost, verify_cost, max_gamma
+        self.accepted, self.rejections = 2 * prior_alpha, 2 * (1 - prior_alpha)  # worth two rounds of evidence
+        self.decay = decay
+        self.probe_after = probe_after
+        self.rounds_at_zero = 0
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / (self.accepted + self.rejections)
+
+    def best_gamma(self) -> int:
+        a = min(self.alpha, 0.999)
+        gain = {g: (1 - a ** (g + 1)) / (1 - a) / (1 + g * (self.c + self.v)) for g in range(self.max_gamma + 1)}
+        return max(gain, key=gain.get)
+
+    def next_gamma(self) -> int:
+        gamma = self.best_gamma()
+        if gamma == 0 and self.rounds_at_zero >= self.probe_after:
+            return 1
+        return gamma
+
+    def update(self, requested: int, drafted: int, accepted: int) -> None:
+        if requested == 0:
+            self.rounds_at_zero += 1
+            return
+        if drafted == 0:
+            return
+        self.rounds_at_zero = 0
+        self.accepted = self.decay * self.accepted + accepted
+        self.rejections = self.decay * self.rejections + (accepted < drafted)
+
+    def __repr__(self) -> str:
+        return f"cost(α̂={self.alpha:.2f}, c={self.c}, v={self.v}, γ*={self.best_gamma()})"
+
+
 def parse_gamma_policy(spec: str | int):
-    """'4' -> fixed γ=4; 'heuristic' or 'heuristic:START:MAX' -> adaptive."""
+    """'4' -> fixed γ=4; 'heuristic' or 'heuristic:START:MAX' -> adaptive; 'cost' or 'cost:C:V' -> cost model
+    with draft step cost C and extra verify cost per token V, both in target steps."""
     name, *numbers = str(spec).split(":")
     if name == "heuristic" and len(numbers) in (0, 2) and all(x.isdigit() for x in numbers):
         return HeuristicGamma(*map(int, numbers))
+    if name == "cost" and len(numbers) in (0, 2):
+        try:
+            return CostModelGamma(*map(float, numbers))
+        except ValueError:
+            pass
     if not numbers and name.lstrip("-").isdigit():
         return FixedGamma(int(name))
-    raise ValueError(f"gamma must be an integer >= 0 or 'heuristic[:START:MAX]', got {spec!r}")
+    raise ValueError(f"gamma must be an integer >= 0, 'heuristic[:START:MAX]' or 'cost[:C:V]', got {spec!r}")

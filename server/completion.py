@@ -115,6 +115,7 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
             stop_strings=stop_strings(language, prompt.multiline),
             stop_when=scope_closed(context),
             cancel=cancel,
+            gamma_group=language,  # γ adapts to each language's own acceptance
         ))
         if generation.finish_reason == "cancelled":
             return finish("", prompt.multiline, generation.stats, "cancelled")

@@ -539,3 +539,48 @@ def test_decoder_without_drafter_never_drafts(llama, tokenizer):
     dec = SpeculativeDecoder(llama, tokenizer, None, FixedGamma(4))
     g = generate(dec, "abc", max_new_tokens=5)
     assert g.stats.gammas == [0] * 5 and g.stats.drafted == 0
+
+
+# ------------------------------------------------------------------ cost-model γ and per-group policies
+
+
+def test_cost_model_gamma_follows_acceptance():
+    from decoder.gamma import CostModelGamma
+
+    policy = CostModelGamma(draft_cost=0.1, verify_cost=0.0, max_gamma=16, probe_after=4)
+    assert policy.next_gamma() > 0  # the prior (α 0.5) is worth drafting at c = 0.1
+    for _ in range(40):  # a draft that is always right: γ* grows to the cap region
+        policy.update(policy.next_gamma(), policy.next_gamma(), policy.next_gamma())
+    assert policy.alpha > 0.95 and policy.best_gamma() >= 10
+    for _ in range(150):  # then always wrong: γ* falls to 0, with a probe every 4 rounds
+        g = policy.next_gamma()
+        policy.update(g, g, 0)
+    assert policy.alpha < 0.1 and policy.best_gamma() == 0
+    seen = []
+    for _ in range(10):
+        g = policy.next_gamma()
+        seen.append(g)
+        policy.update(g, g, 0)
+    assert seen.count(1) >= 1 and seen.count(0) >= 6
+
+
+def test_cost_model_matches_the_closed_form():
+    """NOTES.md §3: with c = 0.1 and a free verify, α 0.6 -> γ* 3, 0.8 -> γ* 6, 0.9 -> γ* 10."""
+    from decoder.gamma import CostModelGamma
+
+    for alpha, want in ((0.6, 3), (0.8, 6), (0.9, 10)):
+        policy = CostModelGamma(draft_cost=0.1, verify_cost=0.0, max_gamma=32)
+        policy.accepted, policy.rejections = alpha, 1 - alpha
+        assert policy.best_gamma() == want
+
+
+def test_gamma_groups_adapt_separately(llama, tokenizer):
+    from decoder.drafts import ModelDrafter, derive_draft
+    from decoder.engine import DecodeOptions, SpeculativeDecoder
+    from decoder.gamma import HeuristicGamma
+
+    decoder = SpeculativeDecoder(llama, tokenizer, ModelDrafter(derive_draft(llama, [0])), HeuristicGamma(start=3))
+    decoder.generate("abc abc abc", DecodeOptions(max_new_tokens=8, gamma_group="python"))
+    assert set(decoder.group_gammas) == {"python"}
+    assert decoder.gamma.gamma == 3  # the template is untouched; "python" has its own copy
+    assert decoder.group_gammas["python"] is not decoder.gamma
