@@ -68,6 +68,30 @@ def build_draft(target, layers: list[int], init: str = "derived", vocab_ids: tor
     return draft.eval()
 
 
+def with_full_vocab_head(draft):
+    """The same draft with its sub-vocabulary head spread over the target's whole vocabulary.
+
+    For tools that read draft logits as target ids (HF assisted generation): ids outside the
+    sub-vocabulary get a logit of -1e9, so argmax and softmax are those of the sub-vocabulary head.
+    The copy shares every module but the head with `draft`.
+    """
+    if getattr(draft, "vocab_ids", None) is None:
+        return draft
+    head, ids = draft.lm_head, draft.vocab_ids
+    rows = draft.get_input_embeddings().num_embeddings
+    full = torch.nn.Linear(head.in_features, rows, bias=True, device=head.weight.device, dtype=head.weight.dtype)
+    with torch.no_grad():
+        full.weight.zero_()
+        full.weight[ids] = head.weight
+        full.bias.fill_(-1e9)
+        full.bias[ids] = 0.0
+    wide = copy.copy(draft)
+    wide._modules = dict(draft._modules)  # copy.copy shares the module dict; the head must be the copy's own
+    wide.lm_head = full.requires_grad_(False)
+    wide.vocab_ids = None
+    return wide
+
+
 def trainable_parameters(draft) -> dict[str, torch.nn.Parameter]:
     """The weights a trained draft owns: its decoder layers and final norm."""
     base = draft.base_model

@@ -1,8 +1,14 @@
-"""`specdec bench`: our AR, our speculative decoder and HF assisted generation on the same cases, in one run.
+"""`specdec bench`: our AR, our speculative decoder and HF's, on the same cases, in one run.
 
 Every method sees the same prompt ids and the same max_new_tokens, greedy. The methods run in a
 rotated order case by case, after a warm-up, so drift in machine speed hits them alike. Tokens/s
-is total tokens over total wall time per method, prefill included (what an editor waits for).
+is total tokens over total wall time per method, prefill included (what an editor waits for);
+for our own decoders it is also given without prefill, which both sides of a speedup share.
+
+Ours are named `ar` (the baseline: same engine, weights and cache, γ = 0), `spec` (the product)
+and `spec_*` / `ar_*` ablations, each one lever off. HF runs on the stock model: plain greedy
+and assisted generation with the same draft. After each case the product decoder is asked
+again with its first line accepted, as an editor would, against a cold decoder: prefix reuse.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import datetime
 import json
 import platform
+import statistics
 import time
 import uuid
 from collections import defaultdict
@@ -35,6 +42,16 @@ class Run:
 class CaseResult:
     case: Case
     runs: dict[str, Run] = field(default_factory=dict)
+    followup_ms: dict[str, float] = field(default_factory=dict)  # warm / cold: time to the first token
+
+
+@dataclass
+class Contenders:
+    """Our decoders by method name ("ar" and "spec" required), and HF's models (None: skip HF)."""
+
+    ours: dict[str, SpeculativeDecoder]
+    hf_target: object | None = None
+    hf_draft: object | None = None  # full-vocabulary draft for HF assisted; None: no assisted column
 
 
 def hf_generate(model, ids: list[int], max_new_tokens: int, **kwargs) -> list[int]:
@@ -52,32 +69,29 @@ def hf_generate(model, ids: list[int], max_new_tokens: int, **kwargs) -> list[in
 def assisted(target, draft, ids, max_new_tokens, gamma: int | None) -> list[int]:
     """HF assisted generation; gamma None is HF's default schedule (20 tokens, confidence threshold 0.4)."""
     config = draft.generation_config
-    config.num_assistant_tokens = gamma
-    config.num_assistant_tokens_schedule = None if gamma is None else "constant"
-    config.assistant_confidence_threshold = None if gamma is None else 0.0
+    config.num_assistant_tokens = 20 if gamma is None else gamma
+    config.num_assistant_tokens_schedule = "constant" if gamma is not None else "heuristic"
+    config.assistant_confidence_threshold = 0.0 if gamma is not None else 0.4
     return hf_generate(target, ids, max_new_tokens, assistant_model=draft)
 
 
-def build_methods(target, tokenizer, spec: SpeculativeDecoder, draft_model, max_new_tokens: int,
-                  hf_gammas: list[int], prompt_lookup: int | None, hf: bool):
-    ar = SpeculativeDecoder(target, tokenizer)  # same engine, γ = 0
-    options = DecodeOptions(max_new_tokens=max_new_tokens)
-    methods = {
-        "ar": lambda ids: _ours(ar, ids, options),
-        "spec": lambda ids: _ours(spec, ids, options),
-    }
-    # HF assisted reads draft logits as target ids, so it cannot run a sub-vocabulary draft head.
-    if hf and draft_model is not None and getattr(draft_model, "vocab_ids", None) is None:
-        methods["hf_assisted_default"] = lambda ids: _timed(assisted, target, draft_model, ids, max_new_tokens, None)
+def build_methods(contenders: Contenders, max_new_tokens: int, hf_gammas: list[int], prompt_lookup: int | None):
+    methods = {}
+    for name, decoder in contenders.ours.items():
+        methods[name] = lambda ids, group, decoder=decoder: _ours(decoder, ids, DecodeOptions(
+            max_new_tokens=max_new_tokens, gamma_group=group))
+    target, draft = contenders.hf_target, contenders.hf_draft
+    if target is not None and draft is not None:
+        methods["hf_assisted_default"] = lambda ids, group: _timed(assisted, target, draft, ids, max_new_tokens, None)
         for g in hf_gammas:
             methods[f"hf_assisted_const{g}"] = (
-                lambda ids, g=g: _timed(assisted, target, draft_model, ids, max_new_tokens, g))
-    if hf:
-        methods["hf_greedy"] = lambda ids: _timed(hf_generate, target, ids, max_new_tokens)
-    if hf and prompt_lookup:
-        methods["hf_prompt_lookup"] = lambda ids: _timed(
-            hf_generate, target, ids, max_new_tokens, prompt_lookup_num_tokens=prompt_lookup)
-    return ar, methods
+                lambda ids, group, g=g: _timed(assisted, target, draft, ids, max_new_tokens, g))
+    if target is not None:
+        methods["hf_greedy"] = lambda ids, group: _timed(hf_generate, target, ids, max_new_tokens)
+        if prompt_lookup:
+            methods["hf_prompt_lookup"] = lambda ids, group: _timed(
+                hf_generate, target, ids, max_new_tokens, prompt_lookup_num_tokens=prompt_lookup)
+    return methods
 
 
 def _ours(decoder: SpeculativeDecoder, ids, options) -> Run:
@@ -92,36 +106,74 @@ def _timed(fn, *args, **kwargs) -> Run:
     return Run(tokens, time.perf_counter() - start)
 
 
-def run_bench(cases: list[Case], target, tokenizer, spec: SpeculativeDecoder, draft_model, *,
-              max_new_tokens: int, max_prompt_tokens: int, hf_gammas: list[int], prompt_lookup: int | None,
-              hf: bool = True, progress=None) -> list[CaseResult]:
-    ar, methods = build_methods(target, tokenizer, spec, draft_model, max_new_tokens, hf_gammas, prompt_lookup, hf)
+def _followup(spec: SpeculativeDecoder, ids: list[int], accepted: list[int]) -> dict[str, float]:
+    """Time to the first token when the user took the completion's first tokens and asks again:
+    the product decoder (its cache holds this case) against a cold one on the same models."""
+    cold = SpeculativeDecoder(spec.target, spec.tokenizer)
+    out = {}
+    for name, decoder in (("warm", spec), ("cold", cold)):
+        generation = decoder.generate(ids + accepted, DecodeOptions(max_new_tokens=1))
+        out[name] = generation.stats.total_ms
+        out[f"{name}_prefilled_tokens"] = generation.stats.prompt_tokens - generation.stats.prompt_reused_tokens
+    return out
+
+
+def run_bench(cases: list[Case], contenders: Contenders, *, max_new_tokens: int, max_prompt_tokens: int,
+              hf_gammas: list[int] = (), prompt_lookup: int | None = None, progress=None) -> list[CaseResult]:
+    methods = build_methods(contenders, max_new_tokens, list(hf_gammas), prompt_lookup)
     names = list(methods)
+    ar, spec = contenders.ours["ar"], contenders.ours["spec"]
     prompts = [ar.fit_prompt(ar.encode(c.prefix), max_new_tokens, max_prompt_tokens)[0] for c in cases]
     for name in names:  # warm-up: allocator, kernels, thread pools
-        methods[name](prompts[0][-64:])
+        methods[name](prompts[0][-64:], "warm-up")
     results = []
     for i, (case, ids) in enumerate(zip(cases, prompts)):
         result = CaseResult(case)
         for name in names[i % len(names):] + names[: i % len(names)]:
-            result.runs[name] = methods[name](ids)
+            result.runs[name] = methods[name](ids, case.language)
+        result.followup_ms = _followup(spec, ids, result.runs["spec"].tokens[:8])
         results.append(result)
         if progress:
             progress(result)
     return results
 
 
+def memory_bandwidth_gbs(megabytes: int = 512, repeats: int = 5) -> float:
+    """Read bandwidth of this machine as torch sees it: the median time to sum a large buffer."""
+    buffer = torch.ones(megabytes * 2**20 // 4)
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        buffer.sum()
+        times.append(time.perf_counter() - start)
+    return buffer.numel() * 4 / statistics.median(times[1:]) / 1e9
+
+
+def weight_bytes_per_token(model) -> int:
+    """Bytes of weights one decode step reads: every parameter, except an untied input embedding
+    (a step reads one row of it). A tied embedding is read whole, as the head."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights count once
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    if head is None or getattr(head, "weight", None) is not embedding:
+        total -= embedding.numel() * embedding.element_size()
+    return total
+
+
 def summarize(results: list[CaseResult], tokenizer=None) -> dict:
-    """The bench JSON's `overall` and `languages` rows, from per-case runs."""
-    assisted_names = [n for n in results[0].runs if n.startswith("hf_assisted")]
+    """The bench JSON's `overall`, `languages` and `methods` rows, from per-case runs."""
+    names = list(results[0].runs)
+    assisted_names = [n for n in names if n.startswith("hf_assisted")]
     groups: dict[str, list[CaseResult]] = defaultdict(list)
     for r in results:
         groups[r.case.language].append(r)
 
-    def tps(rows, name):
+    def tps(rows, name, decode_only=False):
         tokens = sum(len(r.runs[name].tokens) for r in rows)
         seconds = sum(r.runs[name].seconds for r in rows)
-        return tokens / seconds if seconds else 0.0
+        if decode_only:
+            seconds -= sum(r.runs[name].stats.prefill_ms for r in rows) / 1000
+        return tokens / seconds if seconds > 0 else 0.0
 
     best_assisted = max(assisted_names, key=lambda n: tps(results, n)) if assisted_names else None
 
@@ -131,28 +183,52 @@ def summarize(results: list[CaseResult], tokenizer=None) -> dict:
         rejected = sum(s.rejected_rounds for s in stats)
         drafting_rounds = sum(sum(s.accepted_histogram) for s in stats)
         ar, spec = tps(rows, "ar"), tps(rows, "spec")
-        out = {
+        assisted = tps(rows, best_assisted) if best_assisted else None
+        return {
             "ar_tokens_per_s": ar,
             "spec_tokens_per_s": spec,
-            "assisted_tokens_per_s": tps(rows, best_assisted) if best_assisted else None,
+            "assisted_tokens_per_s": assisted,
+            "hf_greedy_tokens_per_s": tps(rows, "hf_greedy") if "hf_greedy" in names else None,
             "speedup_vs_ar": spec / ar if ar else None,
-            "speedup_vs_assisted": spec / tps(rows, best_assisted) if best_assisted else None,
+            "decode_speedup_vs_ar": tps(rows, "spec", True) / tps(rows, "ar", True),
+            "speedup_vs_assisted": spec / assisted if assisted else None,
             "alpha": accepted / (accepted + rejected) if accepted + rejected else None,
             "mean_accepted": accepted / drafting_rounds if drafting_rounds else None,
-            "identical_to_ar": all(r.runs["spec"].tokens == r.runs["ar"].tokens for r in rows),
+            "lookup_share": sum(s.lookup_accepted for s in stats) / accepted if accepted else None,
+            "identical_to_ar": all(r.runs[n].tokens == r.runs["ar"].tokens for r in rows for n in names
+                                   if n.startswith(("spec", "ar_"))),
             "drafted_per_token": sum(s.drafted for s in stats) / max(1, sum(s.new_tokens for s in stats)),
             "next_line_exact": sum(_next_line_exact(r, tokenizer) for r in rows) / len(rows) if tokenizer else None,
             "cases": len(rows),
         }
-        for name in rows[0].runs:
-            if name not in ("ar", "spec"):
-                out[f"{name}_tokens_per_s"] = tps(rows, name)
-        return out
 
+    languages = {lang: row(rows) for lang, rows in sorted(groups.items())}
+    code = [v for lang, v in languages.items() if lang != "nl"] or list(languages.values())
+    methods = {}
+    for name in names:
+        ours = results[0].runs[name].stats is not None
+        methods[name] = {
+            "tokens_per_s": tps(results, name),
+            "decode_tokens_per_s": tps(results, name, True) if ours else None,
+            "vs_ar": tps(results, name) / tps(results, "ar"),
+            "identical_to_ar": all(r.runs[name].tokens == r.runs["ar"].tokens for r in results),
+        }
+    followups = [r.followup_ms for r in results if r.followup_ms]
     return {
         "assisted_method": best_assisted,
         "overall": row(results),
-        "languages": {lang: row(rows) for lang, rows in sorted(groups.items())},
+        "median_over_languages": {
+            key: statistics.median(v[key] for v in code)
+            for key in ("speedup_vs_ar", "decode_speedup_vs_ar", "speedup_vs_assisted") if code[0][key] is not None
+        },
+        "min_over_languages": {"speedup_vs_ar": min(v["speedup_vs_ar"] for v in code),
+                               "decode_speedup_vs_ar": min(v["decode_speedup_vs_ar"] for v in code)},
+        "languages": languages,
+        "methods": methods,
+        "followup": {
+            key: statistics.median(f[key] for f in followups)
+            for key in ("warm", "cold", "warm_prefilled_tokens", "cold_prefilled_tokens")
+        } if followups else None,
     }
 
 
@@ -163,23 +239,35 @@ def _next_line_exact(result: CaseResult, tokenizer) -> bool:
     return bool(expected) and text.split("\n", 1)[0].strip() == expected
 
 
-def report(results, tokenizer, *, device, dtype, target, draft, gamma, max_new_tokens) -> dict:
+def report(results, tokenizer, *, device, dtype, target, draft, gamma, max_new_tokens,
+           bandwidth_gbs: float | None = None, weight_bytes: int | None = None, methods_doc=None) -> dict:
     summary = summarize(results, tokenizer)
+    bound = None
+    if bandwidth_gbs and weight_bytes:
+        ar_decode = summary["methods"]["ar"]["decode_tokens_per_s"]
+        bound = {"bandwidth_gb_per_s": bandwidth_gbs, "weight_bytes_per_token": weight_bytes,
+                 "bound_tokens_per_s": bandwidth_gbs * 1e9 / weight_bytes,
+                 "ar_decode_tokens_per_s": ar_decode,
+                 "ar_fraction_of_bound": ar_decode * weight_bytes / (bandwidth_gbs * 1e9)}
     return {
         "device": device,
         "dtype": dtype,
-        "host": f"{platform.machine()} {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "host": f"{platform.processor() or platform.machine()} {torch.get_num_threads()} threads, "
+                f"torch {torch.__version__}",
         "date": datetime.date.today().isoformat(),
         "target": target,
         "draft": draft,
         "gamma": gamma,
         "max_new_tokens": max_new_tokens,
         "cases": len(results),
+        "methods_doc": methods_doc or {},
+        "bandwidth_bound": bound,
         **summary,
         "per_case": [
             {"id": r.case.id, "language": r.case.language, "next_line_exact": _next_line_exact(r, tokenizer),
              **{f"{name}_tokens": len(run.tokens) for name, run in r.runs.items()},
              **{f"{name}_s": round(run.seconds, 4) for name, run in r.runs.items()},
+             "followup_ms": r.followup_ms,
              "spec_stats": r.runs["spec"].stats.to_dict()}
             for r in results
         ],
@@ -187,11 +275,11 @@ def report(results, tokenizer, *, device, dtype, target, draft, gamma, max_new_t
 
 
 def format_table(data: dict) -> str:
-    cols = [("lang", 11), ("n", 3), ("AR t/s", 8), ("spec t/s", 9), ("HF asst", 8), ("xAR", 6), ("xHF", 6),
-            ("alpha", 6), ("acc/rd", 6), ("same", 5), ("nl-em", 6)]
-    lines = [f"device={data['device']} dtype={data['dtype']} target={data['target']} draft={data['draft']} "
-             f"gamma={data['gamma']} max_new_tokens={data['max_new_tokens']} cases={data['cases']} "
-             f"assisted={data['assisted_method']}",
+    cols = [("lang", 11), ("n", 3), ("AR t/s", 8), ("spec t/s", 9), ("xAR", 6), ("xAR dec", 8), ("HF asst", 8),
+            ("xHF", 6), ("HF grdy", 8), ("alpha", 6), ("acc/rd", 6), ("lookup", 6), ("same", 5)]
+    lines = [f"device={data['device']} dtype={data['dtype']} host={data['host']} date={data['date']}",
+             f"target={data['target']} draft={data['draft']} gamma={data['gamma']} "
+             f"max_new_tokens={data['max_new_tokens']} cases={data['cases']} assisted={data['assisted_method']}",
              " ".join(name.rjust(w) for name, w in cols)]
 
     def fmt(value, width, digits=2):
@@ -205,11 +293,28 @@ def format_table(data: dict) -> str:
     for name, r in rows:
         lines.append(" ".join([
             name.rjust(11), str(r["cases"]).rjust(3), fmt(r["ar_tokens_per_s"], 8, 1), fmt(r["spec_tokens_per_s"], 9, 1),
-            fmt(r["assisted_tokens_per_s"], 8, 1), fmt(r["speedup_vs_ar"], 6), fmt(r["speedup_vs_assisted"], 6),
-            fmt(r["alpha"], 6), fmt(r["mean_accepted"], 6), fmt(r["identical_to_ar"], 5), fmt(r["next_line_exact"], 6),
+            fmt(r["speedup_vs_ar"], 6), fmt(r["decode_speedup_vs_ar"], 8), fmt(r["assisted_tokens_per_s"], 8, 1),
+            fmt(r["speedup_vs_assisted"], 6), fmt(r["hf_greedy_tokens_per_s"], 8, 1), fmt(r["alpha"], 6),
+            fmt(r["mean_accepted"], 6), fmt(r["lookup_share"], 6), fmt(r["identical_to_ar"], 5),
         ]))
-    extra = {k: v for k, v in data["overall"].items() if k.endswith("_tokens_per_s") and k.startswith("hf_")}
-    lines.append("other methods, overall tokens/s: " + ", ".join(f"{k.removesuffix('_tokens_per_s')}={v:.1f}" for k, v in extra.items()))
+    med, low = data["median_over_languages"], data["min_over_languages"]
+    lines.append("median over code languages: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items())
+                 + f"; slowest language: {low['speedup_vs_ar']:.2f}x end to end, {low['decode_speedup_vs_ar']:.2f}x decode")
+    lines.append("")
+    lines.append(f"{'method':>22} {'t/s':>7} {'dec t/s':>8} {'vs ar':>6} {'same':>5}  what")
+    for name, m in data["methods"].items():
+        lines.append(f"{name:>22} {m['tokens_per_s']:7.1f} {fmt(m['decode_tokens_per_s'], 8, 1)} "
+                     f"{m['vs_ar']:6.2f} {fmt(m['identical_to_ar'], 5)}  {data['methods_doc'].get(name, '')}")
+    if data.get("bandwidth_bound"):
+        b = data["bandwidth_bound"]
+        lines.append(f"{'bandwidth bound':>22} {b['bound_tokens_per_s']:7.1f} {'':8} {'':6} {'':5}  "
+                     f"{b['weight_bytes_per_token'] / 1e6:.0f} MB of weights per token at {b['bandwidth_gb_per_s']:.1f} GB/s; "
+                     f"our AR decodes at {b['ar_fraction_of_bound']:.2f} of it")
+    if data.get("followup"):
+        f = data["followup"]
+        lines.append(f"follow-up request (first 8 tokens accepted), median time to first token: "
+                     f"warm {f['warm']:.0f} ms ({f['warm_prefilled_tokens']:.0f} tokens prefilled) vs "
+                     f"cold {f['cold']:.0f} ms ({f['cold_prefilled_tokens']:.0f})")
     return "\n".join(lines)
 
 

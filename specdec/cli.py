@@ -21,19 +21,22 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="packaged alias, local directory or HF id")
     p.add_argument("--draft", default=DEFAULT_DRAFT,
                    help="'auto' (the shipped trained draft for the target, else layers:0,1), 'layers:0,1' "
-                        "(derived from the target), 'ngram', 'none', a trained-draft folder, or a model spec")
+                        "(derived from the target), 'ngram', 'none', a trained-draft folder, or a model spec; "
+                        "'ngram+' before a model draft adds prompt lookup (the default)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
-    p.add_argument("--gamma", default="heuristic", help="an integer >= 0 (fixed) or heuristic[:START:MAX]")
+    p.add_argument("--gamma", default="heuristic", help="an integer >= 0 (fixed), heuristic[:START:MAX] or cost[:C:V] (cost model)")
     p.add_argument("--draft-confidence", type=float, default=0.0,
                    help="stop drafting when the draft's top probability falls below this")
+    p.add_argument("--no-pack", action="store_true",
+                   help="keep the stock nn.Linear weights on the CPU (no oneDNN packing, decoder/kernels.py)")
 
 
 def _load(args):
     from decoder.loader import load_decoder
 
     loaded = load_decoder(args.target, args.draft, device=args.device, dtype=args.dtype, gamma=args.gamma,
-                          draft_confidence=args.draft_confidence, pack=not getattr(args, "no_pack", False))
+                          draft_confidence=args.draft_confidence, pack=not args.no_pack)
     return loaded.target, loaded.tokenizer, loaded.draft_model, loaded.decoder
 
 
@@ -79,24 +82,34 @@ def cmd_cases(args) -> int:
 def cmd_bench(args) -> int:
     from tqdm import tqdm
 
-    from .bench import format_table, report, run_bench, write_json
+    from decoder.drafts import build_drafter, draft_label
+    from decoder.models import load_model
+    from decoder.trained_draft import with_full_vocab_head
+
+    from .bench import (Contenders, format_table, memory_bandwidth_gbs, report, run_bench, weight_bytes_per_token,
+                        write_json)
     from .cases import read_cases
 
     cases = read_cases(args.cases)
     if args.limit:
         cases = cases[: args.limit]
     target, tokenizer, draft_model, decoder = _load(args)
+    # The stock model, as HF users run it (no packed kernels): HF's columns, the unpacked ablation, the bound.
+    stock, _ = load_model(args.target, device=args.device, dtype=args.dtype)
+    stock_drafter, stock_draft = build_drafter(args.draft, stock, tokenizer, device=args.device, dtype=args.dtype)
+    contenders, doc = _bench_contenders(args, target, tokenizer, decoder, stock, stock_drafter)
+    if not args.no_hf:
+        contenders.hf_target = stock
+        contenders.hf_draft = with_full_vocab_head(stock_draft) if stock_draft is not None else None
     bar = tqdm(total=len(cases), desc="bench", unit="case")
     results = run_bench(
-        cases, target, tokenizer, decoder, draft_model,
-        max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
+        cases, contenders, max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
         hf_gammas=[int(g) for g in args.hf_gammas.split(",") if g], prompt_lookup=args.prompt_lookup or None,
-        hf=not args.no_hf, progress=lambda r: bar.update(1),
+        progress=lambda r: bar.update(1),
     )
     bar.close()
     device = _device_name(target)
     if args.events:
-        from decoder.drafts import draft_label
         from telemetry.log import EventLog
 
         from .bench import bench_events
@@ -106,7 +119,8 @@ def cmd_bench(args) -> int:
                                       gamma=args.gamma, max_new_tokens=args.max_new_tokens):
                 log.write(event)
     data = report(results, tokenizer, device=device, dtype=str(target.dtype).replace("torch.", ""),
-                  target=args.target, draft=args.draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens)
+                  target=args.target, draft=args.draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                  bandwidth_gbs=memory_bandwidth_gbs(), weight_bytes=weight_bytes_per_token(stock), methods_doc=doc)
     table = format_table(data)
     print(table)
     if args.json:
@@ -114,6 +128,45 @@ def cmd_bench(args) -> int:
         with open(os.path.splitext(args.json)[0] + ".txt", "w") as f:
             f.write(table + "\n")
     return 0
+
+
+def _bench_contenders(args, target, tokenizer, decoder, stock, stock_drafter):
+    """Our AR and product decoder, and with --ablations one decoder per lever turned off."""
+    from decoder.drafts import HybridDrafter, ModelDrafter
+    from decoder.engine import SpeculativeDecoder
+    from decoder.gamma import parse_gamma_policy
+
+    from .bench import Contenders
+
+    packed = "oneDNN-packed" if not args.no_pack else "plain"
+    ours = {"ar": SpeculativeDecoder(target, tokenizer), "spec": decoder}
+    doc = {"ar": f"our AR baseline: same engine, {packed} weights and cache, γ=0",
+           "spec": f"our speculative decoder: draft {args.draft}, γ {args.gamma}, {packed} weights"}
+    if not args.ablations:
+        return Contenders(ours), doc
+
+    def same_drafter(drafter):  # a drafter of its own (drafters hold a cache) over the same draft model
+        if isinstance(drafter, HybridDrafter):
+            return HybridDrafter(ModelDrafter(drafter.model.model))
+        return ModelDrafter(drafter.model) if isinstance(drafter, ModelDrafter) else type(drafter)()
+
+    drafter = decoder.drafter
+    if isinstance(drafter, HybridDrafter):
+        ours["spec_no_lookup"] = SpeculativeDecoder(target, tokenizer, ModelDrafter(drafter.model.model),
+                                                    parse_gamma_policy(args.gamma))
+        doc["spec_no_lookup"] = "lever off: the hybrid's n-gram lookup (model draft only)"
+    if drafter is not None:
+        for gamma in [g for g in args.compare_gammas.split(",") if g and g != args.gamma]:
+            ours[f"spec_gamma_{gamma}"] = SpeculativeDecoder(target, tokenizer, same_drafter(drafter),
+                                                             parse_gamma_policy(gamma))
+            doc[f"spec_gamma_{gamma}"] = f"γ policy {gamma} instead of {args.gamma}"
+    if not args.no_pack:
+        ours["ar_unpacked"] = SpeculativeDecoder(stock, tokenizer)
+        doc["ar_unpacked"] = "lever off: packed weights (AR on the stock nn.Linear / MKL path)"
+        if stock_drafter is not None:
+            ours["spec_unpacked"] = SpeculativeDecoder(stock, tokenizer, stock_drafter, parse_gamma_policy(args.gamma))
+            doc["spec_unpacked"] = "lever off: packed weights (speculative on the stock path)"
+    return Contenders(ours), doc
 
 
 def _device_name(model) -> str:
@@ -275,8 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-prompt-tokens", type=int, default=1024)
     p.add_argument("--json")
     p.add_argument("--limit", type=int, help="use only the first N cases")
-    p.add_argument("--hf-gammas", default="1,2,4", help="constant γ values to try for HF assisted")
-    p.add_argument("--no-hf", action="store_true", help="time only our AR and speculative decoder")
+    p.add_argument("--hf-gammas", default="1", help="constant γ values to try for HF assisted (besides its default)")
+    p.add_argument("--no-hf", action="store_true", help="time only our decoders")
+    p.add_argument("--ablations", action="store_true", help="also time our decoder with each lever turned off")
+    p.add_argument("--compare-gammas", default="heuristic,cost", help="γ policies for the ablation rows")
     p.add_argument("--prompt-lookup", type=int, default=0, help="also time HF prompt lookup with this many tokens")
     p.add_argument("--events", help="also append one completion event per case for AR and spec (JSONL)")
     _model_args(p)

@@ -3,10 +3,10 @@
 import json
 
 from conftest import tiny_llama
-from decoder.drafts import ModelDrafter, derive_draft
+from decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
 from decoder.engine import SpeculativeDecoder
 from decoder.gamma import FixedGamma
-from specdec.bench import format_table, report, run_bench
+from specdec.bench import Contenders, format_table, report, run_bench, weight_bytes_per_token
 from specdec.cases import Case, read_cases, write_cases
 
 
@@ -27,24 +27,56 @@ def test_cases_round_trip_and_cursor(tmp_path):
 def test_bench_runs_all_methods_and_reports(tokenizer):
     target = tiny_llama(seed=3)
     draft = derive_draft(target, [0])
-    spec = SpeculativeDecoder(target, tokenizer, ModelDrafter(draft), FixedGamma(2))
-    results = run_bench(_cases(), target, tokenizer, spec, draft, max_new_tokens=8, max_prompt_tokens=64,
+    ours = {"ar": SpeculativeDecoder(target, tokenizer),
+            "spec": SpeculativeDecoder(target, tokenizer, ModelDrafter(draft), FixedGamma(2)),
+            "spec_hybrid": SpeculativeDecoder(target, tokenizer, HybridDrafter(ModelDrafter(draft)), FixedGamma(2))}
+    results = run_bench(_cases(), Contenders(ours, target, draft), max_new_tokens=8, max_prompt_tokens=64,
                         hf_gammas=[1], prompt_lookup=2)
     data = report(results, tokenizer, device="cpu", dtype="float32", target="tiny", draft="layers:0",
-                  gamma="2", max_new_tokens=8)
-    assert set(results[0].runs) == {"ar", "spec", "hf_assisted_default", "hf_assisted_const1",
+                  gamma="2", max_new_tokens=8, bandwidth_gbs=10.0, weight_bytes=weight_bytes_per_token(target))
+    assert set(results[0].runs) == {"ar", "spec", "spec_hybrid", "hf_assisted_default", "hf_assisted_const1",
                                     "hf_greedy", "hf_prompt_lookup"}
     overall = data["overall"]
     # greedy speculative decoding reproduces AR, and AR reproduces HF greedy
     assert overall["identical_to_ar"] is True
-    for r in results:
-        assert r.runs["ar"].tokens == r.runs["hf_greedy"].tokens
+    assert all(m["identical_to_ar"] for m in data["methods"].values())
     assert set(data["languages"]) == {"python", "rust"}
     assert overall["speedup_vs_ar"] == overall["spec_tokens_per_s"] / overall["ar_tokens_per_s"]
     assert data["assisted_method"] in ("hf_assisted_default", "hf_assisted_const1")
+    assert data["methods"]["hf_greedy"]["decode_tokens_per_s"] is None  # HF reports no prefill time
+    assert data["methods"]["spec"]["decode_tokens_per_s"] > data["methods"]["spec"]["tokens_per_s"]
+    # the follow-up request of each case reuses the prefix the product decoder holds
+    for r in results:
+        assert r.followup_ms["warm_prefilled_tokens"] < r.followup_ms["cold_prefilled_tokens"]
+    bound = data["bandwidth_bound"]
+    assert bound["bound_tokens_per_s"] == 10.0e9 / bound["weight_bytes_per_token"]
     json.dumps(data)  # the report is plain JSON
     table = format_table(data)
-    assert "OVERALL" in table and "python" in table
+    assert "OVERALL" in table and "python" in table and "bandwidth bound" in table and "spec_hybrid" in table
+
+
+def test_weight_bytes_count_a_tied_head_once(tokenizer):
+    tied = tiny_llama(seed=3)
+    params = sum(p.numel() for p in tied.parameters()) * 4
+    embedding = tied.get_input_embeddings().weight.numel() * 4
+    tied_head = tied.get_output_embeddings().weight is tied.get_input_embeddings().weight
+    assert weight_bytes_per_token(tied) == (params if tied_head else params - embedding)
+
+
+def test_full_vocab_head_proposes_what_the_sub_vocab_head_does(tokenizer):
+    import torch
+
+    from decoder.trained_draft import build_draft, with_full_vocab_head
+
+    target = tiny_llama(seed=3)
+    sub = build_draft(target, [0], vocab_ids=torch.arange(0, 200, 3))
+    wide = with_full_vocab_head(sub)
+    assert sub.lm_head is not wide.lm_head and sub.vocab_ids is not None and wide.vocab_ids is None
+    ids = torch.randint(3, 200, (1, 30))
+    with torch.inference_mode():
+        narrow, full = sub(ids).logits[0], wide(ids).logits[0]
+    assert torch.equal(sub.vocab_ids[narrow.argmax(-1)], full.argmax(-1))
+    torch.testing.assert_close(full[:, sub.vocab_ids], narrow)
 
 
 def test_next_line_quality_scores_each_language(tokenizer):

@@ -6,7 +6,7 @@ from conftest import tiny_llama
 from decoder.drafts import ModelDrafter, derive_draft
 from decoder.engine import SpeculativeDecoder
 from decoder.gamma import FixedGamma
-from specdec.bench import bench_events, run_bench
+from specdec.bench import Contenders, bench_events, run_bench
 from specdec.cases import Case
 from specdec.sweep import grid_settings, run_sweep
 from telemetry.log import EventLog
@@ -45,8 +45,8 @@ def test_bench_writes_one_event_per_case_per_method(tokenizer, tmp_path):
     target = tiny_llama(seed=3)
     draft = derive_draft(target, [0])
     spec = SpeculativeDecoder(target, tokenizer, ModelDrafter(draft), FixedGamma(2))
-    results = run_bench(CASES, target, tokenizer, spec, draft, max_new_tokens=5, max_prompt_tokens=64,
-                        hf_gammas=[], prompt_lookup=None, hf=False)
+    ours = {"ar": SpeculativeDecoder(target, tokenizer), "spec": spec}
+    results = run_bench(CASES, Contenders(ours), max_new_tokens=5, max_prompt_tokens=64)
     events = bench_events(results, target="tiny", draft="layers:0", device="cpu", gamma="2", max_new_tokens=5)
     assert [(e.case_id, e.draft, e.settings["gamma"]) for e in events] == [
         ("py-0", "none", "0"), ("py-0", "layers:0", "2"), ("rs-0", "none", "0"), ("rs-0", "layers:0", "2")]
