@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import AutoModelForCausalLM
+from transformers.cache_utils import Cache
 
+from .kv_cache import new_cache
 from .sampling import SamplingParams, probabilities
 
 # Trained drafts that ship with the package, one folder each (see its README.md model card).
@@ -29,7 +31,7 @@ class Proposal:
     lookup: bool = False  # copied from the context, not drafted by a model: says nothing about the γ to draft
 
 
-def forward_logits(model, cache: DynamicCache, ids: list[int], keep: int) -> torch.Tensor:
+def forward_logits(model, cache: Cache, ids: list[int], keep: int) -> torch.Tensor:
     """One forward pass that appends `ids` to `cache`; returns logits for the last `keep` positions."""
     device = model.device
     out = model(
@@ -39,12 +41,6 @@ def forward_logits(model, cache: DynamicCache, ids: list[int], keep: int) -> tor
         logits_to_keep=keep,
     )
     return out.logits[0, -keep:]
-
-
-def new_cache() -> DynamicCache:
-    # No config on purpose: every layer keeps its full history, so `crop` can always roll back,
-    # sliding-window layers included (their window is applied by the attention mask).
-    return DynamicCache()
 
 
 class ModelDrafter:

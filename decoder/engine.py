@@ -22,7 +22,8 @@ from typing import Callable, Protocol
 
 import torch
 
-from .drafts import Proposal, forward_logits, new_cache
+from .drafts import Proposal, forward_logits
+from .kv_cache import new_cache
 from .gamma import FixedGamma, HeuristicGamma
 from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, sample
 from .stats import GenerationStats
@@ -218,8 +219,10 @@ class SpeculativeDecoder:
             target_cache.crop(n - k)
         if self.drafter is not None:
             self.drafter.rollback(len(committed) + n)
-            # a lookup hit says nothing of how far the model draft would have matched
-            policy.update(gamma, 0, 0) if proposal.lookup else policy.update(gamma, k, n)
+            if proposal.lookup:  # a copy from the context says nothing of how far the model draft would match
+                policy.update(gamma, 0, 0)
+            else:
+                policy.update(gamma, k, n)
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += _ms(t1)
         stats.record_round(k, n, proposal.lookup)

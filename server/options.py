@@ -34,7 +34,7 @@ class ServerOptions:
     draft: str = DEFAULT_DRAFT  # ngram+auto (lookup, then the shipped trained draft), auto, layers:0,1, ngram, none, a folder or a model spec
     device: str = "auto"
     dtype: str = "auto"
-    gamma: str = "heuristic"  # an integer >= 0 or heuristic[:START:MAX]
+    gamma: str = "heuristic"  # an integer >= 0, heuristic[:START:MAX] or cost[:C:V]
     draft_confidence: float = 0.0
     max_tokens_single_line: int = 32
     max_tokens_multi_line: int = 128

@@ -246,21 +246,31 @@ def cmd_stepcost(args) -> int:
     from .bench import write_json
     from .stepcost import step_costs
 
+    from transformers import DynamicCache
+
+    from decoder.kernels import pack_linear_weights
+
     prompt_text = open(args.prompt_file, encoding="utf-8").read()
     rows = {}
     for dtype in args.dtypes.split(","):
         model, tokenizer = load_model(args.target, device=args.device, dtype=dtype)
         prompt = tokenizer(prompt_text)["input_ids"][: args.prompt_tokens]
         rows[dtype] = step_costs(model, prompt)
+        if pack_linear_weights(model):
+            rows[f"{dtype}+packed"] = step_costs(model, prompt)
+            # the cache lever: HF's DynamicCache (torch.cat per step) instead of decoder/kv_cache.py
+            rows[f"{dtype}+packed+hf-cache"] = step_costs(model, prompt, cache_factory=DynamicCache)
         del model
     keys = list(next(iter(rows.values())))
-    print(f"target={args.target} device={args.device} prompt_tokens={args.prompt_tokens} (median ms; ratios to 1 token)")
-    print("dtype".ljust(10) + "".join(k.rjust(15) for k in keys))
-    for dtype, row in rows.items():
-        print(dtype.ljust(10) + "".join(f"{row[k]:15.2f}" for k in keys))
+    threads = f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"
+    print(f"target={args.target} device={args.device} prompt_tokens={args.prompt_tokens} {threads} "
+          "(median ms; ratios to 1 token)")
+    print("weights".ljust(22) + "".join(k.rjust(15) for k in keys))
+    for name, row in rows.items():
+        print(name.ljust(22) + "".join(f"{row[k]:15.2f}" for k in keys))
     if args.json:
         write_json({"target": args.target, "device": args.device, "prompt_tokens": args.prompt_tokens,
-                    "threads": torch.get_num_threads(), "dtypes": rows}, args.json)
+                    "threads": threads, "weights": rows}, args.json)
     return 0
 
 
@@ -372,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("stepcost", help="median cost of target/draft forward passes by dtype and width")
     p.add_argument("--target", default=DEFAULT_TARGET)
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="each also packed where decoder/kernels.py can")
     p.add_argument("--prompt-file", default=__file__)
     p.add_argument("--prompt-tokens", type=int, default=300)
     p.add_argument("--json")
@@ -404,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in manifests and model cards
-    torch.set_num_threads(os.cpu_count() or 1)
+    if not os.environ.get("OMP_NUM_THREADS"):  # one thread per core unless told otherwise
+        torch.set_num_threads(os.cpu_count() or 1)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -12,11 +12,12 @@ import time
 
 import torch
 
-from decoder.drafts import derive_draft, forward_logits, new_cache
+from decoder.drafts import derive_draft, forward_logits
+from decoder.kv_cache import new_cache
 
 
-def _prefilled(model, prompt: list[int]):
-    cache = new_cache()
+def _prefilled(model, prompt: list[int], cache_factory=new_cache):
+    cache = cache_factory()
     forward_logits(model, cache, prompt, keep=1)
     return cache
 
@@ -33,11 +34,13 @@ def _median_ms(model, cache, feed: list[int], repeats: int) -> float:
 
 
 @torch.inference_mode()
-def step_costs(model, prompt: list[int], widths=(1, 2, 3, 5, 9), draft_layers=(0, 1), repeats: int = 7) -> dict:
-    cache = _prefilled(model, prompt)
+def step_costs(model, prompt: list[int], widths=(1, 2, 3, 5, 9), draft_layers=(0, 1), repeats: int = 7,
+               cache_factory=new_cache) -> dict:
+    """Median ms per forward of each width, with the decoder's cache unless `cache_factory` says otherwise."""
+    cache = _prefilled(model, prompt, cache_factory)
     row = {f"target_{w}_ms": _median_ms(model, cache, prompt[-w:], repeats) for w in widths}
     draft = derive_draft(model, list(draft_layers))
-    row["draft_1_ms"] = _median_ms(draft, _prefilled(draft, prompt), prompt[-1:], repeats)
+    row["draft_1_ms"] = _median_ms(draft, _prefilled(draft, prompt, cache_factory), prompt[-1:], repeats)
     one = row["target_1_ms"]
     row.update({f"verify_{w}_ratio": row[f"target_{w}_ms"] / one for w in widths if w > 1})
     row["c"] = row["draft_1_ms"] / one

@@ -31,11 +31,14 @@ class CompletionEvent:
     multiline: bool = False
     prompt_tokens: int = 0
     prompt_truncated_tokens: int = 0
+    prompt_reused_tokens: int = 0  # already in the decoder's cache from the previous request
     generated_tokens: int = 0
     drafted: int = 0
     accepted: int = 0
     rounds: int = 0
     rejected_rounds: int = 0
+    lookup_drafted: int = 0  # of drafted/accepted, tokens copied from the context (hybrid draft)
+    lookup_accepted: int = 0
     gammas: list[int] = field(default_factory=list)  # drafts proposed per round
     accepted_histogram: list[int] = field(default_factory=list)  # [n] = drafting rounds that accepted n
     draft_ms: float = 0.0

@@ -21,8 +21,9 @@ from .log import rotated_paths
 COLUMNS = {
     "schema": "INTEGER", "record": "VARCHAR", "time": "DOUBLE", "request_id": "VARCHAR",
     "language": "VARCHAR", "trigger": "VARCHAR", "multiline": "BOOLEAN",
-    "prompt_tokens": "BIGINT", "prompt_truncated_tokens": "BIGINT", "generated_tokens": "BIGINT",
-    "drafted": "BIGINT", "accepted": "BIGINT", "rounds": "BIGINT", "rejected_rounds": "BIGINT",
+    "prompt_tokens": "BIGINT", "prompt_truncated_tokens": "BIGINT", "prompt_reused_tokens": "BIGINT",
+    "generated_tokens": "BIGINT", "drafted": "BIGINT", "accepted": "BIGINT", "rounds": "BIGINT",
+    "rejected_rounds": "BIGINT", "lookup_drafted": "BIGINT", "lookup_accepted": "BIGINT",
     "gammas": "BIGINT[]", "accepted_histogram": "BIGINT[]",
     "draft_ms": "DOUBLE", "verify_ms": "DOUBLE", "prefill_ms": "DOUBLE", "total_ms": "DOUBLE",
     "ttft_ms": "DOUBLE", "latency_ms": "DOUBLE", "finish_reason": "VARCHAR",
