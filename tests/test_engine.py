@@ -584,3 +584,36 @@ def test_gamma_groups_adapt_separately(llama, tokenizer):
     assert set(decoder.group_gammas) == {"python"}
     assert decoder.gamma.gamma == 3  # the template is untouched; "python" has its own copy
     assert decoder.group_gammas["python"] is not decoder.gamma
+
+
+def test_hybrid_lookup_span_adapts_to_what_was_accepted():
+    from decoder.drafts import HybridDrafter, Proposal
+    from decoder.sampling import SamplingParams
+
+    class ModelStub:
+        def __init__(self):
+            self.calls = []
+
+        def reset(self, prompt, reused=0):
+            pass
+
+        def propose(self, committed, gamma, params, generator, min_confidence=0.0):
+            self.calls.append(gamma)
+            return Proposal([1] * gamma, None)
+
+        def rollback(self, valid):
+            pass
+
+    model = ModelStub()
+    hybrid = HybridDrafter(model, lookup_tokens=8)
+    greedy = SamplingParams()
+    context = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 5, 6]  # "5 6" occurred before: copy what followed
+    first = hybrid.propose(context, 2, greedy, None)
+    assert first.lookup and first.tokens == [7, 8, 9, 10]  # span starts at lookup_tokens // 2
+    hybrid.rollback(len(context) + 4)  # all four accepted: the next copy may be longer
+    assert hybrid.span == 6
+    hybrid.propose(context, 2, greedy, None)
+    hybrid.rollback(len(context) + 1)  # one of six accepted: propose two next time
+    assert hybrid.span == 2
+    fallback = hybrid.propose([1, 2, 3], 3, greedy, None)  # no repeated n-gram: the model drafts γ
+    assert not fallback.lookup and fallback.tokens == [1, 1, 1] and model.calls == [3]
