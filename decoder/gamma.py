@@ -118,11 +118,8 @@ def parse_gamma_policy(spec: str | int):
     name, *numbers = str(spec).split(":")
     if name == "heuristic" and len(numbers) in (0, 2) and all(x.isdigit() for x in numbers):
         return HeuristicGamma(*map(int, numbers))
-    if name == "cost" and len(numbers) in (0, 2):
-        try:
-            return CostModelGamma(*map(float, numbers))
-        except ValueError:
-            pass
+    if name == "cost" and len(numbers) in (0, 2) and all(x.replace(".", "", 1).isdigit() for x in numbers):
+        return CostModelGamma(*map(float, numbers))
     if not numbers and name.lstrip("-").isdigit():
         return FixedGamma(int(name))
     raise ValueError(f"gamma must be an integer >= 0, 'heuristic[:START:MAX]' or 'cost[:C:V]', got {spec!r}")

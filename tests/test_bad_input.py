@@ -133,10 +133,19 @@ def test_negative_gamma_raises():
         HeuristicGamma(start=8, max_gamma=4)
 
 
-@pytest.mark.parametrize("spec", ["abc", "1.5", "", " ", "heuristic:x", "heuristic:8:4", "heuristic:"])
+@pytest.mark.parametrize("spec", ["abc", "1.5", "", " ", "heuristic:x", "heuristic:8:4", "heuristic:",
+                                  "cost:0.2", "cost:a:b", "cost:-1:0.1", "cost:1..2:0"])
 def test_bad_gamma_specs_raise_value_error(spec):
     with pytest.raises(ValueError):
         parse_gamma_policy(spec)
+
+
+def test_cost_gamma_specs_parse():
+    from decoder.gamma import CostModelGamma
+
+    policy = parse_gamma_policy("cost:0.25:0.05")
+    assert isinstance(policy, CostModelGamma) and (policy.c, policy.v) == (0.25, 0.05)
+    assert isinstance(parse_gamma_policy("cost"), CostModelGamma)
 
 
 def test_good_gamma_specs():
