@@ -42,7 +42,7 @@ class Run:
 class CaseResult:
     case: Case
     runs: dict[str, Run] = field(default_factory=dict)
-    followup_ms: dict[str, float] = field(default_factory=dict)  # warm / cold: time to the first token
+    followup: dict[str, float] = field(default_factory=dict)  # warm / cold: ms to the first token, tokens prefilled
 
 
 @dataclass
@@ -131,7 +131,7 @@ def run_bench(cases: list[Case], contenders: Contenders, *, max_new_tokens: int,
         result = CaseResult(case)
         for name in names[i % len(names):] + names[: i % len(names)]:
             result.runs[name] = methods[name](ids, case.language)
-        result.followup_ms = _followup(spec, ids, result.runs["spec"].tokens[:8])
+        result.followup = _followup(spec, ids, result.runs["spec"].tokens[:8])
         results.append(result)
         if progress:
             progress(result)
@@ -213,7 +213,7 @@ def summarize(results: list[CaseResult], tokenizer=None) -> dict:
             "vs_ar": tps(results, name) / tps(results, "ar"),
             "identical_to_ar": all(r.runs[name].tokens == r.runs["ar"].tokens for r in results),
         }
-    followups = [r.followup_ms for r in results if r.followup_ms]
+    followups = [r.followup for r in results if r.followup]
     return {
         "assisted_method": best_assisted,
         "overall": row(results),
@@ -267,7 +267,7 @@ def report(results, tokenizer, *, device, dtype, target, draft, gamma, max_new_t
             {"id": r.case.id, "language": r.case.language, "next_line_exact": _next_line_exact(r, tokenizer),
              **{f"{name}_tokens": len(run.tokens) for name, run in r.runs.items()},
              **{f"{name}_s": round(run.seconds, 4) for name, run in r.runs.items()},
-             "followup_ms": r.followup_ms,
+             "followup": r.followup,
              "spec_stats": r.runs["spec"].stats.to_dict()}
             for r in results
         ],

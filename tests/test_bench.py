@@ -47,7 +47,7 @@ def test_bench_runs_all_methods_and_reports(tokenizer):
     assert data["methods"]["spec"]["decode_tokens_per_s"] > data["methods"]["spec"]["tokens_per_s"]
     # the follow-up request of each case reuses the prefix the product decoder holds
     for r in results:
-        assert r.followup_ms["warm_prefilled_tokens"] < r.followup_ms["cold_prefilled_tokens"]
+        assert r.followup["warm_prefilled_tokens"] < r.followup["cold_prefilled_tokens"]
     bound = data["bandwidth_bound"]
     assert bound["bound_tokens_per_s"] == 10.0e9 / bound["weight_bytes_per_token"]
     json.dumps(data)  # the report is plain JSON
