@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.cache_utils import Cache
 
-from .kv_cache import new_cache
+from .kv_cache import keep_first, new_cache
 from .sampling import SamplingParams, probabilities
 
 # Trained drafts that ship with the package, one folder each (see its README.md model card).
@@ -56,8 +56,8 @@ class ModelDrafter:
         keep = min(reused, self.cache.get_seq_length())
         if keep == 0:
             self.cache = new_cache()
-        elif self.cache.get_seq_length() > keep:
-            self.cache.crop(keep - self.cache.get_seq_length())
+        else:
+            keep_first(self.cache, keep)
         if len(prompt) - 1 > keep:
             forward_logits(self.model, self.cache, prompt[keep:-1], keep=1)
 
@@ -65,11 +65,8 @@ class ModelDrafter:
         self, committed: list[int], gamma: int, params: SamplingParams, generator, min_confidence: float = 0.0
     ) -> Proposal:
         """Draft up to `gamma` tokens; stop early where the draft's own top probability < min_confidence."""
-        cached = self.cache.get_seq_length()
-        if cached >= len(committed):
-            self.cache.crop(len(committed) - 1 - cached)
-            cached = len(committed) - 1
-        feed = committed[cached:]  # catch up on everything committed since the last round
+        keep_first(self.cache, len(committed) - 1)  # the last committed token is always fed
+        feed = committed[self.cache.get_seq_length():]  # catch up on everything committed since the last round
         tokens, qs = [], []
         for _ in range(gamma):
             logits = forward_logits(self.model, self.cache, feed, keep=1)[0]
@@ -96,9 +93,7 @@ class ModelDrafter:
 
     def rollback(self, valid: int) -> None:
         """Forget cached positions from `valid` on (they held drafts the target rejected)."""
-        cached = self.cache.get_seq_length()
-        if cached > valid:
-            self.cache.crop(valid - cached)
+        keep_first(self.cache, valid)
 
 
 class NgramDrafter:

@@ -23,7 +23,7 @@ from typing import Callable, Protocol
 import torch
 
 from .drafts import Proposal, forward_logits
-from .kv_cache import new_cache
+from .kv_cache import keep_first, new_cache
 from .gamma import FixedGamma, HeuristicGamma
 from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, sample
 from .stats import GenerationStats
@@ -178,11 +178,10 @@ class SpeculativeDecoder:
         limit = min(len(self.cached_ids), len(ids) - 1)
         while shared < limit and self.cached_ids[shared] == ids[shared]:
             shared += 1
-        cached = self.target_cache.get_seq_length()
         if shared == 0:
             self.target_cache = new_cache()
-        elif cached > shared:
-            self.target_cache.crop(shared - cached)
+        else:
+            keep_first(self.target_cache, shared)
         return shared
 
     def _round(self, committed, target_cache, prefill_logits, opts, generator, stats) -> list[int]:

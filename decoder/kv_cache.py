@@ -70,3 +70,10 @@ class PreallocatedLayer(DynamicLayer):
 def new_cache() -> Cache:
     """An empty cache; layers are added as the model first writes to them (any layer indices)."""
     return Cache(layer_class_to_replicate=PreallocatedLayer)
+
+
+def keep_first(cache: Cache, length: int) -> None:
+    """Forget everything `cache` holds past its first `length` tokens (nothing if it holds fewer)."""
+    cached = cache.get_seq_length()
+    if cached > length:
+        cache.crop(length - cached)
