@@ -4,7 +4,8 @@
   the target's own layers (`derive_draft`), or an independent small model.
 - NgramDrafter is model-free prompt lookup: it copies what followed the last occurrence of the
   current suffix, which is cheap and good at the identifiers code repeats.
-- HybridDrafter asks the lookup first and the model only where the context has no match.
+- HybridDrafter asks the lookup first and the model only where the context has no match
+  (`ngram+none`: no model; a round without a match is a plain target step).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class HybridDrafter:
     missing shrinks to one token, whose verify costs about a plain step.
     """
 
-    def __init__(self, model: ModelDrafter, lookup_tokens: int = 16, min_ngram: int = 2, max_ngram: int = 4):
+    def __init__(self, model: ModelDrafter | None, lookup_tokens: int = 16, min_ngram: int = 2, max_ngram: int = 4):
         self.model = model
         self.lookup = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.lookup_tokens = lookup_tokens  # the most one copy proposes
@@ -139,7 +140,8 @@ class HybridDrafter:
         self._copied: tuple[int, int] | None = None  # (committed length, tokens) of the last copy
 
     def reset(self, prompt: list[int], reused: int = 0) -> None:
-        self.model.reset(prompt, reused)
+        if self.model is not None:
+            self.model.reset(prompt, reused)
 
     def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0) -> Proposal:
         found = self.lookup.propose(committed, self.span, params, generator)
@@ -147,6 +149,8 @@ class HybridDrafter:
             self._copied = (len(committed), len(found.tokens))
             return Proposal(found.tokens, None, lookup=True)
         self._copied = None
+        if self.model is None:
+            return Proposal([], None)
         return self.model.propose(committed, gamma, params, generator, min_confidence)
 
     def rollback(self, valid: int) -> None:
@@ -155,7 +159,8 @@ class HybridDrafter:
             accepted = valid - start
             self.span = min(self.span + 2, self.lookup_tokens) if accepted == copied else accepted + 1
             self._copied = None
-        self.model.rollback(valid)
+        if self.model is not None:
+            self.model.rollback(valid)
 
 
 def _layer_list_name(base) -> str:
@@ -228,7 +233,7 @@ def draft_label(spec: str, target) -> str:
 def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str = "auto"):
     """A drafter from a spec: 'auto' (the shipped trained draft for this target, if any), 'none',
     'ngram', 'layers:0,1' (derived from the target), a trained-draft folder, or a model spec;
-    'ngram+' before a model draft's spec makes it a HybridDrafter.
+    'ngram+' before a model draft's spec (or 'none') makes it a HybridDrafter.
 
     Returns (drafter or None, draft model or None); the model is what HF assisted generation needs.
     """
@@ -237,8 +242,8 @@ def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str
 
     if spec.startswith("ngram+"):
         drafter, draft = build_drafter(spec.removeprefix("ngram+"), target, tokenizer, device, dtype)
-        if not isinstance(drafter, ModelDrafter):
-            raise ValueError(f"draft spec {spec!r}: 'ngram+' must be followed by a model draft")
+        if drafter is not None and not isinstance(drafter, ModelDrafter):
+            raise ValueError(f"draft spec {spec!r}: 'ngram+' must be followed by a model draft or 'none'")
         return HybridDrafter(drafter), draft
     if spec == "auto":
         spec = default_draft_for(target)

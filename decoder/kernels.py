@@ -7,6 +7,10 @@ reordered once into oneDNN's blocked layout (what inductor does under `freezing`
 takes 27 ms, near the memory-bandwidth bound, and five rows 37 ms. That is what makes verifying
 a few drafts nearly as cheap as one step, the premise of speculative decoding.
 
+Gated MLPs (LLaMA, Gemma, Qwen: down(act(gate(x)) * up(x))) get gate and up fused into one
+packed product. Each product is a parallel region, and under OMP_WAIT_POLICY=PASSIVE every region
+wakes the sleeping threads, which costs about as much as reading a layer's small matrices.
+
 Packing is for inference only: packed weights have no gradient and no `.weight` to read, so it
 is applied after every draft has been built from the target.
 """
@@ -24,11 +28,15 @@ _ROWS_HINT = 8
 
 
 class PackedLinear(torch.nn.Module):
-    def __init__(self, linear: torch.nn.Linear):
+    def __init__(self, *linears: torch.nn.Linear):
+        """One linear, or several over the same input fused into one (outputs concatenated)."""
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), _ROWS_HINT)
-        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.in_features, self.out_features = linears[0].in_features, sum(m.out_features for m in linears)
+        weight = torch.cat([m.weight.detach() for m in linears])
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
+        biases = [m.bias for m in linears]
+        self.bias = None if all(b is None for b in biases) else torch.cat([
+            m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
@@ -37,27 +45,66 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
+class PackedGatedMLP(torch.nn.Module):
+    """down(act(gate(x)) * up(x)) with gate and up as one packed product."""
+
+    def __init__(self, mlp: torch.nn.Module):
+        super().__init__()
+        self.gate_up = PackedLinear(mlp.gate_proj, mlp.up_proj)
+        self.down_proj = PackedLinear(mlp.down_proj)
+        self.act_fn = mlp.act_fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down_proj(self.act_fn(gate) * up)
+
+
+def _is_gated_mlp(module: torch.nn.Module) -> bool:
+    """The HF MLPs whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x))."""
+    linears = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
+    return (type(module).__name__ in _GATED_MLPS and hasattr(module, "act_fn")
+            and all(isinstance(m, torch.nn.Linear) for m in linears)
+            and linears[0].weight.shape == linears[1].weight.shape)
+
+
+# Checked against transformers 5: each forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
+_GATED_MLPS = {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP", "Gemma3MLP"}
+
+
 def can_pack(model) -> bool:
     return (model.device.type == "cpu" and model.dtype == torch.float32
             and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
 def pack_linear_weights(*models) -> int:
-    """Swap every nn.Linear of these CPU fp32 models for a PackedLinear; returns how many were swapped.
+    """Swap the gated MLPs and every other nn.Linear of these CPU fp32 models for packed ones;
+    returns how many nn.Linear were replaced.
 
     Models may share modules (a derived draft shares the target's layers and head): a shared
-    Linear is packed once and the pack is shared too.
+    module is packed once and the pack is shared too.
     """
-    packed: dict[int, PackedLinear] = {}
+    # id -> (original, pack); holding the original keeps its id from being reused during the pass
+    packed: dict[int, tuple[torch.nn.Module, torch.nn.Module]] = {}
+    replaced = 0
+
+    def swap_children(parent: torch.nn.Module) -> None:
+        nonlocal replaced
+        for name, child in list(parent.named_children()):
+            if id(child) not in packed:
+                if _is_gated_mlp(child):
+                    packed[id(child)] = (child, PackedGatedMLP(child))
+                    replaced += 3
+                elif isinstance(child, torch.nn.Linear):
+                    packed[id(child)] = (child, PackedLinear(child))
+                    replaced += 1
+                else:
+                    swap_children(child)
+                    continue
+            setattr(parent, name, packed[id(child)][1])
+
     for model in models:
-        if model is None or not can_pack(model):
-            continue
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, torch.nn.Linear):
-                    if id(child) not in packed:
-                        packed[id(child)] = PackedLinear(child)
-                    setattr(parent, name, packed[id(child)])
+        if model is not None and can_pack(model):
+            swap_children(model)
     if packed:
-        log.info("packed %d linear layers for oneDNN", len(packed))
-    return len(packed)
+        log.info("packed %d linear layers for oneDNN", replaced)
+    return replaced

@@ -88,8 +88,8 @@ def build_methods(contenders: Contenders, max_new_tokens: int, hf_gammas: list[i
                 lambda ids, group, g=g: _timed(assisted, target, draft, ids, max_new_tokens, g))
     if target is not None:
         methods["hf_greedy"] = lambda ids, group: _timed(hf_generate, target, ids, max_new_tokens)
-        if prompt_lookup:
-            methods["hf_prompt_lookup"] = lambda ids, group: _timed(
+        if prompt_lookup:  # HF's assisted generation with its prompt-lookup candidate generator
+            methods["hf_assisted_lookup"] = lambda ids, group: _timed(
                 hf_generate, target, ids, max_new_tokens, prompt_lookup_num_tokens=prompt_lookup)
     return methods
 

@@ -22,7 +22,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=DEFAULT_DRAFT,
                    help="'auto' (the shipped trained draft for the target, else layers:0,1), 'layers:0,1' "
                         "(derived from the target), 'ngram', 'none', a trained-draft folder, or a model spec; "
-                        "'ngram+' before a model draft adds prompt lookup (the default)")
+                        "'ngram+' before a model draft (or 'none') adds prompt lookup; default: ngram+none, "
+                        "lookup only (on this CPU the trained draft costs more than it returns)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     p.add_argument("--gamma", default="heuristic", help="an integer >= 0 (fixed), heuristic[:START:MAX] or cost[:C:V] (cost model)")
@@ -83,6 +84,8 @@ def cmd_bench(args) -> int:
     from tqdm import tqdm
 
     from decoder.drafts import build_drafter, draft_label
+    from decoder.kernels import pack_linear_weights
+    from decoder.loader import load_decoder
     from decoder.models import load_model
     from decoder.trained_draft import with_full_vocab_head
 
@@ -93,13 +96,22 @@ def cmd_bench(args) -> int:
     cases = read_cases(args.cases)
     if args.limit:
         cases = cases[: args.limit]
-    target, tokenizer, draft_model, decoder = _load(args)
+    loaded = load_decoder(args.target, args.draft, device=args.device, dtype=args.dtype, gamma=args.gamma,
+                          draft_confidence=args.draft_confidence, pack=False)
+    target, tokenizer, decoder = loaded.target, loaded.tokenizer, loaded.decoder
+    # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.
+    other_drafts = {spec: build_drafter(spec, target, tokenizer, device=args.device, dtype=args.dtype)
+                    for spec in (ABLATION_DRAFTS if args.ablations else ()) if spec != args.draft}
+    if not args.no_pack:
+        pack_linear_weights(target, loaded.draft_model, *(model for _, model in other_drafts.values()))
     # The stock model, as HF users run it (no packed kernels): HF's columns, the unpacked ablation, the bound.
     stock, _ = load_model(args.target, device=args.device, dtype=args.dtype)
-    stock_drafter, stock_draft = build_drafter(args.draft, stock, tokenizer, device=args.device, dtype=args.dtype)
-    contenders, doc = _bench_contenders(args, target, tokenizer, decoder, stock, stock_drafter)
+    stock_drafter, _ = build_drafter(args.draft, stock, tokenizer, device=args.device, dtype=args.dtype)
+    contenders, doc = _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock, stock_drafter)
     if not args.no_hf:
         contenders.hf_target = stock
+        # HF assisted gets the shipped model draft, whatever our product drafts with
+        _, stock_draft = build_drafter("auto", stock, tokenizer, device=args.device, dtype=args.dtype)
         contenders.hf_draft = with_full_vocab_head(stock_draft) if stock_draft is not None else None
     bar = tqdm(total=len(cases), desc="bench", unit="case")
     results = run_bench(
@@ -130,8 +142,13 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def _bench_contenders(args, target, tokenizer, decoder, stock, stock_drafter):
-    """Our AR and product decoder, and with --ablations one decoder per lever turned off."""
+# The drafters the ablation rows compare with the product's: lookup only, lookup then the trained
+# draft, the trained draft only.
+ABLATION_DRAFTS = ("ngram+none", "ngram+auto", "auto")
+
+
+def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock, stock_drafter):
+    """Our AR and product decoder, and with --ablations one decoder per lever turned off or swapped."""
     from decoder.drafts import HybridDrafter, ModelDrafter
     from decoder.engine import SpeculativeDecoder
     from decoder.gamma import parse_gamma_policy
@@ -147,19 +164,22 @@ def _bench_contenders(args, target, tokenizer, decoder, stock, stock_drafter):
 
     def same_drafter(drafter):  # a drafter of its own (drafters hold a cache) over the same draft model
         if isinstance(drafter, HybridDrafter):
-            return HybridDrafter(ModelDrafter(drafter.model.model))
+            return HybridDrafter(drafter.model and ModelDrafter(drafter.model.model))
         return ModelDrafter(drafter.model) if isinstance(drafter, ModelDrafter) else type(drafter)()
 
-    drafter = decoder.drafter
-    if isinstance(drafter, HybridDrafter):
-        ours["spec_no_lookup"] = SpeculativeDecoder(target, tokenizer, ModelDrafter(drafter.model.model),
-                                                    parse_gamma_policy(args.gamma))
-        doc["spec_no_lookup"] = "lever off: the hybrid's n-gram lookup (model draft only)"
+    for spec, (drafter, _) in other_drafts.items():
+        ours[f"spec_draft_{spec}"] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(args.gamma))
+        doc[f"spec_draft_{spec}"] = f"draft {spec} instead of {args.draft}"
+    # γ only paces a model draft: the rows use the product's, or else the lookup-then-model draft's
+    drafter, spec = decoder.drafter, args.draft
+    if drafter is None or getattr(drafter, "model", True) is None:
+        spec = "ngram+auto"
+        drafter = other_drafts[spec][0] if spec in other_drafts else None
     if drafter is not None:
         for gamma in [g for g in args.compare_gammas.split(",") if g and g != args.gamma]:
             ours[f"spec_gamma_{gamma}"] = SpeculativeDecoder(target, tokenizer, same_drafter(drafter),
                                                              parse_gamma_policy(gamma))
-            doc[f"spec_gamma_{gamma}"] = f"γ policy {gamma} instead of {args.gamma}"
+            doc[f"spec_gamma_{gamma}"] = f"draft {spec}, γ policy {gamma} instead of {args.gamma}"
     if not args.no_pack:
         ours["ar_unpacked"] = SpeculativeDecoder(stock, tokenizer)
         doc["ar_unpacked"] = "lever off: packed weights (AR on the stock nn.Linear / MKL path)"
@@ -342,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-hf", action="store_true", help="time only our decoders")
     p.add_argument("--ablations", action="store_true", help="also time our decoder with each lever turned off")
     p.add_argument("--compare-gammas", default="heuristic,cost", help="γ policies for the ablation rows")
-    p.add_argument("--prompt-lookup", type=int, default=0, help="also time HF prompt lookup with this many tokens")
+    p.add_argument("--prompt-lookup", type=int, default=10,
+                   help="HF assisted with prompt lookup, this many tokens per round (0: skip)")
     p.add_argument("--events", help="also append one completion event per case for AR and spec (JSONL)")
     _model_args(p)
     p.set_defaults(func=cmd_bench)

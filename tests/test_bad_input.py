@@ -11,7 +11,7 @@ import transformers
 
 import decoder.models as models
 from conftest import BOS, EOS, generate, make_byte_tokenizer, tiny_gpt2, tiny_llama
-from decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
+from decoder.drafts import ModelDrafter, NgramDrafter, build_drafter, derive_draft
 from decoder.engine import DecodeOptions, SpeculativeDecoder
 from decoder.gamma import FixedGamma, HeuristicGamma, parse_gamma_policy
 from decoder.models import (
@@ -318,3 +318,8 @@ def test_draft_with_a_smaller_embedding_table_is_refused(tmp_path, tokenizer):
     tokenizer.save_pretrained(tmp_path)
     with pytest.raises(VocabularyMismatchError, match="embeds 200 tokens"):
         build_drafter(str(tmp_path), tiny_llama(seed=0), tokenizer, device="cpu", dtype="float32")
+
+
+def test_hybrid_spec_needs_a_model_draft_or_none(llama, tokenizer):
+    with pytest.raises(ValueError, match="'ngram\\+' must be followed by a model draft or 'none'"):
+        build_drafter("ngram+ngram", llama, tokenizer)

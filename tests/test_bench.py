@@ -35,14 +35,14 @@ def test_bench_runs_all_methods_and_reports(tokenizer):
     data = report(results, tokenizer, device="cpu", dtype="float32", target="tiny", draft="layers:0",
                   gamma="2", max_new_tokens=8, bandwidth_gbs=10.0, weight_bytes=weight_bytes_per_token(target))
     assert set(results[0].runs) == {"ar", "spec", "spec_hybrid", "hf_assisted_default", "hf_assisted_const1",
-                                    "hf_greedy", "hf_prompt_lookup"}
+                                    "hf_greedy", "hf_assisted_lookup"}
     overall = data["overall"]
     # greedy speculative decoding reproduces AR, and AR reproduces HF greedy
     assert overall["identical_to_ar"] is True
     assert all(m["identical_to_ar"] for m in data["methods"].values())
     assert set(data["languages"]) == {"python", "rust"}
     assert overall["speedup_vs_ar"] == overall["spec_tokens_per_s"] / overall["ar_tokens_per_s"]
-    assert data["assisted_method"] in ("hf_assisted_default", "hf_assisted_const1")
+    assert data["assisted_method"] in ("hf_assisted_default", "hf_assisted_const1", "hf_assisted_lookup")
     assert data["methods"]["hf_greedy"]["decode_tokens_per_s"] is None  # HF reports no prefill time
     assert data["methods"]["spec"]["decode_tokens_per_s"] > data["methods"]["spec"]["tokens_per_s"]
     # the follow-up request of each case reuses the prefix the product decoder holds

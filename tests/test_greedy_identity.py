@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import EOS, check_stats, generate, random_prompts
-from decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, derive_draft
+from decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, build_drafter, derive_draft
 from decoder.engine import SpeculativeDecoder
 from decoder.gamma import FixedGamma, HeuristicGamma
 
@@ -176,6 +176,17 @@ def test_hybrid_drafter_matches_ar(targets, reference, tokenizer, target):
     assert lookup > 0 and model_drafted > 0
     assert 0 < sum(g.stats.lookup_accepted for g in gens) <= lookup
     assert all(k <= max(6, decoder.drafter.lookup_tokens) for g in gens for k in g.stats.gammas)
+
+
+def test_lookup_only_hybrid_matches_ar(llama, reference, tokenizer):
+    """`ngram+none`: the hybrid's adaptive lookup with no model behind it; no match is a plain step."""
+    drafter, draft = build_drafter("ngram+none", llama, tokenizer)
+    assert isinstance(drafter, HybridDrafter) and drafter.model is None and draft is None
+    decoder = SpeculativeDecoder(llama, tokenizer, drafter, HeuristicGamma())
+    gens = [generate(decoder, p, max_new_tokens=MAX_NEW) for p in PROMPTS]
+    _assert_same(gens, reference["llama"])
+    assert sum(g.stats.lookup_drafted for g in gens) == sum(g.stats.drafted for g in gens) > 0
+    assert any(0 in g.stats.gammas for g in gens)  # rounds without a match: plain target steps
 
 
 def _extensions(prompts):

@@ -11,7 +11,7 @@ from conftest import generate, random_prompts
 from decoder.drafts import ModelDrafter, derive_draft
 from decoder.engine import SpeculativeDecoder
 from decoder.gamma import FixedGamma
-from decoder.kernels import PackedLinear, can_pack, pack_linear_weights
+from decoder.kernels import PackedGatedMLP, PackedLinear, can_pack, pack_linear_weights
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
 
@@ -31,6 +31,8 @@ def test_every_linear_is_swapped_and_shared_modules_stay_shared(packed_pair):
     assert not any(isinstance(m, torch.nn.Linear) for m in list(packed.modules()) + list(draft.modules()))
     assert draft.lm_head is packed.lm_head and isinstance(packed.lm_head, PackedLinear)
     assert draft.model.layers[0] is packed.model.layers[0]
+    mlp = packed.model.layers[0].mlp
+    assert isinstance(mlp, PackedGatedMLP) and mlp.gate_up.out_features == 2 * mlp.down_proj.in_features
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 9])
@@ -41,6 +43,16 @@ def test_packed_logits_equal_plain(packed_pair, rows):
         want = plain(ids).logits[0, -rows:]
         got = packed(ids).logits[0, -rows:]
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_packed_gemma3_logits_equal_plain(gemma3):
+    """Gemma-3's gated MLP (tanh GELU) fused, and its sliding-window layers, on packed weights."""
+    plain, packed = copy.deepcopy(gemma3), copy.deepcopy(gemma3)
+    pack_linear_weights(packed)
+    assert all(isinstance(layer.mlp, PackedGatedMLP) for layer in packed.model.layers)
+    ids = torch.randint(3, 200, (1, 24))
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(ids).logits, plain(ids).logits, rtol=1e-4, atol=1e-4)
 
 
 def test_speculative_on_packed_weights_matches_ar(packed_pair, tokenizer):
