@@ -140,6 +140,8 @@ class HybridDrafter:
         self._copied: tuple[int, int] | None = None  # (committed length, tokens) of the last copy
 
     def reset(self, prompt: list[int], reused: int = 0) -> None:
+        # A request starts from the middle span: the last one's may have grown on text of another kind.
+        self.span, self._copied = self.lookup_tokens // 2, None
         if self.model is not None:
             self.model.reset(prompt, reused)
 

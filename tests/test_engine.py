@@ -617,3 +617,6 @@ def test_hybrid_lookup_span_adapts_to_what_was_accepted():
     assert hybrid.span == 2
     fallback = hybrid.propose([1, 2, 3], 3, greedy, None)  # no repeated n-gram: the model drafts γ
     assert not fallback.lookup and fallback.tokens == [1, 1, 1] and model.calls == [3]
+    hybrid.span = 8
+    hybrid.reset(context)  # a new request starts from the middle span again
+    assert hybrid.propose(context, 2, greedy, None).tokens == [7, 8, 9, 10]
