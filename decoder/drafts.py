@@ -129,7 +129,8 @@ class HybridDrafter:
     The lookup needs a match of `min_ngram` tokens, so one common token does not trigger it. How
     much it copies adapts, apart from the model's γ: +2 after a fully accepted copy, else one
     more than was accepted. Long copies pay where code repeats itself, and a copy that keeps
-    missing shrinks to one token, whose verify costs about a plain step.
+    missing shrinks to one token, whose verify costs about a plain step. With no model
+    (`ngram+none`, the default) a round without a match drafts nothing: a plain target step.
     """
 
     def __init__(self, model: ModelDrafter | None, lookup_tokens: int = 16, min_ngram: int = 2, max_ngram: int = 4):
