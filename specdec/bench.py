@@ -6,9 +6,10 @@ is total tokens over total wall time per method, prefill included (what an edito
 for our own decoders it is also given without prefill, which both sides of a speedup share.
 
 Ours are named `ar` (the baseline: same engine, weights and cache, γ = 0), `spec` (the product)
-and `spec_*` / `ar_*` ablations, each one lever off. HF runs on the stock model: plain greedy
-and assisted generation with the same draft. After each case the product decoder is asked
-again with its first line accepted, as an editor would, against a cold decoder: prefix reuse.
+and `spec_*` / `ar_*` ablations, each one lever swapped or off. HF runs on the stock model: plain
+greedy, and assisted generation with a model draft and with prompt lookup. After each case the
+product decoder is asked again with its first 8 tokens accepted, as an editor would, against a
+cold decoder: prefix reuse.
 """
 
 from __future__ import annotations

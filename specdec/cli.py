@@ -102,12 +102,14 @@ def cmd_bench(args) -> int:
     # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.
     other_drafts = {spec: build_drafter(spec, target, tokenizer, device=args.device, dtype=args.dtype)
                     for spec in (ABLATION_DRAFTS if args.ablations else ()) if spec != args.draft}
+    weight_bytes = weight_bytes_per_token(target)  # before packing: a packed linear keeps no .weight
     if not args.no_pack:
         pack_linear_weights(target, loaded.draft_model, *(model for _, model in other_drafts.values()))
-    # The stock model, as HF users run it (no packed kernels): HF's columns, the unpacked ablation, the bound.
-    stock, _ = load_model(args.target, device=args.device, dtype=args.dtype)
-    stock_drafter, _ = build_drafter(args.draft, stock, tokenizer, device=args.device, dtype=args.dtype)
-    contenders, doc = _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock, stock_drafter)
+    # The stock model, as HF users run it (no packed kernels): HF's columns and the unpacked ablations.
+    stock = None
+    if not args.no_hf or (args.ablations and not args.no_pack):
+        stock, _ = load_model(args.target, device=args.device, dtype=args.dtype)
+    contenders, doc = _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock)
     if not args.no_hf:
         contenders.hf_target = stock
         # HF assisted gets the shipped model draft, whatever our product drafts with
@@ -132,7 +134,7 @@ def cmd_bench(args) -> int:
                 log.write(event)
     data = report(results, tokenizer, device=device, dtype=str(target.dtype).replace("torch.", ""),
                   target=args.target, draft=args.draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                  bandwidth_gbs=memory_bandwidth_gbs(), weight_bytes=weight_bytes_per_token(stock), methods_doc=doc)
+                  bandwidth_gbs=memory_bandwidth_gbs(), weight_bytes=weight_bytes, methods_doc=doc)
     table = format_table(data)
     print(table)
     if args.json:
@@ -147,9 +149,9 @@ def cmd_bench(args) -> int:
 ABLATION_DRAFTS = ("ngram+none", "ngram+auto", "auto")
 
 
-def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock, stock_drafter):
+def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
     """Our AR and product decoder, and with --ablations one decoder per lever turned off or swapped."""
-    from decoder.drafts import HybridDrafter, ModelDrafter
+    from decoder.drafts import HybridDrafter, ModelDrafter, build_drafter
     from decoder.engine import SpeculativeDecoder
     from decoder.gamma import parse_gamma_policy
 
@@ -183,6 +185,7 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock, sto
     if not args.no_pack:
         ours["ar_unpacked"] = SpeculativeDecoder(stock, tokenizer)
         doc["ar_unpacked"] = "lever off: packed weights (AR on the stock nn.Linear / MKL path)"
+        stock_drafter, _ = build_drafter(args.draft, stock, tokenizer, device=args.device, dtype=args.dtype)
         if stock_drafter is not None:
             ours["spec_unpacked"] = SpeculativeDecoder(stock, tokenizer, stock_drafter, parse_gamma_policy(args.gamma))
             doc["spec_unpacked"] = "lever off: packed weights (speculative on the stock path)"
