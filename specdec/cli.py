@@ -151,9 +151,12 @@ ABLATION_DRAFTS = ("ngram+none", "ngram+auto", "auto")
 
 def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
     """Our AR and product decoder, and with --ablations one decoder per lever turned off or swapped."""
+    import copy
+
     from decoder.drafts import HybridDrafter, ModelDrafter, build_drafter
     from decoder.engine import SpeculativeDecoder
     from decoder.gamma import parse_gamma_policy
+    from decoder.kernels import pack_linear_weights
 
     from .bench import Contenders
 
@@ -183,6 +186,16 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
                                                              parse_gamma_policy(gamma))
             doc[f"spec_gamma_{gamma}"] = f"draft {spec}, γ policy {gamma} instead of {args.gamma}"
     if not args.no_pack:
+        # A second packed copy whose small products take every thread: the one-thread lever off
+        all_threads = copy.deepcopy(stock)
+        all_threads_drafter, all_threads_draft = build_drafter(args.draft, all_threads, tokenizer, device=args.device,
+                                                               dtype=args.dtype)
+        pack_linear_weights(all_threads, all_threads_draft, few_row_threads=None)
+        ours["ar_all_threads"] = SpeculativeDecoder(all_threads, tokenizer)
+        doc["ar_all_threads"] = "lever off: small products over few rows on one thread (AR)"
+        ours["spec_all_threads"] = SpeculativeDecoder(all_threads, tokenizer, all_threads_drafter,
+                                                      parse_gamma_policy(args.gamma) if all_threads_drafter else None)
+        doc["spec_all_threads"] = "lever off: small products over few rows on one thread (speculative)"
         ours["ar_unpacked"] = SpeculativeDecoder(stock, tokenizer)
         doc["ar_unpacked"] = "lever off: packed weights (AR on the stock nn.Linear / MKL path)"
         stock_drafter, _ = build_drafter(args.draft, stock, tokenizer, device=args.device, dtype=args.dtype)
