@@ -11,11 +11,10 @@ Gated MLPs (LLaMA, Gemma, Qwen: down(act(gate(x)) * up(x))) get gate and up fuse
 packed product. Each product is a parallel region, and under OMP_WAIT_POLICY=PASSIVE every region
 wakes the sleeping threads, which costs about as much as reading a layer's small matrices.
 
-A product that streams a small matrix for a few rows runs on one thread. Waking the other
-threads costs more than they save there; the vocabulary head, hundreds of MB, still takes every
-thread. On the 2-core EPYC, a one-token Gemma-3 step went from 105 to 91 ms this way, and a
-three-token verify from 128 to 112 ms; from five tokens on, the products are large enough for two
-threads again (docs/benchmarks/README.md).
+A product over a few rows of a small matrix runs on one thread: waking the other threads costs
+more than they save there. The vocabulary head, hundreds of MB, still takes every thread, and so
+does a product over more rows, where the arithmetic grows. On the 2-core EPYC a one-token Gemma-3
+step went from 118 to 102 ms, and a three-token verify from 145 to 124 ms (docs/benchmarks).
 
 Packing is for inference only: packed weights have no gradient and no `.weight` to read, so it
 is applied after every draft has been built from the target.
