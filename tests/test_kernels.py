@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from conftest import generate, random_prompts
+from decoder import kernels
 from decoder.drafts import ModelDrafter, derive_draft
 from decoder.engine import SpeculativeDecoder
 from decoder.gamma import FixedGamma
-from decoder import kernels
 from decoder.kernels import PackedGatedMLP, PackedLinear, can_pack, pack_linear_weights
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
