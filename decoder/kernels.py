@@ -13,8 +13,9 @@ wakes the sleeping threads, which costs about as much as reading a layer's small
 
 A product over a few rows of a small matrix runs on one thread: waking the other threads costs
 more than they save there. The vocabulary head, hundreds of MB, still takes every thread, and so
-does a product over more rows, where the arithmetic grows. On the 2-core EPYC a one-token Gemma-3
-step went from 118 to 102 ms, and a three-token verify from 145 to 124 ms (docs/benchmarks).
+does a product over more than 8 rows, where one thread's arithmetic catches up with its reading.
+On the 2-core EPYC a one-token Gemma-3 step went from 118 to 102 ms, a three-token verify from
+145 to 124 ms, and a four-token one from 147 to 132 ms (docs/benchmarks).
 
 Packing is for inference only: packed weights have no gradient and no `.weight` to read, so it
 is applied after every draft has been built from the target.
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 # The packed layout depends a little on the expected row count; decoding feeds 1 to γ+1 rows.
 _ROWS_HINT = 8
 # One thread for products over at most this many rows of a matrix of at most this many bytes.
-FEW_ROWS = 3
+FEW_ROWS = 8
 _SMALL_WEIGHT_BYTES = 32 * 2**20
 
 
