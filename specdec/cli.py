@@ -89,8 +89,7 @@ def cmd_bench(args) -> int:
     from decoder.models import load_model
     from decoder.trained_draft import with_full_vocab_head
 
-    from .bench import (Contenders, format_table, memory_bandwidth_gbs, report, run_bench, weight_bytes_per_token,
-                        write_json)
+    from .bench import format_table, memory_bandwidth_gbs, report, run_bench, weight_bytes_per_token, write_json
     from .cases import read_cases
 
     cases = read_cases(args.cases)
@@ -172,6 +171,16 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
             return HybridDrafter(drafter.model and ModelDrafter(drafter.model.model))
         return ModelDrafter(drafter.model) if isinstance(drafter, ModelDrafter) else type(drafter)()
 
+    def lever_off(name: str, model, lever: str):
+        """AR, and the product's draft, on `model`: the rows with one lever off. Returns the draft model."""
+        drafter, draft_model = build_drafter(args.draft, model, tokenizer, device=args.device, dtype=args.dtype)
+        ours[f"ar_{name}"] = SpeculativeDecoder(model, tokenizer)
+        doc[f"ar_{name}"] = f"lever off: {lever} (AR)"
+        if drafter is not None:
+            ours[f"spec_{name}"] = SpeculativeDecoder(model, tokenizer, drafter, parse_gamma_policy(args.gamma))
+            doc[f"spec_{name}"] = f"lever off: {lever} (speculative)"
+        return draft_model
+
     for spec, (drafter, _) in other_drafts.items():
         ours[f"spec_draft_{spec}"] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(args.gamma))
         doc[f"spec_draft_{spec}"] = f"draft {spec} instead of {args.draft}"
@@ -186,22 +195,11 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
                                                              parse_gamma_policy(gamma))
             doc[f"spec_gamma_{gamma}"] = f"draft {spec}, γ policy {gamma} instead of {args.gamma}"
     if not args.no_pack:
-        # A second packed copy whose small products take every thread: the one-thread lever off
+        # a second packed copy, built from plain weights like the product, whose small products take every thread
         all_threads = copy.deepcopy(stock)
-        all_threads_drafter, all_threads_draft = build_drafter(args.draft, all_threads, tokenizer, device=args.device,
-                                                               dtype=args.dtype)
-        pack_linear_weights(all_threads, all_threads_draft, few_row_threads=None)
-        ours["ar_all_threads"] = SpeculativeDecoder(all_threads, tokenizer)
-        doc["ar_all_threads"] = "lever off: small products over few rows on one thread (AR)"
-        ours["spec_all_threads"] = SpeculativeDecoder(all_threads, tokenizer, all_threads_drafter,
-                                                      parse_gamma_policy(args.gamma) if all_threads_drafter else None)
-        doc["spec_all_threads"] = "lever off: small products over few rows on one thread (speculative)"
-        ours["ar_unpacked"] = SpeculativeDecoder(stock, tokenizer)
-        doc["ar_unpacked"] = "lever off: packed weights (AR on the stock nn.Linear / MKL path)"
-        stock_drafter, _ = build_drafter(args.draft, stock, tokenizer, device=args.device, dtype=args.dtype)
-        if stock_drafter is not None:
-            ours["spec_unpacked"] = SpeculativeDecoder(stock, tokenizer, stock_drafter, parse_gamma_policy(args.gamma))
-            doc["spec_unpacked"] = "lever off: packed weights (speculative on the stock path)"
+        draft_model = lever_off("all_threads", all_threads, "small products over few rows on one thread")
+        pack_linear_weights(all_threads, draft_model, few_row_threads=None)
+        lever_off("unpacked", stock, "packed weights, on the stock nn.Linear / MKL path")
     return Contenders(ours), doc
 
 
