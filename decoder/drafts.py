@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM
 from transformers.cache_utils import Cache
 
 from .kv_cache import keep_first, new_cache
-from .sampling import SamplingParams, probabilities
+from .sampling import SamplingParams, probabilities, sample
 
 # Trained drafts that ship with the package, one folder each (see its README.md model card).
 SHIPPED_DRAFTS = Path(__file__).parent / "weights"
@@ -32,11 +32,14 @@ class Proposal:
     lookup: bool = False  # copied from the context, not drafted by a model: says nothing about the γ to draft
 
 
-def forward_logits(model, cache: Cache, ids: list[int], keep: int) -> torch.Tensor:
-    """One forward pass that appends `ids` to `cache`; returns logits for the last `keep` positions."""
-    device = model.device
+def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int) -> torch.Tensor:
+    """One forward pass that appends `ids` to `cache`; returns logits for the last `keep` positions.
+
+    `ids` may already be a tensor on the model's device: a token just drafted need not visit the host.
+    """
+    input_ids = ids.view(1, -1) if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=model.device)
     out = model(
-        input_ids=torch.tensor([ids], device=device),
+        input_ids=input_ids,
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=keep,
@@ -65,28 +68,31 @@ class ModelDrafter:
     def propose(
         self, committed: list[int], gamma: int, params: SamplingParams, generator, min_confidence: float = 0.0
     ) -> Proposal:
-        """Draft up to `gamma` tokens; stop early where the draft's own top probability < min_confidence."""
+        """Draft up to `gamma` tokens; stop early where the draft's own top probability < min_confidence.
+
+        The drafted tokens stay on the device, fed straight back in, and are read back once at the
+        end, so the host does not wait on each draft step (a confidence threshold has to look at each).
+        """
         keep_first(self.cache, len(committed) - 1)  # the last committed token is always fed
         feed = committed[self.cache.get_seq_length():]  # catch up on everything committed since the last round
         tokens, qs = [], []
         for _ in range(gamma):
-            logits = forward_logits(self.model, self.cache, feed, keep=1)[0]
+            logits = forward_logits(self.model, self.cache, feed, keep=1)
             if params.greedy:
                 probs = torch.softmax(logits.float(), -1) if min_confidence else None
-                index = int(logits.argmax())
-                confidence = float(probs[index]) if probs is not None else 1.0
+                index = logits.argmax(-1)
             else:
                 probs = probabilities(logits, params)
-                index = int(torch.multinomial(probs, 1, generator=generator))
-                confidence = float(probs.max())
-            if confidence < min_confidence:
+                index = sample(probs, generator)
+            if min_confidence and float(probs.max()) < min_confidence:
                 break
-            token = index if self.vocab_ids is None else int(self.vocab_ids[index])
+            token = index if self.vocab_ids is None else self.vocab_ids[index]
             tokens.append(token)
-            if probs is not None and not params.greedy:
-                qs.append(probs if self.vocab_ids is None else self._to_target_vocab(probs))
-            feed = [token]
-        return Proposal(tokens, torch.stack(qs) if qs else None)
+            if not params.greedy:
+                qs.append(probs[0] if self.vocab_ids is None else self._to_target_vocab(probs[0]))
+            feed = token
+        drafted = torch.cat(tokens).tolist() if tokens else []
+        return Proposal(drafted, torch.stack(qs) if qs else None)
 
     def _to_target_vocab(self, probs: torch.Tensor) -> torch.Tensor:
         """q over the sub-vocabulary -> q over the target's vocabulary (zero elsewhere)."""

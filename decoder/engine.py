@@ -25,7 +25,7 @@ import torch
 from .drafts import Proposal, forward_logits
 from .kv_cache import keep_first, new_cache
 from .gamma import FixedGamma, HeuristicGamma
-from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, sample
+from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities
 from .stats import GenerationStats
 from .text import TextStream
 
@@ -205,14 +205,13 @@ class SpeculativeDecoder:
             logits = prefill_logits
         drafts = torch.tensor(proposal.tokens, dtype=torch.long, device=logits.device)
         if params.greedy:
-            n, token = accept_greedy(logits, drafts)
-        elif k:
+            decided = accept_greedy(logits, drafts)
+        else:
             q = proposal.q
             if q is not None and q.shape[-1] < logits.shape[-1]:  # a draft head narrower than the target's
                 q = torch.nn.functional.pad(q, (0, logits.shape[-1] - q.shape[-1]))
-            n, token = accept_sampled(probabilities(logits, params), q, drafts, generator)
-        else:
-            n, token = 0, sample(probabilities(logits[-1:], params)[0], generator)
+            decided = accept_sampled(probabilities(logits, params), q, drafts, generator)
+        n, token = decided.tolist()  # the round's one read back to the host
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         if n < k:
             target_cache.crop(n - k)

@@ -47,50 +47,59 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return probs
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator))
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw from each row of `probs` (unnormalized is fine), as a device tensor of ids.
 
-
-def residual(p: torch.Tensor, q: torch.Tensor | None, drafted: int) -> torch.Tensor:
-    """Chen et al.: after rejecting `drafted`, sample from norm(max(0, p - q)).
-
-    q is None for a deterministic drafter (n-gram lookup), which is a one-hot q at `drafted`.
+    The Exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. picks i with probability p_i / Σp,
+    without multinomial's host-side checks. E = -log(U) with U in [0, 1) is never 0, so a token of
+    probability 0 never wins.
     """
-    if q is None:
-        out = p.clone()
-        out[drafted] = 0.0
-    else:
-        out = (p - q).clamp_min(0.0)
-    total = out.sum()
+    race = torch.rand(probs.shape, generator=generator, device=probs.device).log_().neg_()
+    return (probs / race).argmax(-1)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Chen et al.: after a rejection, sample from norm(max(0, p - q)) (left unnormalized for `sample`).
+
+    q is one-hot for a deterministic drafter (n-gram lookup), which zeroes the rejected token;
+    after every draft was accepted q is all zeros, and this is p itself, for the bonus token.
+    """
+    out = (p - q).clamp_min(0.0)
     # Only rounding can leave no mass (p == q exactly would have accepted); fall back to p.
-    return out / total if total > 0 else p
+    return torch.where(out.sum() > 0, out, p)
 
 
 def accept_sampled(
     p: torch.Tensor, q: torch.Tensor | None, drafts: torch.Tensor, generator: torch.Generator | None
-) -> tuple[int, int]:
-    """Leviathan/Chen rejection sampling over one round.
+) -> torch.Tensor:
+    """Leviathan/Chen rejection sampling over one round, on the device (no host sync).
 
     p: [k+1, V] target probabilities at the k draft positions plus the bonus position.
     q: [k, V] draft probabilities, or None for a deterministic drafter.
-    Returns (number of accepted drafts n, the token that follows them).
+    Returns [n, token]: the number of accepted drafts, and the token that follows them.
     """
-    k = drafts.numel()
+    k, vocab = drafts.numel(), p.shape[-1]
     rows = torch.arange(k, device=p.device)
     p_d = p[rows, drafts]
     q_d = q[rows, drafts] if q is not None else torch.ones_like(p_d)
     u = torch.rand(k, generator=generator, device=p.device)
-    rejected = (u * q_d >= p_d).nonzero()  # accept with probability min(1, p/q)
-    if rejected.numel() == 0:
-        return k, sample(p[k], generator)  # all accepted: a bonus token from the target
-    n = int(rejected[0])
-    return n, sample(residual(p[n], None if q is None else q[n], int(drafts[n])), generator)
+    n = (u * q_d < p_d).long().cumprod(0).sum()  # accept each with probability min(1, p/q), up to the first miss
+    at = n.view(1)  # a 1-element index gathers on the device; a 0-dim one would be read back to the host
+    # q where the round stopped; past the last draft it is zeros, leaving p for the bonus token
+    if q is None:  # one-hot at the drafted token
+        q_at = torch.zeros(vocab, device=p.device, dtype=p.dtype).scatter_(
+            0, torch.cat([drafts, drafts.new_zeros(1)])[at], (n < k).to(p.dtype).view(1))
+    else:
+        q_at = q[at.clamp_max(k - 1)][0] * (n < k)
+    token = sample(residual(p[at][0], q_at), generator)
+    return torch.stack([n, token])
 
 
-def accept_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> tuple[int, int]:
-    """Accept the longest prefix of drafts equal to the target's argmax, then take its next argmax."""
+def accept_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+    """Accept the longest prefix of drafts equal to the target's argmax, then take its next argmax.
+
+    Returns [n, token] on the device, like accept_sampled.
+    """
     choice = target_logits.argmax(-1)  # [k+1]
-    k = drafts.numel()
-    mismatch = (choice[:k] != drafts).nonzero()
-    n = int(mismatch[0]) if mismatch.numel() else k
-    return n, int(choice[n])
+    n = (choice[: drafts.numel()] == drafts).long().cumprod(0).sum()
+    return torch.stack([n, choice[n.view(1)][0]])

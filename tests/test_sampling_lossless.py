@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import decoder.sampling as sampling
 from conftest import make_byte_tokenizer, tiny_llama
 from decoder.drafts import ModelDrafter, NgramDrafter
 from decoder.engine import DecodeOptions, SpeculativeDecoder
 from decoder.gamma import FixedGamma
-from decoder.sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, residual
+from decoder.sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, residual, sample
 
 V = 16
 PROMPT = [1]  # one token: no prefill, so every sample costs only the speculative rounds
@@ -102,7 +103,7 @@ def test_speculative_sampling_matches_target_distribution(temperature_one_decode
 
 def test_chi_square_has_power_against_a_wrong_residual(temperature_one_decoder, target, monkeypatch):
     """Resampling from p (instead of norm(max(0, p - q))) after a rejection biases the output."""
-    monkeypatch.setattr(sampling, "residual", lambda p, q, drafted: p)
+    monkeypatch.setattr(sampling, "residual", lambda p, q: p)
     params = SamplingParams(temperature=1.0)
     counts = sample_pairs(temperature_one_decoder, PROMPT, params, 1000, seed0=10_000)
     p = chi2_pvalue(counts, exact_joint(target, PROMPT, params))
@@ -254,6 +255,10 @@ def _rows(*rows):
     return torch.tensor(rows, dtype=torch.float32)
 
 
+def _normalized(x):
+    return x / x.sum()
+
+
 def test_residual_restores_p():
     """min(p, q) + (1 - Σ min(p, q)) * residual = p, which is what makes the scheme exact."""
     gen = torch.Generator().manual_seed(1)
@@ -261,27 +266,29 @@ def test_residual_restores_p():
         p = torch.softmax(3 * torch.randn(8, generator=gen), -1)
         q = torch.softmax(3 * torch.randn(8, generator=gen), -1)
         beta = torch.minimum(p, q).sum()
-        out = torch.minimum(p, q) + (1 - beta) * residual(p, q, drafted=0)
+        out = torch.minimum(p, q) + (1 - beta) * _normalized(residual(p, q))
         assert torch.allclose(out, p, atol=1e-6)
         # deterministic drafter: q is one-hot at the drafted token
         d = int(torch.randint(8, (1,), generator=gen))
         one_hot = torch.zeros(8)
         one_hot[d] = 1
-        out = torch.minimum(p, one_hot) + (1 - p[d]) * residual(p, None, drafted=d)
+        out = torch.minimum(p, one_hot) + (1 - p[d]) * _normalized(residual(p, one_hot))
         assert torch.allclose(out, p, atol=1e-6)
-        assert residual(p, None, d)[d] == 0
+        assert residual(p, one_hot)[d] == 0
+        # after every draft was accepted q is zero: the bonus token comes from p itself
+        assert torch.equal(residual(p, torch.zeros(8)), p)
 
 
 def test_residual_with_no_mass_falls_back_to_p():
     p = torch.tensor([0.25, 0.75])
-    assert torch.equal(residual(p, p.clone(), 0), p)
+    assert torch.equal(residual(p, p.clone()), p)
 
 
 def test_accept_sampled_deterministic_draft_always_accepted_when_p_is_one_hot():
     drafts = torch.tensor([2, 0])
     p = _rows([0, 0, 1.0], [1.0, 0, 0], [0, 1.0, 0])  # the target is certain of both drafts; bonus is token 1
     for seed in range(20):
-        assert accept_sampled(p, None, drafts, torch.Generator().manual_seed(seed)) == (2, 1)
+        assert accept_sampled(p, None, drafts, torch.Generator().manual_seed(seed)) .tolist() == [2, 1]
 
 
 def test_accept_sampled_deterministic_draft_rejected_when_p_is_zero():
@@ -289,7 +296,7 @@ def test_accept_sampled_deterministic_draft_rejected_when_p_is_zero():
     p = _rows([0.5, 0.0, 0.5], [0, 1.0, 0], [1.0, 0, 0])
     seen = set()
     for seed in range(50):
-        n, token = accept_sampled(p, None, drafts, torch.Generator().manual_seed(seed))
+        n, token = accept_sampled(p, None, drafts, torch.Generator().manual_seed(seed)).tolist()
         assert n == 0 and token in (0, 2)  # never the rejected token
         seen.add(token)
     assert seen == {0, 2}
@@ -300,7 +307,7 @@ def test_accept_sampled_deterministic_draft_acceptance_rate():
     drafts = torch.tensor([0])
     p = _rows([0.3, 0.7], [0.5, 0.5])
     gen = torch.Generator().manual_seed(0)
-    results = [accept_sampled(p, None, drafts, gen) for _ in range(4000)]
+    results = [accept_sampled(p, None, drafts, gen).tolist() for _ in range(4000)]
     accepted = sum(n for n, _ in results)
     assert abs(accepted / 4000 - 0.3) < 0.03
     assert all(t == 1 for n, t in results if n == 0)  # after rejecting 0 only token 1 is left
@@ -311,7 +318,7 @@ def test_accept_sampled_identical_p_and_q_accepts_everything():
     p = torch.softmax(torch.randn(4, 6, generator=gen), -1)
     drafts = torch.tensor([0, 5, 3])
     for seed in range(30):
-        n, token = accept_sampled(p, p[:3].clone(), drafts, torch.Generator().manual_seed(seed))
+        n, token = accept_sampled(p, p[:3].clone(), drafts, torch.Generator().manual_seed(seed)).tolist()
         assert n == 3 and 0 <= token < 6
 
 
@@ -319,13 +326,84 @@ def test_accept_sampled_zero_target_probability_always_rejects():
     p = _rows([0.0, 0.6, 0.4], [0.2, 0.3, 0.5])
     q = _rows([0.9, 0.05, 0.05])
     for seed in range(30):
-        n, token = accept_sampled(p, q, torch.tensor([0]), torch.Generator().manual_seed(seed))
+        n, token = accept_sampled(p, q, torch.tensor([0]), torch.Generator().manual_seed(seed)).tolist()
         assert n == 0 and token in (1, 2)
 
 
 def test_accept_greedy():
     logits = _rows([0, 5, 1], [3, 0, 1], [0, 0, 9], [1, 0, 0])  # argmax 1, 0, 2, 0
-    assert accept_greedy(logits, torch.tensor([1, 0, 2])) == (3, 0)  # all accepted, bonus
-    assert accept_greedy(logits, torch.tensor([1, 2, 2])) == (1, 0)  # second one wrong: correction 0
-    assert accept_greedy(logits, torch.tensor([0, 0, 2])) == (0, 1)
-    assert accept_greedy(logits[:1], torch.tensor([], dtype=torch.long)) == (0, 1)  # γ = 0
+    assert accept_greedy(logits, torch.tensor([1, 0, 2])).tolist() == [3, 0]  # all accepted, bonus
+    assert accept_greedy(logits, torch.tensor([1, 2, 2])).tolist() == [1, 0]  # second one wrong: correction 0
+    assert accept_greedy(logits, torch.tensor([0, 0, 2])).tolist() == [0, 1]
+    assert accept_greedy(logits, torch.tensor([1, 0, 0])).tolist() == [2, 2]  # third wrong: correction 2
+    assert accept_greedy(logits[:1], torch.tensor([], dtype=torch.long)).tolist() == [0, 1]  # γ = 0
+
+
+def test_accept_sampled_with_no_drafts_samples_p():
+    """γ = 0 (a plain step) goes through the same rule: nothing to accept, the token drawn from p."""
+    p = _rows([0.2, 0.0, 0.8])
+    gen = torch.Generator().manual_seed(0)
+    results = [accept_sampled(p, None, torch.tensor([], dtype=torch.long), gen).tolist() for _ in range(2000)]
+    assert all(n == 0 and t in (0, 2) for n, t in results)
+    assert abs(sum(t == 2 for _, t in results) / 2000 - 0.8) < 0.03
+
+
+# ----------------------------------------------------------------------------- the Exponential race
+
+
+def test_race_sampling_matches_the_distribution():
+    """argmax(p / E), E ~ Exp(1), draws i with probability p_i / Σp; zero-probability ids never win."""
+    probs = torch.tensor([0.0, 0.05, 0.3, 0.0, 0.15, 0.02, 0.4, 0.08])
+    draws = sample(probs.expand(40_000, -1), torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=len(probs)).double().numpy()
+    assert counts[probs.numpy() == 0].sum() == 0
+    expected = probs.double().numpy()
+    kept = expected > 0
+    p = float(stats.chisquare(counts[kept], expected[kept] / expected.sum() * counts.sum()).pvalue)
+    assert p > 1e-3, f"p={p:.3g}"
+    # unnormalized rows are fine: the residual is handed over without dividing by its mass
+    scaled = sample((3 * probs).expand(40_000, -1), torch.Generator().manual_seed(0))
+    assert torch.equal(scaled, draws)
+
+
+def test_race_sampling_has_power():
+    """The same chi-square rejects draws from a slightly different distribution."""
+    probs = torch.tensor([0.05, 0.3, 0.15, 0.02, 0.4, 0.08])
+    other = torch.tensor([0.05, 0.33, 0.15, 0.02, 0.37, 0.08])
+    draws = sample(other.expand(40_000, -1), torch.Generator().manual_seed(0))
+    counts = torch.bincount(draws, minlength=len(probs)).double().numpy()
+    expected = probs.double().numpy()
+    assert float(stats.chisquare(counts, expected / expected.sum() * counts.sum()).pvalue) < 1e-6
+
+
+# ----------------------------------------------------------------------------- no host reads inside a round
+
+
+# Ops that read a tensor's value back to the host: on CUDA each one stalls the host until the GPU
+# catches up. `.tolist()` does its read outside the dispatcher, so the one per round is not counted.
+_HOST_READS = {"_local_scalar_dense", "item", "is_nonzero", "nonzero", "masked_select", "unique", "_unique2", "equal"}
+
+
+class _CountHostReads(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0] in _HOST_READS:
+            self.seen.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("with_draft", [False, True])
+def test_a_round_reads_nothing_back_but_its_result(target, draft, small_tokenizer, temperature, with_draft):
+    """Drafting, verifying and accepting stay on the device; the host reads each round's outcome once
+    (and a model draft's tokens once), with `.tolist()`. No other op in a generation reads a value."""
+    decoder = SpeculativeDecoder(target, small_tokenizer, ModelDrafter(draft) if with_draft else None,
+                                 FixedGamma(3) if with_draft else None)
+    opts = DecodeOptions(max_new_tokens=12, sampling=SamplingParams(temperature=temperature), seed=0)
+    with _CountHostReads() as reads:
+        g = decoder.generate([1, 2, 3], opts)
+    assert len(g.token_ids) == 12 and g.stats.rounds >= 4
+    assert reads.seen == []
