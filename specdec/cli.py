@@ -194,6 +194,11 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
             ours[f"spec_gamma_{gamma}"] = SpeculativeDecoder(target, tokenizer, same_drafter(drafter),
                                                              parse_gamma_policy(gamma))
             doc[f"spec_gamma_{gamma}"] = f"draft {spec}, γ policy {gamma} instead of {args.gamma}"
+        for threshold in [float(t) for t in args.compare_confidences.split(",") if t]:
+            ours[f"spec_confidence_{threshold:g}"] = SpeculativeDecoder(
+                target, tokenizer, same_drafter(drafter), parse_gamma_policy(args.gamma), draft_confidence=threshold)
+            doc[f"spec_confidence_{threshold:g}"] = (f"draft {spec}, γ policy {args.gamma}, and drafting stops "
+                                                     f"where the draft's top probability is under {threshold:g}")
     if not args.no_pack:
         # a second packed copy, built from plain weights like the product, whose small products take every thread
         all_threads = copy.deepcopy(stock)
@@ -376,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-hf", action="store_true", help="time only our decoders")
     p.add_argument("--ablations", action="store_true", help="also time our decoder with each lever turned off")
     p.add_argument("--compare-gammas", default="heuristic,cost", help="γ policies for the ablation rows")
+    p.add_argument("--compare-confidences", default="0.4",
+                   help="draft confidence thresholds for the ablation rows (HF's default is 0.4)")
     p.add_argument("--prompt-lookup", type=int, default=10,
                    help="HF assisted with prompt lookup, this many tokens per round (0: skip)")
     p.add_argument("--events", help="also append one completion event per case for AR and spec (JSONL)")

@@ -4,7 +4,7 @@ import json
 
 from conftest import tiny_llama
 from decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
-from decoder.engine import SpeculativeDecoder
+from decoder.engine import DecodeOptions, SpeculativeDecoder
 from decoder.gamma import FixedGamma
 from specdec.bench import Contenders, format_table, report, run_bench, weight_bytes_per_token
 from specdec.cases import Case, read_cases, write_cases
@@ -96,3 +96,39 @@ def test_step_costs_report_ratios(tokenizer):
     row = step_costs(tiny_llama(seed=3), list(range(40)), widths=(1, 3), repeats=3)
     assert row["verify_3_ratio"] == row["target_3_ms"] / row["target_1_ms"]
     assert row["c"] == row["draft_1_ms"] / row["target_1_ms"] > 0
+
+
+def test_ablation_rows_each_turn_one_lever(tokenizer):
+    """`specdec bench --ablations`: the rows it builds, each token-identical to AR under greedy."""
+    import argparse
+    import copy
+
+    from decoder.drafts import build_drafter
+    from decoder.gamma import HeuristicGamma
+    from decoder.kernels import pack_linear_weights
+    from specdec.cli import _bench_contenders
+
+    target = tiny_llama(seed=4, layers=3)
+    stock = copy.deepcopy(target)
+    args = argparse.Namespace(draft="ngram+none", gamma="heuristic", ablations=True, no_pack=False,
+                              compare_gammas="heuristic,cost", compare_confidences="0.3,0.6",
+                              device="cpu", dtype="auto")
+    product, _ = build_drafter(args.draft, target, tokenizer)
+    other = {"ngram+auto": build_drafter("ngram+auto", target, tokenizer)}  # 'auto' derives layers 0,1 here
+    pack_linear_weights(target, other["ngram+auto"][1])
+    decoder = SpeculativeDecoder(target, tokenizer, product, HeuristicGamma())
+    contenders, doc = _bench_contenders(args, target, tokenizer, decoder, other, stock)
+    ours = contenders.ours
+    assert set(ours) == {"ar", "spec", "spec_draft_ngram+auto", "spec_gamma_cost", "spec_confidence_0.3",
+                         "spec_confidence_0.6", "ar_all_threads", "spec_all_threads", "ar_unpacked",
+                         "spec_unpacked"}
+    assert set(doc) == set(ours)
+    # the threshold rows pace the lookup-then-model draft, as the γ rows do, and differ only in it
+    assert [ours[f"spec_confidence_{t}"].draft_confidence for t in ("0.3", "0.6")] == [0.3, 0.6]
+    assert ours["spec_confidence_0.3"].drafter.model is not None
+    assert ours["spec_confidence_0.3"].drafter is not ours["spec_confidence_0.6"].drafter  # each its own cache
+    assert ours["spec_gamma_cost"].draft_confidence == 0.0
+    prompt = "def f(x):\n    return x + 1\n\ndef g(x):\n    return"
+    ar = ours["ar"].generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids
+    for name, row in ours.items():
+        assert row.generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids == ar, name
