@@ -288,7 +288,7 @@ def test_accept_sampled_deterministic_draft_always_accepted_when_p_is_one_hot():
     drafts = torch.tensor([2, 0])
     p = _rows([0, 0, 1.0], [1.0, 0, 0], [0, 1.0, 0])  # the target is certain of both drafts; bonus is token 1
     for seed in range(20):
-        assert accept_sampled(p, None, drafts, torch.Generator().manual_seed(seed)) .tolist() == [2, 1]
+        assert accept_sampled(p, None, drafts, torch.Generator().manual_seed(seed)).tolist() == [2, 1]
 
 
 def test_accept_sampled_deterministic_draft_rejected_when_p_is_zero():
