@@ -189,16 +189,18 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
     if drafter is None or getattr(drafter, "model", True) is None:
         spec = "ngram+auto"
         drafter = other_drafts[spec][0] if spec in other_drafts else None
+    def paced(name: str, gamma: str, what: str, confidence: float = 0.0):
+        """A row on that draft with its own pacing: a γ policy, and where drafting stops."""
+        ours[name] = SpeculativeDecoder(target, tokenizer, same_drafter(drafter), parse_gamma_policy(gamma),
+                                        draft_confidence=confidence)
+        doc[name] = f"draft {spec}, {what}"
+
     if drafter is not None:
         for gamma in [g for g in args.compare_gammas.split(",") if g and g != args.gamma]:
-            ours[f"spec_gamma_{gamma}"] = SpeculativeDecoder(target, tokenizer, same_drafter(drafter),
-                                                             parse_gamma_policy(gamma))
-            doc[f"spec_gamma_{gamma}"] = f"draft {spec}, γ policy {gamma} instead of {args.gamma}"
+            paced(f"spec_gamma_{gamma}", gamma, f"γ policy {gamma} instead of {args.gamma}")
         for threshold in [float(t) for t in args.compare_confidences.split(",") if t]:
-            ours[f"spec_confidence_{threshold:g}"] = SpeculativeDecoder(
-                target, tokenizer, same_drafter(drafter), parse_gamma_policy(args.gamma), draft_confidence=threshold)
-            doc[f"spec_confidence_{threshold:g}"] = (f"draft {spec}, γ policy {args.gamma}, and drafting stops "
-                                                     f"where the draft's top probability is under {threshold:g}")
+            paced(f"spec_confidence_{threshold:g}", args.gamma, f"γ policy {args.gamma}, and drafting stops where "
+                  f"the draft's top probability is under {threshold:g}", confidence=threshold)
     if not args.no_pack:
         # a second packed copy, built from plain weights like the product, whose small products take every thread
         all_threads = copy.deepcopy(stock)
