@@ -16,9 +16,8 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
-from transformers.cache_utils import Cache
 
-from .kv_cache import keep_first, new_cache
+from .kv_cache import forward_logits, keep_first, new_cache
 from .sampling import SamplingParams, probabilities, sample
 
 # Trained drafts that ship with the package, one folder each (see its README.md model card).
@@ -30,21 +29,6 @@ class Proposal:
     tokens: list[int]
     q: torch.Tensor | None  # [len(tokens), V] draft probabilities; None for greedy or deterministic drafts
     lookup: bool = False  # copied from the context, not drafted by a model: says nothing about the γ to draft
-
-
-def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int) -> torch.Tensor:
-    """One forward pass that appends `ids` to `cache`; returns logits for the last `keep` positions.
-
-    `ids` may already be a tensor on the model's device: a token just drafted need not visit the host.
-    """
-    input_ids = ids.view(1, -1) if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=model.device)
-    out = model(
-        input_ids=input_ids,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=keep,
-    )
-    return out.logits[0, -keep:]
 
 
 class ModelDrafter:

@@ -2,8 +2,8 @@
 
 Invariant: the target's KV cache holds every committed token but the last. Each round feeds the
 last committed token plus the drafts in one forward pass, accepts a prefix of the drafts, appends
-one more token from the target (the correction, or a bonus when all were accepted) and crops the
-cache back to the new invariant. Rolling back is a crop; nothing is recomputed. The one exception
+one more token from the target (the correction, or a bonus when all were accepted) and cuts the
+cache back to the new invariant. Rolling back moves the cache's end; nothing is recomputed. The one exception
 is the first round: prefill feeds the whole prompt, and its last logits stand in for that feed,
 so plain AR costs exactly one forward pass per token, as in HF generate.
 
@@ -22,11 +22,11 @@ from typing import Callable, Protocol
 
 import torch
 
-from .drafts import Proposal, forward_logits
-from .kv_cache import keep_first, new_cache
+from .drafts import Proposal
 from .gamma import FixedGamma, HeuristicGamma
 from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities
 from .stats import GenerationStats
+from .target_steps import EagerTarget, FixedShapeTarget, context_window
 from .text import TextStream
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,11 @@ class Generation:
     stats: GenerationStats
 
 
-def context_window(config) -> int | None:
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        if getattr(config, name, None):
-            return int(getattr(config, name))
-    return None
+def round_rows(gamma, drafter) -> int:
+    """The most tokens one round feeds the target: the last committed token and every draft."""
+    if drafter is None:
+        return 1
+    return max(gamma.max_gamma, getattr(drafter, "lookup_tokens", 0)) + 1
 
 
 def eos_ids(model, tokenizer) -> set[int]:
@@ -82,10 +82,14 @@ def eos_ids(model, tokenizer) -> set[int]:
 
 
 class SpeculativeDecoder:
-    """Target + optional drafter + γ policy. `generate` is batch-1 and not thread-safe."""
+    """Target + optional drafter + γ policy. `generate` is batch-1 and not thread-safe.
+
+    steps: how the target runs (target_steps.py); EagerTarget when None. Decoders that take turns
+    may share one, so a baseline runs on the same cache and compiled graphs as the product.
+    """
 
     def __init__(self, target, tokenizer, drafter: Drafter | None = None, gamma=None,
-                 draft_confidence: float = 0.0):
+                 draft_confidence: float = 0.0, steps: EagerTarget | FixedShapeTarget | None = None):
         self.target = target
         self.tokenizer = tokenizer
         self.drafter = drafter
@@ -95,9 +99,9 @@ class SpeculativeDecoder:
         self.group_gammas: dict[str, object] = {}  # a copy of it for each named gamma_group
         self.draft_confidence = draft_confidence
         self.eos = eos_ids(target, tokenizer)
-        self.window = context_window(target.config)
-        self.target_cache = new_cache()
-        self.cached_ids: list[int] = []  # the tokens whose keys and values target_cache holds, in order
+        self.steps = steps if steps is not None else EagerTarget(target)
+        limits = [w for w in (context_window(target.config), self.steps.capacity) if w]
+        self.window = min(limits) if limits else None
 
     def encode(self, prompt: str) -> list[int]:
         return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
@@ -116,14 +120,11 @@ class SpeculativeDecoder:
         stream = TextStream(self.tokenizer, ids, opts.stop_strings)
 
         reused = self._reuse_prefix(ids)
-        self.cached_ids = []  # unknown until this request finishes; an exception leaves nothing reusable
-        target_cache = self.target_cache
-        prefill_logits = forward_logits(self.target, target_cache, ids[reused:], keep=1)
+        prefill_logits = self.steps.forward(ids[reused:], keep=1)
         if self.drafter is not None:
             self.drafter.reset(ids, reused)
         stats.prompt_reused_tokens = reused
         stats.prefill_ms = _ms(start)
-        fed = list(ids)  # every token the target's cache has been given, rejected drafts excepted
 
         committed = list(ids)
         generated: list[int] = []
@@ -132,9 +133,8 @@ class SpeculativeDecoder:
             if opts.cancel is not None and opts.cancel.is_set():
                 finish = "cancelled"
                 break
-            new_tokens = self._round(committed, target_cache, prefill_logits, opts, generator, stats)
+            new_tokens = self._round(committed, prefill_logits, opts, generator, stats)
             prefill_logits = None
-            fed += new_tokens
             for token in new_tokens:
                 if token in self.eos:
                     finish = "eos"
@@ -153,7 +153,6 @@ class SpeculativeDecoder:
                 finish = "predicate"
             if settled and opts.on_text:
                 opts.on_text(settled)
-        self.cached_ids = fed[:target_cache.get_seq_length()]
         rest = stream.finish()
         if rest and opts.on_text:
             opts.on_text(rest)
@@ -170,21 +169,19 @@ class SpeculativeDecoder:
         return self.group_gammas[group]
 
     def _reuse_prefix(self, ids: list[int]) -> int:
-        """Crop the target's cache to the longest prefix it shares with `ids`; returns its length.
+        """Cut the target's cache to the longest prefix it shares with `ids`; returns its length.
 
         At least the last prompt token is always fed again: its logits start the decode.
         """
+        held = self.steps.tokens
         shared = 0
-        limit = min(len(self.cached_ids), len(ids) - 1)
-        while shared < limit and self.cached_ids[shared] == ids[shared]:
+        limit = min(len(held), len(ids) - 1)
+        while shared < limit and held[shared] == ids[shared]:
             shared += 1
-        if shared == 0:
-            self.target_cache = new_cache()
-        else:
-            keep_first(self.target_cache, shared)
+        self.steps.truncate(shared)
         return shared
 
-    def _round(self, committed, target_cache, prefill_logits, opts, generator, stats) -> list[int]:
+    def _round(self, committed, prefill_logits, opts, generator, stats) -> list[int]:
         """One draft-then-verify round. Returns the tokens to commit: accepted drafts plus one from the target."""
         params = opts.sampling
         policy = self._policy(opts.gamma_group)
@@ -198,9 +195,9 @@ class SpeculativeDecoder:
         k = len(proposal.tokens)
         # Verify: the last committed token plus k drafts, one forward pass, k+1 rows of logits.
         if prefill_logits is None:
-            logits = forward_logits(self.target, target_cache, [committed[-1]] + proposal.tokens, keep=k + 1)
+            logits = self.steps.forward([committed[-1]] + proposal.tokens, keep=k + 1)
         elif k:
-            logits = torch.cat([prefill_logits, forward_logits(self.target, target_cache, proposal.tokens, keep=k)])
+            logits = torch.cat([prefill_logits, self.steps.forward(proposal.tokens, keep=k)])
         else:
             logits = prefill_logits
         drafts = torch.tensor(proposal.tokens, dtype=torch.long, device=logits.device)
@@ -213,8 +210,7 @@ class SpeculativeDecoder:
             decided = accept_sampled(probabilities(logits, params), q, drafts, generator)
         n, token = decided.tolist()  # the round's one read back to the host
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
-        if n < k:
-            target_cache.crop(n - k)
+        self.steps.truncate(len(committed) + n)
         if self.drafter is not None:
             self.drafter.rollback(len(committed) + n)
             if proposal.lookup:  # a copy from the context says nothing of how far the model draft would match
@@ -237,8 +233,7 @@ class SpeculativeDecoder:
         limits = [max_prompt_tokens] if max_prompt_tokens else []
         if self.window:
             # room for the answer and for one round of drafts beyond it
-            drafts = max(self.gamma.max_gamma, getattr(self.drafter, "lookup_tokens", 0))
-            limits.append(self.window - max_new_tokens - drafts - 1)
+            limits.append(self.window - max_new_tokens - round_rows(self.gamma, self.drafter))
         budget = min(limits) if limits else None
         if budget is not None and budget < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in a {self.window}-token context")

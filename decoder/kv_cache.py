@@ -77,3 +77,18 @@ def keep_first(cache: Cache, length: int) -> None:
     cached = cache.get_seq_length()
     if cached > length:
         cache.crop(length - cached)
+
+
+def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int) -> torch.Tensor:
+    """One forward pass that appends `ids` to `cache`; returns logits for the last `keep` positions.
+
+    `ids` may already be a tensor on the model's device: a token just drafted need not visit the host.
+    """
+    input_ids = ids.view(1, -1) if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=model.device)
+    out = model(
+        input_ids=input_ids,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=keep,
+    )
+    return out.logits[0, -keep:]

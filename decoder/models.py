@@ -27,6 +27,8 @@ DEFAULT_TARGET = "gemma3-270m"
 # (docs/benchmarks/README.md): on the CPU the shipped trained draft (`ngram+auto`) costs more than
 # it returns.
 DEFAULT_DRAFT = "ngram+none"
+# How the target runs (decoder/target_steps.py); auto is compiled on CUDA and eager on the CPU.
+STEPS = ("auto", "eager", "fixed", "compiled")
 
 
 class ModelError(RuntimeError):

@@ -55,7 +55,7 @@ def retune(engine: Engine, options: ServerOptions) -> Engine:
     old = engine.decoder
     gamma = parse_gamma_policy(options.gamma)
     decoder = SpeculativeDecoder(old.target, old.tokenizer, old.drafter, gamma if old.drafter else None,
-                                 draft_confidence=options.draft_confidence)
+                                 draft_confidence=options.draft_confidence, steps=old.steps)
     return dataclasses.replace(engine, decoder=decoder)
 
 

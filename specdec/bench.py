@@ -96,6 +96,7 @@ def build_methods(contenders: Contenders, max_new_tokens: int, hf_gammas: list[i
 
 
 def _ours(decoder: SpeculativeDecoder, ids, options) -> Run:
+    decoder.steps.truncate(0)  # every run starts cold: our decoders on one target share its cache
     start = time.perf_counter()
     generation = decoder.generate(ids, options)
     return Run(generation.token_ids, time.perf_counter() - start, generation.stats)
@@ -109,11 +110,12 @@ def _timed(fn, *args, **kwargs) -> Run:
 
 def _followup(spec: SpeculativeDecoder, ids: list[int], accepted: list[int]) -> dict[str, float]:
     """Time to the first token when the user took the completion's first tokens and asks again:
-    the product decoder (its cache holds this case) against a cold one on the same models."""
-    cold = SpeculativeDecoder(spec.target, spec.tokenizer)
+    with the cache as this case's runs left it, and then cold."""
     out = {}
-    for name, decoder in (("warm", spec), ("cold", cold)):
-        generation = decoder.generate(ids + accepted, DecodeOptions(max_new_tokens=1))
+    for name in ("warm", "cold"):
+        if name == "cold":
+            spec.steps.truncate(0)
+        generation = spec.generate(ids + accepted, DecodeOptions(max_new_tokens=1))
         out[name] = generation.stats.total_ms
         out[f"{name}_prefilled_tokens"] = generation.stats.prompt_tokens - generation.stats.prompt_reused_tokens
     return out

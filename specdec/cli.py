@@ -14,7 +14,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-from decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelError  # noqa: E402
+from decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, STEPS, ModelError  # noqa: E402
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -31,13 +31,17 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="stop drafting when the draft's top probability falls below this")
     p.add_argument("--no-pack", action="store_true",
                    help="keep the stock nn.Linear weights on the CPU (no oneDNN packing, decoder/kernels.py)")
+    p.add_argument("--steps", default="auto", choices=STEPS,
+                   help="how the target runs: eager (input-shaped forwards, a growing cache), fixed (a few padded "
+                        "shapes, a fixed-address cache), compiled (fixed, under torch.compile: CUDA graphs on CUDA); "
+                        "auto: compiled on CUDA, eager on the CPU (decoder/target_steps.py)")
 
 
 def _load(args):
     from decoder.loader import load_decoder
 
     loaded = load_decoder(args.target, args.draft, device=args.device, dtype=args.dtype, gamma=args.gamma,
-                          draft_confidence=args.draft_confidence, pack=not args.no_pack)
+                          draft_confidence=args.draft_confidence, pack=not args.no_pack, steps=args.steps)
     return loaded.target, loaded.tokenizer, loaded.draft_model, loaded.decoder
 
 
@@ -96,13 +100,13 @@ def cmd_bench(args) -> int:
     if args.limit:
         cases = cases[: args.limit]
     loaded = load_decoder(args.target, args.draft, device=args.device, dtype=args.dtype, gamma=args.gamma,
-                          draft_confidence=args.draft_confidence, pack=False)
+                          draft_confidence=args.draft_confidence, pack=False, steps=args.steps)
     target, tokenizer, decoder = loaded.target, loaded.tokenizer, loaded.decoder
     # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.
     other_drafts = {spec: build_drafter(spec, target, tokenizer, device=args.device, dtype=args.dtype)
                     for spec in (ABLATION_DRAFTS if args.ablations else ()) if spec != args.draft}
     weight_bytes = weight_bytes_per_token(target)  # before packing: a packed linear keeps no .weight
-    if not args.no_pack:
+    if not args.no_pack and not decoder.steps.compiled:
         pack_linear_weights(target, loaded.draft_model, *(model for _, model in other_drafts.values()))
     # The stock model, as HF users run it (no packed kernels): HF's columns and the unpacked ablations.
     stock = None
@@ -160,8 +164,9 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
     from .bench import Contenders
 
     packed = "oneDNN-packed" if not args.no_pack else "plain"
-    ours = {"ar": SpeculativeDecoder(target, tokenizer), "spec": decoder}
-    doc = {"ar": f"our AR baseline: same engine, {packed} weights and cache, γ=0",
+    steps = decoder.steps  # every decoder on the target runs on the product's cache (and compiled graphs)
+    ours = {"ar": SpeculativeDecoder(target, tokenizer, steps=steps), "spec": decoder}
+    doc = {"ar": f"our AR baseline: same engine, {packed} weights, same target steps and cache, γ=0",
            "spec": f"our speculative decoder: draft {args.draft}, γ {args.gamma}, {packed} weights"}
     if not args.ablations:
         return Contenders(ours), doc
@@ -182,7 +187,8 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
         return draft_model
 
     for spec, (drafter, _) in other_drafts.items():
-        ours[f"spec_draft_{spec}"] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(args.gamma))
+        ours[f"spec_draft_{spec}"] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(args.gamma),
+                                                        steps=steps)
         doc[f"spec_draft_{spec}"] = f"draft {spec} instead of {args.draft}"
     # γ only paces a model draft: the rows use the product's, or else the lookup-then-model draft's
     drafter, spec = decoder.drafter, args.draft
@@ -192,7 +198,7 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
     def paced(name: str, gamma: str, what: str, confidence: float = 0.0):
         """A row on that draft with its own pacing: a γ policy, and where drafting stops."""
         ours[name] = SpeculativeDecoder(target, tokenizer, same_drafter(drafter), parse_gamma_policy(gamma),
-                                        draft_confidence=confidence)
+                                        draft_confidence=confidence, steps=steps)
         doc[name] = f"draft {spec}, {what}"
 
     if drafter is not None:

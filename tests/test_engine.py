@@ -9,9 +9,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import decoder.engine as engine
+import decoder.target_steps as target_steps
 from conftest import EOS, byte_ids, check_stats, generate, random_prompts
-from decoder.drafts import ModelDrafter, NgramDrafter, derive_draft, forward_logits
+from decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
+from decoder.kv_cache import forward_logits
 from decoder.engine import SpeculativeDecoder, context_window, eos_ids
 from decoder.gamma import FixedGamma, HeuristicGamma
 from decoder.sampling import SamplingParams
@@ -41,7 +42,7 @@ def assert_cache_is_fresh_prefill(model, cache, tokens):
 def run_spying(decoder, prompt, monkeypatch, **options):
     """Generate while capturing the target's cache and every round's committed tokens."""
     caches, rounds = [], []
-    original_new_cache, original_round = engine.new_cache, decoder._round
+    original_new_cache, original_round = target_steps.new_cache, decoder._round
 
     def recording_new_cache():
         caches.append(original_new_cache())
@@ -53,7 +54,7 @@ def run_spying(decoder, prompt, monkeypatch, **options):
         return out
 
     with monkeypatch.context() as patch:
-        patch.setattr(engine, "new_cache", recording_new_cache)
+        patch.setattr(target_steps, "new_cache", recording_new_cache)
         patch.setattr(decoder, "_round", recording_round)
         gen = generate(decoder, prompt, **options)
     assert len(caches) == 1

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from decoder.drafts import forward_logits
-from decoder.kv_cache import PreallocatedLayer, new_cache
+from decoder.kv_cache import PreallocatedLayer, forward_logits, new_cache
 
 
 def test_growth_and_crops_match_dynamic_cache(gemma3):

@@ -1,0 +1,189 @@
+"""The target model with its KV cache: feed tokens, get logits, roll back. Two ways to run it.
+
+- `EagerTarget` (the CPU default): a cache that grows in place (kv_cache.PreallocatedLayer), and
+  every forward pass has the shape of its input. Attention spans only the tokens held.
+- `FixedShapeTarget` (the CUDA default, compiled): a cache of fixed capacity at fixed addresses,
+  and every forward pass of up to `max_rows` tokens padded to one of a few row counts (1, 2, 4,
+  ..., max_rows). A handful of shapes is what lets `torch.compile(mode="reduce-overhead")`
+  capture each as a CUDA graph, as gpt-fast does, so a step is one graph launch instead of
+  hundreds of kernel launches from Python. The write position is a device tensor read inside
+  the graph; rolling back sets it, and nothing is copied. Padding rows write past the real end,
+  where the causal mask hides them until real tokens overwrite them.
+
+Both know which tokens their cache holds, so any decoder may pick up where another left off, and
+a request sharing a prefix with the last one feeds only the rest.
+
+On the CPU fixed shapes do not pay: attention over the whole capacity costs more than over the
+tokens held, and compiling gained nothing there (docs/benchmarks/README.md, third pass).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from .kv_cache import forward_logits, keep_first, new_cache
+from .models import STEPS
+
+# Tokens a fixed-shape cache holds unless the model's context window is shorter: a long editor
+# prompt and its completion, in 75 MB of bf16 keys and values for Gemma-3-270M.
+FIXED_CAPACITY = 4096
+
+
+def context_window(config) -> int | None:
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        if getattr(config, name, None):
+            return int(getattr(config, name))
+    return None
+
+
+class EagerTarget:
+    capacity: int | None = None  # grows as needed; the model's context window is the limit
+    compiled = False
+
+    def __init__(self, model):
+        self.model = model
+        self.cache = new_cache()
+        self.tokens: list[int] = []  # the tokens whose keys and values the cache holds, in order
+
+    def forward(self, ids: list[int], keep: int) -> torch.Tensor:
+        """Append `ids`; returns the logits of the last `keep` of them."""
+        keep_first(self.cache, len(self.tokens))  # drop what a forward that raised may have left
+        logits = forward_logits(self.model, self.cache, ids, keep)
+        self.tokens += ids
+        return logits
+
+    def truncate(self, length: int) -> None:
+        """Forget every token past the first `length`."""
+        del self.tokens[length:]
+        if not self.tokens:
+            self.cache = new_cache()  # also lets go of a long past prompt's buffers
+        else:
+            keep_first(self.cache, length)
+
+
+class FixedLayer(CacheLayerMixin):
+    """One layer's keys and values in buffers allocated once; every write starts at the shared `start`."""
+
+    is_compileable = True
+    is_sliding = False  # holds every position; a sliding window is applied by the attention mask
+
+    def __init__(self, capacity: int, start: torch.Tensor):
+        super().__init__()
+        self.capacity = capacity
+        self.start = start  # 0-dim long tensor on the model's device, shared by every layer
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_zeros(*key_states.shape[:2], self.capacity, key_states.shape[3])
+        self.values = value_states.new_zeros(*value_states.shape[:2], self.capacity, value_states.shape[3])
+        if not torch.compiler.is_compiling():
+            # a captured graph reads and writes these very buffers
+            torch._dynamo.mark_static_address(self.keys)
+            torch._dynamo.mark_static_address(self.values)
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        where = self.start + torch.arange(key_states.shape[-2], device=self.start.device)
+        self.keys.index_copy_(2, where, key_states)
+        self.values.index_copy_(2, where, value_states)
+        return self.keys, self.values
+
+    def get_mask_sizes(self, *args) -> tuple[int, int]:
+        return self.capacity, 0  # attention spans the whole buffer; the causal mask hides what is past the end
+
+    def get_seq_length(self) -> torch.Tensor:
+        return self.start  # a tensor, so a captured graph reads the position instead of baking it in
+
+    def get_max_length(self) -> int:
+        return self.capacity
+
+
+def row_buckets(max_rows: int) -> tuple[int, ...]:
+    """The row counts a forward is padded to: the powers of two below max_rows, and max_rows."""
+    buckets, rows = [], 1
+    while rows < max_rows:
+        buckets.append(rows)
+        rows *= 2
+    return (*buckets, max_rows)
+
+
+class FixedShapeTarget:
+    def __init__(self, model, capacity: int, max_rows: int, compile: bool = False):
+        """capacity: the tokens the cache holds at most. max_rows: the most tokens a round feeds
+        (γ + 1); a longer feed (a prefill) runs eagerly at its own shape.
+        compile: capture each row count with torch.compile (CUDA graphs on CUDA)."""
+        if capacity < 1 or max_rows < 1:
+            raise ValueError(f"need capacity >= 1 and max_rows >= 1, got {capacity} and {max_rows}")
+        self.model = model
+        self.capacity = capacity
+        self.buckets = row_buckets(max_rows)
+        self.start = torch.zeros((), dtype=torch.long, device=model.device)
+        torch._dynamo.mark_static_address(self.start)
+        layers = model.config.get_text_config().num_hidden_layers
+        # room past the capacity for padding rows that start at its very end
+        self.cache = Cache(layers=[FixedLayer(capacity + max_rows, self.start) for _ in range(layers)])
+        with torch.inference_mode():  # allocate the buffers now, outside any graph (decoding runs in this mode)
+            forward_logits(model, self.cache, [0], keep=1)
+        self.tokens: list[int] = []  # the tokens whose keys and values the cache holds, in order
+        self.compiled = compile
+        self._padded = self._padded_forward
+        if compile:
+            self._padded = torch.compile(self._padded_forward, mode="reduce-overhead", fullgraph=True, dynamic=False)
+
+    def _padded_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=input_ids.shape[1])
+        return out.logits[0]
+
+    def forward(self, ids: list[int], keep: int) -> torch.Tensor:
+        """Append `ids`; returns the logits of the last `keep` of them."""
+        n = len(ids)
+        if len(self.tokens) + n > self.capacity:
+            raise ValueError(f"{len(self.tokens) + n} tokens do not fit a cache of {self.capacity}")
+        self.start.fill_(len(self.tokens))
+        if n > self.buckets[-1]:
+            logits = forward_logits(self.model, self.cache, ids, keep)
+        else:
+            rows = next(b for b in self.buckets if b >= n)
+            input_ids = torch.tensor([ids + ids[-1:] * (rows - n)], device=self.model.device)
+            if self.compiled:
+                torch.compiler.cudagraph_mark_step_begin()
+            # a copy: the next replay of a captured graph overwrites its output
+            logits = self._padded(input_ids)[n - keep:n].clone()
+        self.tokens += ids
+        return logits
+
+    def truncate(self, length: int) -> None:
+        """Forget every token past the first `length`: the next forward writes over them."""
+        del self.tokens[length:]
+
+    @torch.inference_mode()  # as in decoding: a graph compiled outside it would be compiled again
+    def warm_up(self) -> None:
+        """Run every row count once, so that compiling happens now and not in a user's first requests."""
+        for rows in self.buckets:
+            self.forward([0] * rows, keep=1)
+            self.truncate(0)
+
+
+def steps_mode(mode: str, device: torch.device) -> str:
+    """Resolve auto: compiled fixed shapes on CUDA, eager elsewhere."""
+    if mode not in STEPS:
+        raise ValueError(f"unknown target steps {mode!r}; use {', '.join(STEPS)}")
+    if mode == "auto":
+        return "compiled" if device.type == "cuda" else "eager"
+    return mode
+
+
+def target_steps(model, mode: str, max_rows: int) -> EagerTarget | FixedShapeTarget:
+    """mode: one of STEPS. Compiled steps are compiled here, one graph per row count."""
+    mode = steps_mode(mode, model.device)
+    if mode == "eager":
+        return EagerTarget(model)
+    capacity = min(context_window(model.config) or FIXED_CAPACITY, FIXED_CAPACITY)
+    steps = FixedShapeTarget(model, capacity, max_rows, compile=mode == "compiled")
+    if steps.compiled:
+        steps.warm_up()
+    return steps
