@@ -141,13 +141,13 @@ def run_bench(cases: list[Case], contenders: Contenders, *, max_new_tokens: int,
     return results
 
 
-def memory_bandwidth_gbs(megabytes: int = 512, repeats: int = 5) -> float:
-    """Read bandwidth of this machine as torch sees it: the median time to sum a large buffer."""
-    buffer = torch.ones(megabytes * 2**20 // 4)
+def memory_bandwidth_gbs(device: torch.device = torch.device("cpu"), megabytes: int = 512, repeats: int = 5) -> float:
+    """Read bandwidth of the device's memory as torch sees it: the median time to sum a large buffer."""
+    buffer = torch.ones(megabytes * 2**20 // 4, device=device)
     times = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
-        buffer.sum()
+        buffer.sum().item()  # .item() waits for a GPU to finish
         times.append(time.perf_counter() - start)
     return buffer.numel() * 4 / statistics.median(times[1:]) / 1e9
 

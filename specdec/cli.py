@@ -137,7 +137,7 @@ def cmd_bench(args) -> int:
                 log.write(event)
     data = report(results, tokenizer, device=device, dtype=str(target.dtype).replace("torch.", ""),
                   target=args.target, draft=args.draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                  bandwidth_gbs=memory_bandwidth_gbs(), weight_bytes=weight_bytes, methods_doc=doc)
+                  bandwidth_gbs=memory_bandwidth_gbs(target.device), weight_bytes=weight_bytes, methods_doc=doc)
     table = format_table(data)
     print(table)
     if args.json:
