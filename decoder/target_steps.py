@@ -48,8 +48,11 @@ class EagerTarget:
 
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
-        keep_first(self.cache, len(self.tokens))  # drop what a forward that raised may have left
-        logits = forward_logits(self.model, self.cache, ids, keep)
+        try:
+            logits = forward_logits(self.model, self.cache, ids, keep)
+        except BaseException:
+            self.truncate(0)  # a forward that raised may have written some layers and not others
+            raise
         self.tokens += ids
         return logits
 
@@ -157,7 +160,8 @@ class FixedShapeTarget:
         return logits
 
     def truncate(self, length: int) -> None:
-        """Forget every token past the first `length`: the next forward writes over them."""
+        """Forget every token past the first `length`: the next forward writes over them (also
+        over what a forward that raised may have written)."""
         del self.tokens[length:]
 
     @torch.inference_mode()  # as in decoding: a graph compiled outside it would be compiled again

@@ -124,3 +124,32 @@ def test_compiled_steps_compile_once_per_row_count(tokenizer):
         drafted += got.stats.drafted
     assert drafted > 0
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 3  # no recompiles
+
+
+@pytest.mark.parametrize("kind", ["eager", "fixed"])
+def test_a_forward_that_raises_midway_loses_nothing(kind, llama, tokenizer):
+    """An error inside the model (say, out of memory in its last layer) must not leave the cache
+    out of step with its tokens: the next request decodes as a fresh decoder would."""
+    steps = target_steps(llama, kind, 5)
+    decoder = SpeculativeDecoder(llama, tokenizer, HybridDrafter(None, lookup_tokens=4), FixedGamma(4), steps=steps)
+    first = generate(decoder, PROMPTS[1], max_new_tokens=8)
+    follow = decoder.encode(PROMPTS[1]) + first.token_ids
+    last_layer = llama.model.layers[-1]
+    original = last_layer.forward
+    calls = 0
+
+    def fails_on_the_third_call(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise torch.OutOfMemoryError("simulated")
+        return original(*args, **kwargs)
+
+    last_layer.forward = fails_on_the_third_call
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            generate(decoder, follow, max_new_tokens=8)
+    finally:
+        del last_layer.forward
+    again = generate(decoder, follow, max_new_tokens=8)
+    assert again.token_ids == generate(SpeculativeDecoder(llama, tokenizer), follow, max_new_tokens=8).token_ids
