@@ -24,6 +24,7 @@ import torch
 
 from .drafts import Proposal
 from .gamma import FixedGamma, HeuristicGamma
+from .kv_cache import head_logits
 from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities
 from .stats import GenerationStats
 from .target_steps import EagerTarget, FixedShapeTarget, context_window
@@ -100,6 +101,8 @@ class SpeculativeDecoder:
         self.draft_confidence = draft_confidence
         self.eos = eos_ids(target, tokenizer)
         self.steps = steps if steps is not None else EagerTarget(target)
+        if hasattr(drafter, "attach"):
+            drafter.attach(self.steps)  # a draft that runs on the target itself (drafts.SelfDrafter)
         limits = [w for w in (context_window(target.config), self.steps.capacity) if w]
         self.window = min(limits) if limits else None
 
@@ -133,7 +136,8 @@ class SpeculativeDecoder:
             if opts.cancel is not None and opts.cancel.is_set():
                 finish = "cancelled"
                 break
-            new_tokens = self._round(committed, prefill_logits, opts, generator, stats)
+            new_tokens = self._round(committed, prefill_logits, opts, generator, stats,
+                                     wanted=opts.max_new_tokens - len(generated))
             prefill_logits = None
             for token in new_tokens:
                 if token in self.eos:
@@ -181,11 +185,14 @@ class SpeculativeDecoder:
         self.steps.truncate(shared)
         return shared
 
-    def _round(self, committed, prefill_logits, opts, generator, stats) -> list[int]:
-        """One draft-then-verify round. Returns the tokens to commit: accepted drafts plus one from the target."""
+    def _round(self, committed, prefill_logits, opts, generator, stats, wanted: int) -> list[int]:
+        """One draft-then-verify round. Returns the tokens to commit: accepted drafts plus one from the target.
+
+        wanted: the tokens still to generate; a round drafts at most one fewer (the target adds one).
+        """
         params = opts.sampling
         policy = self._policy(opts.gamma_group)
-        gamma = policy.next_gamma() if self.drafter is not None else 0
+        gamma = min(policy.next_gamma(), wanted - 1) if self.drafter is not None else 0
         t0 = time.perf_counter()
         proposal = (
             self.drafter.propose(committed, gamma, params, generator, self.draft_confidence)
@@ -194,7 +201,9 @@ class SpeculativeDecoder:
         t1 = time.perf_counter()
         k = len(proposal.tokens)
         # Verify: the last committed token plus k drafts, one forward pass, k+1 rows of logits.
-        if prefill_logits is None:
+        if proposal.hidden is not None:  # the draft ran the target's own layers: only its head is left
+            logits = head_logits(self.target, self.target.get_output_embeddings(), proposal.hidden)
+        elif prefill_logits is None:
             logits = self.steps.forward([committed[-1]] + proposal.tokens, keep=k + 1)
         elif k:
             logits = torch.cat([prefill_logits, self.steps.forward(proposal.tokens, keep=k)])

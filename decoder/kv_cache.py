@@ -92,3 +92,17 @@ def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int
         logits_to_keep=keep,
     )
     return out.logits[0, -keep:]
+
+
+def forward_hidden(model, cache: Cache, ids: list[int]) -> torch.Tensor:
+    """forward_logits without the head: the final hidden states of `ids`, [len(ids), hidden]."""
+    out = model.base_model(input_ids=torch.tensor([ids], device=model.device), past_key_values=cache, use_cache=True)
+    return out.last_hidden_state[0]
+
+
+def head_logits(model, head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits of final hidden states through `head` (the model's own, or rows of it), as the model's
+    forward makes them: Gemma-2/3 soft-cap theirs."""
+    logits = head(hidden)
+    cap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits

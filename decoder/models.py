@@ -23,10 +23,10 @@ log = logging.getLogger(__name__)
 # Chosen by measurement (docs/benchmarks/README.md): better next-line code than SmolLM2-Instruct,
 # at 0.7x its decode speed.
 DEFAULT_TARGET = "gemma3-270m"
-# Prompt lookup where the context repeats, else a plain target step. Chosen by measurement
-# (docs/benchmarks/README.md): on the CPU the shipped trained draft (`ngram+auto`) costs more than
-# it returns.
-DEFAULT_DRAFT = "ngram+none"
+# Prompt lookup where the context repeats, else the target's own draft through a head cut to the
+# shipped draft's vocabulary (drafts.SelfDrafter). Chosen by measurement (docs/benchmarks/README.md):
+# on the CPU the shipped trained draft (`ngram+auto`) costs more than it returns.
+DEFAULT_DRAFT = "ngram+self"
 # How the target runs (decoder/target_steps.py); auto is compiled on CUDA and eager on the CPU.
 STEPS = ("auto", "eager", "fixed", "compiled")
 

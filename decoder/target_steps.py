@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .kv_cache import forward_logits, keep_first, new_cache
+from .kv_cache import forward_hidden, forward_logits, keep_first, new_cache
 from .models import STEPS
 
 # Tokens a fixed-shape cache holds unless the model's context window is shorter: a long editor
@@ -48,13 +48,20 @@ class EagerTarget:
 
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
+        return self._append(ids, lambda: forward_logits(self.model, self.cache, ids, keep))
+
+    def hidden(self, ids: list[int]) -> torch.Tensor:
+        """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
+        return self._append(ids, lambda: forward_hidden(self.model, self.cache, ids))
+
+    def _append(self, ids: list[int], run):
         try:
-            logits = forward_logits(self.model, self.cache, ids, keep)
+            out = run()
         except BaseException:
             self.truncate(0)  # a forward that raised may have written some layers and not others
             raise
         self.tokens += ids
-        return logits
+        return out
 
     def truncate(self, length: int) -> None:
         """Forget every token past the first `length`."""
@@ -144,9 +151,7 @@ class FixedShapeTarget:
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
         n = len(ids)
-        if len(self.tokens) + n > self.capacity:
-            raise ValueError(f"{len(self.tokens) + n} tokens do not fit a cache of {self.capacity}")
-        self.start.fill_(len(self.tokens))
+        self._start_at_end(n)
         if n > self.buckets[-1]:
             logits = forward_logits(self.model, self.cache, ids, keep)
         else:
@@ -158,6 +163,19 @@ class FixedShapeTarget:
             logits = self._padded(input_ids)[n - keep:n].clone()
         self.tokens += ids
         return logits
+
+    def hidden(self, ids: list[int]) -> torch.Tensor:
+        """Append `ids`; returns their final hidden states (drafts.SelfDrafter). Eager, at the feed's
+        own shape: not one of the captured steps."""
+        self._start_at_end(len(ids))
+        out = forward_hidden(self.model, self.cache, ids)
+        self.tokens += ids
+        return out
+
+    def _start_at_end(self, n: int) -> None:
+        if len(self.tokens) + n > self.capacity:
+            raise ValueError(f"{len(self.tokens) + n} tokens do not fit a cache of {self.capacity}")
+        self.start.fill_(len(self.tokens))
 
     def truncate(self, length: int) -> None:
         """Forget every token past the first `length`: the next forward writes over them (also

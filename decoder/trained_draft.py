@@ -137,6 +137,18 @@ def load_draft(path: str | Path, target):
     return draft.requires_grad_(False).eval()
 
 
+def draft_vocabulary(path: str | Path, target) -> torch.Tensor:
+    """The target ids a saved draft's head scores (its `vocab_ids`), for drafts.SelfDrafter."""
+    check_target(path, target)
+    try:
+        tensors = load_file(str(Path(path) / WEIGHTS))
+    except (OSError, ValueError) as e:
+        raise DraftLoadError(f"cannot read the draft in {path}: {e}") from e
+    if "vocab_ids" not in tensors:
+        raise DraftLoadError(f"draft {path} has a full-vocabulary head: there is no reduced vocabulary in it")
+    return tensors["vocab_ids"].long()
+
+
 def check_target(path: str | Path, target) -> None:
     """Raise DraftLoadError unless the draft in `path` was trained for a target shaped like this one."""
     try:

@@ -20,10 +20,12 @@ from decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, STEPS, ModelError  # n
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="packaged alias, local directory or HF id")
     p.add_argument("--draft", default=DEFAULT_DRAFT,
-                   help="'auto' (the shipped trained draft for the target, else layers:0,1), 'layers:0,1' "
-                        "(derived from the target), 'ngram', 'none', a trained-draft folder, or a model spec; "
-                        "'ngram+' before a model draft (or 'none') adds prompt lookup; default: ngram+none, "
-                        "lookup only (on this CPU the trained draft costs more than it returns)")
+                   help="'auto' (the shipped trained draft for the target, else layers:0,1), 'self' (the "
+                        "target with its head cut to the shipped draft's vocabulary; 'self:FOLDER' for another "
+                        "draft's), 'layers:0,1' (derived from the target), 'ngram', 'none', a trained-draft "
+                        "folder, or a model spec; 'ngram+' before a model draft (or 'none') adds prompt lookup; "
+                        "default: ngram+self, lookup, else the target's own draft (lookup alone where no "
+                        "reduced vocabulary ships for the target)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     p.add_argument("--gamma", default="heuristic", help="an integer >= 0 (fixed), heuristic[:START:MAX] or cost[:C:V] (cost model)")
@@ -103,8 +105,10 @@ def cmd_bench(args) -> int:
                           draft_confidence=args.draft_confidence, pack=False, steps=args.steps)
     target, tokenizer, decoder = loaded.target, loaded.tokenizer, loaded.decoder
     # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.
+    compared = args.compare_drafts.split(",") if args.compare_drafts is not None else (
+        ABLATION_DRAFTS if args.ablations else ())
     other_drafts = {spec: build_drafter(spec, target, tokenizer, device=args.device, dtype=args.dtype)
-                    for spec in (ABLATION_DRAFTS if args.ablations else ()) if spec != args.draft}
+                    for spec in compared if spec and spec != args.draft}
     weight_bytes = weight_bytes_per_token(target)  # before packing: a packed linear keeps no .weight
     if not args.no_pack and not decoder.steps.compiled:
         pack_linear_weights(target, loaded.draft_model, *(model for _, model in other_drafts.values()))
@@ -147,16 +151,16 @@ def cmd_bench(args) -> int:
     return 0
 
 
-# The drafters the ablation rows compare with the product's: lookup only, lookup then the trained
-# draft, the trained draft only.
-ABLATION_DRAFTS = ("ngram+none", "ngram+auto", "auto")
+# The drafters the ablation rows compare with the product's: lookup only, lookup then the target's
+# own draft (reduced head), lookup then the trained draft, the trained draft only.
+ABLATION_DRAFTS = ("ngram+none", "ngram+self", "ngram+auto", "auto")
 
 
 def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
     """Our AR and product decoder, and with --ablations one decoder per lever turned off or swapped."""
     import copy
 
-    from decoder.drafts import HybridDrafter, ModelDrafter, build_drafter
+    from decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, build_drafter
     from decoder.engine import SpeculativeDecoder
     from decoder.gamma import parse_gamma_policy
     from decoder.kernels import pack_linear_weights
@@ -168,12 +172,18 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
     ours = {"ar": SpeculativeDecoder(target, tokenizer, steps=steps), "spec": decoder}
     doc = {"ar": f"our AR baseline: same engine, {packed} weights, same target steps and cache, γ=0",
            "spec": f"our speculative decoder: draft {args.draft}, γ {args.gamma}, {packed} weights"}
+    for spec, (drafter, _) in other_drafts.items():
+        ours[f"spec_draft_{spec}"] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(args.gamma),
+                                                        steps=steps)
+        doc[f"spec_draft_{spec}"] = f"draft {spec} instead of {args.draft}"
     if not args.ablations:
         return Contenders(ours), doc
 
     def same_drafter(drafter):  # a drafter of its own (drafters hold a cache) over the same draft model
         if isinstance(drafter, HybridDrafter):
-            return HybridDrafter(drafter.model and ModelDrafter(drafter.model.model))
+            return HybridDrafter(drafter.model and same_drafter(drafter.model))
+        if isinstance(drafter, SelfDrafter):
+            return copy.copy(drafter)  # shares the cut head; its decoder attaches it to the target's steps
         return ModelDrafter(drafter.model) if isinstance(drafter, ModelDrafter) else type(drafter)()
 
     def lever_off(name: str, model, lever: str):
@@ -186,10 +196,6 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
             doc[f"spec_{name}"] = f"lever off: {lever} (speculative)"
         return draft_model
 
-    for spec, (drafter, _) in other_drafts.items():
-        ours[f"spec_draft_{spec}"] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(args.gamma),
-                                                        steps=steps)
-        doc[f"spec_draft_{spec}"] = f"draft {spec} instead of {args.draft}"
     # γ only paces a model draft: the rows use the product's, or else the lookup-then-model draft's
     drafter, spec = decoder.drafter, args.draft
     if drafter is None or getattr(drafter, "model", True) is None:
@@ -388,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hf-gammas", default="1", help="constant γ values to try for HF assisted (besides its default)")
     p.add_argument("--no-hf", action="store_true", help="time only our decoders")
     p.add_argument("--ablations", action="store_true", help="also time our decoder with each lever turned off")
+    p.add_argument("--compare-drafts", default=None,
+                   help="drafts timed beside the product's, comma-separated (spec_draft_* rows); "
+                        "default: none, or " + ",".join(ABLATION_DRAFTS) + " with --ablations")
     p.add_argument("--compare-gammas", default="heuristic,cost", help="γ policies for the ablation rows")
     p.add_argument("--compare-confidences", default="0.4",
                    help="draft confidence thresholds for the ablation rows (HF's default is 0.4)")
