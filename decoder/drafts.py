@@ -357,7 +357,8 @@ def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str
     if spec == "self" or spec.startswith("self:"):
         folder = spec.removeprefix("self").removeprefix(":") or default_draft_for(target)
         if not is_trained_draft(folder):
-            raise DraftLoadError(f"draft spec {spec!r}: no trained draft ships for this target to take a reduced "
+            raise DraftLoadError(f"draft spec {spec!r}: {folder} is not a trained draft folder" if ":" in spec else
+                                 f"draft spec {spec!r}: no trained draft ships for this target to take a reduced "
                                  "vocabulary from; name one as self:FOLDER")
         return SelfDrafter(target, draft_vocabulary(folder, target)), None
     if spec.startswith("layers:"):

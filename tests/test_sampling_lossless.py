@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import decoder.sampling as sampling
 from conftest import make_byte_tokenizer, tiny_llama
-from decoder.drafts import ModelDrafter, NgramDrafter
+from decoder.drafts import ModelDrafter, NgramDrafter, SelfDrafter
 from decoder.engine import DecodeOptions, SpeculativeDecoder
 from decoder.gamma import FixedGamma
 from decoder.sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, residual, sample
@@ -147,6 +147,33 @@ def test_lossless_with_a_narrower_draft_vocabulary(target, small_tokenizer):
     assert p > 1e-3, f"p={p:.3g}"
     exact = exact_joint(target, PROMPT, params)
     assert exact[12:].sum() > 0.01 or exact[:, 12:].sum() > 0.01  # tokens only the target can produce matter
+
+
+def test_lossless_with_the_target_drafting_for_itself(target, small_tokenizer):
+    """SelfDrafter: the target's own layers and a head over 10 of the 16 ids; q is zero elsewhere.
+
+    Its first token comes from the prefill, so the joint tested is that of the second and third:
+    one round drafts the second (γ = 1, all that is left to draft) and the target adds the third.
+    """
+    ids = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11, 13, 15])
+    params = SamplingParams(temperature=1.0)
+    with torch.inference_mode():
+        x = torch.tensor([PROMPT + [a, b] for a in range(V) for b in range(V)])
+        probs = probabilities(target(input_ids=x, use_cache=False).logits, params).double()  # [V*V, 3, V]
+    first, second, third = probs[0, 0], probs[::V, 1], probs[:, 2].view(V, V, V)
+    exact = torch.einsum("a,ab,abc->bc", first, second, third).numpy()
+    outside = np.setdiff1d(np.arange(V), ids.numpy())
+    assert exact[outside].sum() > 0.05  # tokens only the full head can produce matter
+    decoder = SpeculativeDecoder(target, small_tokenizer, SelfDrafter(target, ids), FixedGamma(2))
+    counts = np.zeros((V, V))
+    drafted = 0
+    for seed in range(1500):
+        g = decoder.generate(PROMPT, DecodeOptions(max_new_tokens=3, sampling=params, seed=60_000 + seed))
+        counts[g.token_ids[1], g.token_ids[2]] += 1
+        drafted += g.stats.drafted
+    assert drafted == 1500
+    p = chi2_pvalue(counts, exact)
+    assert p > 1e-3, f"p={p:.3g}"
 
 
 def _narrow_draft(width=12):
