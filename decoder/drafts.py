@@ -7,7 +7,8 @@
 - SelfDrafter is the target itself with its head cut to the most frequent tokens: drafting runs
   the target's own layers on its own cache, so the verify is only the full head.
 - HybridDrafter asks the lookup first and the model only where the context has no match
-  (`ngram+none`: no model; a round without a match is a plain target step).
+  (`ngram+self`, the default: the target's own draft; `ngram+none`: no model, a round without a
+  match is a plain target step).
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ class SelfDrafter:
     head decides.
     """
 
+    # The most drafts a round takes, whatever γ allows. Each costs most of a target step (its
+    # layers), and a round that overruns where the completion stops (its line or block ends) wastes
+    # them; from 4 to 16 a token gets only about 4% cheaper (docs/benchmarks).
+    max_drafts = 4
+
     def __init__(self, target, vocab_ids: torch.Tensor):
         full = target.get_output_embeddings()
         if not isinstance(full, torch.nn.Linear):
@@ -134,10 +140,10 @@ class SelfDrafter:
         pass
 
     def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0,
-                copy: Callable[[list[int]], list[int]] | None = None) -> Proposal:
+                lookup: Callable[[list[int]], list[int]] | None = None) -> Proposal:
         """Feed the last committed token and then each draft, one at a time, each chosen by the cut head.
 
-        copy: asked after each draft with the drafts so far; tokens it returns (a prompt lookup's
+        lookup: asked after each draft with the drafts so far; tokens it returns (a prompt lookup's
         copy) are fed at once as the round's last drafts. A copy costs a few rows of one step.
         """
         # Only where the cache holds every committed token but the last; after a prefill it holds
@@ -148,7 +154,7 @@ class SelfDrafter:
             self.head = PackedLinear(self.head)  # the target was packed after this draft was built
         tokens, qs = [], []
         hidden = [self.steps.hidden(committed[-1:])]
-        while len(tokens) < gamma:
+        while len(tokens) < min(gamma, self.max_drafts):
             logits = head_logits(self.target, self.head, hidden[-1][-1:])
             probs = probabilities(logits, params) if not params.greedy or min_confidence else None
             if min_confidence and float(probs.max()) < min_confidence:
@@ -157,7 +163,7 @@ class SelfDrafter:
             if not params.greedy:
                 qs.append(probs.new_zeros(self.target_vocab).scatter_(0, self.vocab_ids, probs[0]))
             tokens.append(int(self.vocab_ids[index]))  # a read back per draft: the cache tracks host ids
-            copied = copy(tokens) if copy is not None else []
+            copied = lookup(tokens) if lookup is not None else []
             hidden.append(self.steps.hidden(tokens[-1:] + copied))
             if copied:
                 tokens += copied
@@ -204,7 +210,8 @@ class HybridDrafter:
     much it copies adapts, apart from the model's γ: +2 after a fully accepted copy, else one
     more than was accepted. Long copies pay where code repeats itself, and a copy that keeps
     missing shrinks to one token, whose verify costs about a plain step. With no model
-    (`ngram+none`, the default) a round without a match drafts nothing: a plain target step.
+    (`ngram+none`) a round without a match drafts nothing: a plain target step. Behind a
+    SelfDrafter, the lookup is asked again after each of its drafts, and a copy ends that round.
     """
 
     def __init__(self, model: ModelDrafter | SelfDrafter | None, lookup_tokens: int = 16, min_ngram: int = 2,
@@ -235,7 +242,7 @@ class HybridDrafter:
             return Proposal([], None)
         if isinstance(self.model, SelfDrafter):  # a round of the target's own drafts ends in a copy where one matches
             return self.model.propose(committed, gamma, params, generator, min_confidence,
-                                      copy=lambda drafts: self._copy(committed, drafts, params, generator))
+                                      lookup=lambda drafts: self._copy(committed, drafts, params, generator))
         return self.model.propose(committed, gamma, params, generator, min_confidence)
 
     def _copy(self, committed, drafts, params, generator) -> list[int]:

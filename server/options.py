@@ -31,7 +31,7 @@ MODEL_FIELDS = ("target", "draft", "device", "dtype")
 @dataclass(frozen=True)
 class ServerOptions:
     target: str = DEFAULT_TARGET  # packaged alias, local directory or HF id
-    draft: str = DEFAULT_DRAFT  # ngram+none (lookup only), ngram+auto (lookup, then the shipped trained draft), auto, layers:0,1, ngram, none, a folder or a model spec
+    draft: str = DEFAULT_DRAFT  # ngram+self (lookup, then the target with a cut head), ngram+none (lookup only), ngram+auto (lookup, then the shipped trained draft), self, auto, layers:0,1, ngram, none, a folder or a model spec
     device: str = "auto"
     dtype: str = "auto"
     gamma: str = "heuristic"  # an integer >= 0, heuristic[:START:MAX] or cost[:C:V]

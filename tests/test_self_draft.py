@@ -91,11 +91,12 @@ def test_a_copy_ends_the_round_with_one_hot_draft_probabilities(llama):
     steps.forward(committed[:-1], keep=1)
     asked = []
 
-    def copy(drafts):
+    def lookup(drafts):
         asked.append(list(drafts))
         return [50, 51] if len(drafts) == 2 else []
 
-    proposal = drafter.propose(committed, 4, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0), copy=copy)
+    proposal = drafter.propose(committed, 4, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0),
+                               lookup=lookup)
     assert len(asked) == 2 and len(proposal.tokens) == 4 and proposal.tokens[2:] == [50, 51]
     assert proposal.hidden.shape[0] == 5 and steps.tokens == committed + proposal.tokens
     vocab = llama.get_output_embeddings().out_features
