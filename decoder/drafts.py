@@ -132,6 +132,7 @@ class SelfDrafter:
                 self.head.bias.copy_(full.bias[self.vocab_ids])
         self.head.requires_grad_(False)
         self.steps = None  # the target's steps (target_steps.py), set by the decoder that drafts on them
+        _check_logits_are_the_head(target)
 
     def attach(self, steps) -> None:
         self.steps = steps
@@ -175,6 +176,18 @@ class SelfDrafter:
 
     def rollback(self, valid: int) -> None:
         pass  # the engine rolls back the target's cache, which is the one this draft wrote
+
+
+def _check_logits_are_the_head(target) -> None:
+    """The verify applies only the head (kv_cache.head_logits) to hidden states; that must be what
+    the model's own forward does, which a model that scales or otherwise post-processes its logits breaks."""
+    probe = torch.tensor([[1, 2, 3]], device=target.device)
+    with torch.inference_mode():
+        want = target(input_ids=probe, use_cache=False).logits[0]
+        got = head_logits(target, target.get_output_embeddings(), target.base_model(input_ids=probe).last_hidden_state[0])
+    if not torch.allclose(want, got, rtol=1e-4, atol=1e-4):
+        raise ValueError(f"{type(target).__name__} makes its logits otherwise than by its head over its last "
+                         "hidden states, so the self draft cannot verify with the head alone")
 
 
 class NgramDrafter:

@@ -58,11 +58,11 @@ def test_self_draft_is_ar_token_for_token(name, lookup, steps_kind, request, tok
 
 def test_no_position_goes_through_the_layers_twice(llama, tokenizer):
     """With the whole vocabulary every draft is accepted: the layers see each token once, as in AR."""
+    spec = SpeculativeDecoder(llama, tokenizer, SelfDrafter(llama, whole_vocabulary(llama)), FixedGamma(4))
     rows = []
     hook = llama.base_model.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[1]),
                                                   with_kwargs=True)
     try:
-        spec = SpeculativeDecoder(llama, tokenizer, SelfDrafter(llama, whole_vocabulary(llama)), FixedGamma(4))
         gen = generate(spec, "def f(x):", max_new_tokens=MAX_NEW)
     finally:
         hook.remove()
@@ -114,6 +114,15 @@ def test_the_cut_head_is_packed_when_the_target_is(tokenizer):
     spec = SpeculativeDecoder(model, tokenizer, HybridDrafter(drafter), HeuristicGamma())
     assert [generate(spec, p, max_new_tokens=12).token_ids for p in PROMPTS] == reference
     assert isinstance(drafter.head, PackedLinear)
+
+
+def test_self_refuses_a_model_whose_logits_are_not_its_head():
+    """Llama's forward ignores a soft cap in its config; the head alone (with the cap) would not be its logits."""
+    model = tiny_llama(seed=4, layers=1)
+    SelfDrafter(model, whole_vocabulary(model))
+    model.config.final_logit_softcapping = 0.05
+    with pytest.raises(ValueError, match="otherwise than by its head"):
+        SelfDrafter(model, whole_vocabulary(model))
 
 
 def test_self_needs_a_reduced_vocabulary(llama, tokenizer):
