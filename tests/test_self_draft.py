@@ -45,15 +45,14 @@ def test_self_draft_is_ar_token_for_token(name, lookup, steps_kind, request, tok
     policy = HeuristicGamma(max_gamma=6)
     steps = EagerTarget(model) if steps_kind == "eager" else FixedShapeTarget(model, 256, round_rows(policy, drafter))
     spec = SpeculativeDecoder(model, tokenizer, drafter, policy, steps=steps)
-    drafted = accepted = rejected = 0
+    drafted = accepted = 0  # by the target itself, not copied at a round's start
     for prompt in PROMPTS:
         want = generate(reference, prompt, max_new_tokens=MAX_NEW).token_ids
         got = generate(spec, prompt, max_new_tokens=MAX_NEW)
         assert got.token_ids == want, prompt
         drafted += got.stats.drafted - got.stats.lookup_drafted
         accepted += got.stats.accepted - got.stats.lookup_accepted
-        rejected += got.stats.rejected_rounds
-    assert drafted > 0 and accepted > 0 and rejected > 0  # the target's own drafts were both kept and refused
+    assert 0 < accepted < drafted  # the target's own drafts were both kept and refused
 
 
 def test_no_position_goes_through_the_layers_twice(llama, tokenizer):
