@@ -5,7 +5,9 @@ last committed token plus the drafts in one forward pass, accepts a prefix of th
 one more token from the target (the correction, or a bonus when all were accepted) and cuts the
 cache back to the new invariant. Rolling back moves the cache's end; nothing is recomputed. The
 one exception is the first round: prefill feeds the whole prompt, and its last logits stand in
-for that feed, so plain AR costs exactly one forward pass per token, as in HF generate.
+for that feed, so plain AR costs exactly one forward pass per token, as in HF generate. A draft
+that is the target itself (drafts.SelfDrafter) has fed its drafts already, one at a time, so its
+verify is only the target's head over their hidden states.
 
 Between requests the caches are kept: the next prompt is compared with the tokens the caches
 hold, and only what differs is prefilled. Editors ask again and again about the same file, so
