@@ -113,15 +113,18 @@ class SelfDrafter:
     """
 
     # The most drafts a round takes, whatever γ allows. Each costs most of a target step (its
-    # layers), and a round that overruns where the completion stops (its line or block ends) wastes
-    # them; from 4 to 16 a token gets only about 4% cheaper (docs/benchmarks).
+    # layers), and a round that overruns where the completion stops wastes them; from 4 to 16 a
+    # token gets only about 4% cheaper (docs/benchmarks).
     max_drafts = 4
 
-    def __init__(self, target, vocab_ids: torch.Tensor):
+    def __init__(self, target, vocab_ids: torch.Tensor, line_ends: set[int] = frozenset()):
+        """line_ends: ids whose text holds a newline. A round's drafting stops after one: editor
+        completions end at line ends, and drafts past where one stops are wasted steps."""
         full = target.get_output_embeddings()
         if not isinstance(full, torch.nn.Linear):
             raise ValueError(f"the self draft needs the target's head as a plain linear, not {type(full).__name__}")
         self.target = target
+        self.line_ends = line_ends
         self.target_vocab = full.out_features
         self.vocab_ids = vocab_ids.to(device=full.weight.device, dtype=torch.long)
         self.head = torch.nn.Linear(full.in_features, len(vocab_ids), bias=full.bias is not None,
@@ -171,6 +174,8 @@ class SelfDrafter:
                 if qs:  # a copy is a deterministic draft: q is one-hot at each copied token
                     qs += list(torch.nn.functional.one_hot(torch.tensor(copied, device=qs[0].device),
                                                            self.target_vocab).to(qs[0].dtype))
+                break
+            if tokens[-1] in self.line_ends:
                 break
         return Proposal(tokens, torch.stack(qs) if qs else None, hidden=torch.cat(hidden))
 
@@ -380,7 +385,10 @@ def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str
             raise DraftLoadError(f"draft spec {spec!r}: {folder} is not a trained draft folder" if ":" in spec else
                                  f"draft spec {spec!r}: no trained draft ships for this target to take a reduced "
                                  "vocabulary from; name one as self:FOLDER")
-        return SelfDrafter(target, draft_vocabulary(folder, target)), None
+        vocab_ids = draft_vocabulary(folder, target)
+        texts = tokenizer.batch_decode([[i] for i in vocab_ids.tolist()])
+        line_ends = {i for i, text in zip(vocab_ids.tolist(), texts) if "\n" in text}
+        return SelfDrafter(target, vocab_ids, line_ends), None
     if spec.startswith("layers:"):
         try:
             layers = [int(x) for x in spec.split(":", 1)[1].split(",")]

@@ -80,6 +80,15 @@ def test_a_round_drafts_no_more_than_is_still_wanted(llama, tokenizer):
         assert gen.stats.gammas == gammas and gen.stats.accepted == sum(gammas) and len(gen.token_ids) == 5
 
 
+def test_drafting_stops_after_a_line_end(llama, tokenizer):
+    """Editor completions end at line ends: a round's self drafts stop after one (here every id)."""
+    every = whole_vocabulary(llama)
+    spec = SpeculativeDecoder(llama, tokenizer, SelfDrafter(llama, every, line_ends=set(every.tolist())), FixedGamma(4))
+    gen = generate(spec, "def f(x):", max_new_tokens=MAX_NEW)
+    assert set(gen.stats.gammas) == {0, 1} and gen.stats.accepted == gen.stats.drafted
+    assert gen.token_ids == generate(SpeculativeDecoder(llama, tokenizer), "def f(x):", max_new_tokens=MAX_NEW).token_ids
+
+
 @torch.inference_mode()
 def test_a_copy_ends_the_round_with_one_hot_draft_probabilities(llama):
     """In sampling, the copied tokens are deterministic drafts: q is one-hot at each of them."""
