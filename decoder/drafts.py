@@ -109,7 +109,8 @@ class SelfDrafter:
     keeps those of the accepted drafts. The target's top token is in the 32k most frequent code
     tokens 99.6% of the time (docs/benchmarks), so nearly every draft is accepted; the gain is the
     head read once for γ + 1 tokens instead of once per token. Lossless like any draft: the full
-    head decides.
+    head decides. A round's drafting stops at `max_drafts`, after a line end, or where a lookup
+    (HybridDrafter's) can copy the rest.
     """
 
     # The most drafts a round takes, whatever γ allows. Each costs most of a target step (its
