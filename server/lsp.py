@@ -167,9 +167,10 @@ class SpecdecServer(LanguageServer):
         except Exception as e:  # any failure (missing model, OOM, bad draft spec) leaves the server up
             log.exception("could not load %s", what)
             if load_id == self.loads:
-                self.set_status("error", f"could not load {what}: {e}")
+                # the message first: a client that sees the error state has the reason already
                 self.window_show_message(types.ShowMessageParams(
                     type=types.MessageType.Error, message=f"specdec: could not load the models ({what}): {e}"))
+                self.set_status("error", f"could not load {what}: {e}")
             self.end_progress(token, "failed")
             return
         self.end_progress(token, "ready")
