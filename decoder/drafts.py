@@ -128,13 +128,7 @@ class SelfDrafter:
         self.line_ends = line_ends
         self.target_vocab = full.out_features
         self.vocab_ids = vocab_ids.to(device=full.weight.device, dtype=torch.long)
-        self.head = torch.nn.Linear(full.in_features, len(vocab_ids), bias=full.bias is not None,
-                                    device=full.weight.device, dtype=full.weight.dtype)
-        with torch.no_grad():
-            self.head.weight.copy_(full.weight[self.vocab_ids])
-            if full.bias is not None:
-                self.head.bias.copy_(full.bias[self.vocab_ids])
-        self.head.requires_grad_(False)
+        self.head = head_rows(full, self.vocab_ids)
         self.steps = None  # the target's steps (target_steps.py), set by the decoder that drafts on them
         _check_logits_are_the_head(target)
 
@@ -182,6 +176,18 @@ class SelfDrafter:
 
     def rollback(self, valid: int) -> None:
         pass  # the engine rolls back the target's cache, which is the one this draft wrote
+
+
+def head_rows(head: torch.nn.Linear, ids: torch.Tensor) -> torch.nn.Linear:
+    """A frozen copy of `head` that scores only the target ids `ids`: a reduced vocabulary's head."""
+    ids = ids.to(device=head.weight.device, dtype=torch.long)
+    rows = torch.nn.Linear(head.in_features, len(ids), bias=head.bias is not None,
+                           device=head.weight.device, dtype=head.weight.dtype)
+    with torch.no_grad():
+        rows.weight.copy_(head.weight[ids])
+        if head.bias is not None:
+            rows.bias.copy_(head.bias[ids])
+    return rows.requires_grad_(False)
 
 
 def _check_logits_are_the_head(target) -> None:

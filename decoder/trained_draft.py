@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .drafts import _layer_list_name, derive_draft
+from .drafts import _layer_list_name, derive_draft, head_rows
 
 DRAFT_JSON = "draft.json"
 WEIGHTS = "model.safetensors"
@@ -51,16 +51,13 @@ def build_draft(target, layers: list[int], init: str = "derived", vocab_ids: tor
     base.norm = copy.deepcopy(base.norm)
     if vocab_ids is not None:
         vocab_ids = vocab_ids.to(torch.long).cpu()
-        full = target.get_output_embeddings().weight
-        if int(vocab_ids.max()) >= full.shape[0] or int(vocab_ids.min()) < 0:
-            raise DraftLoadError(f"draft vocabulary ids must lie in [0, {full.shape[0]})")
-        head = torch.nn.Linear(full.shape[1], len(vocab_ids), bias=False, device=full.device, dtype=full.dtype)
-        with torch.no_grad():
-            head.weight.copy_(full[vocab_ids.to(full.device)])
-        draft.lm_head = head
+        full = target.get_output_embeddings()
+        if int(vocab_ids.max()) >= full.out_features or int(vocab_ids.min()) < 0:
+            raise DraftLoadError(f"draft vocabulary ids must lie in [0, {full.out_features})")
+        draft.lm_head = head_rows(full, vocab_ids)
         draft.config = copy.deepcopy(draft.config)
         draft.config.tie_word_embeddings = False
-        vocab_ids = vocab_ids.to(full.device)
+        vocab_ids = vocab_ids.to(full.weight.device)
     draft.vocab_ids = vocab_ids
     draft.requires_grad_(False)
     for p in trainable_parameters(draft).values():
