@@ -369,10 +369,13 @@ def build_drafter(spec: str, target, tokenizer, device: str = "auto", dtype: str
 
     if spec.startswith("ngram+"):
         inner = spec.removeprefix("ngram+")
-        if inner == "self" and not is_trained_draft(default_draft_for(target)):
-            # the default draft: it stays usable with any target
-            log.info("no trained draft ships for this target to cut its head to: ngram+self is the lookup alone")
-            inner = "none"
+        if inner == "self":  # the default draft: it stays usable with any target
+            folder = default_draft_for(target)
+            if is_trained_draft(folder):
+                inner = f"self:{folder}"
+            else:
+                log.info("no trained draft ships for this target to cut its head to: ngram+self is the lookup alone")
+                inner = "none"
         drafter, draft = build_drafter(inner, target, tokenizer, device, dtype)
         if drafter is not None and not isinstance(drafter, (ModelDrafter, SelfDrafter)):
             raise ValueError(f"draft spec {spec!r}: 'ngram+' must be followed by a model draft or 'none'")

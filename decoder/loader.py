@@ -9,7 +9,7 @@ from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
 from .kernels import pack_linear_weights
 from .models import load_model
-from .target_steps import steps_mode, target_steps
+from .target_steps import target_steps
 
 
 @dataclass
@@ -22,16 +22,22 @@ class LoadedDecoder:
 
 def load_decoder(target: str, draft: str, *, device: str = "auto", dtype: str = "auto", gamma: str = "heuristic",
                  draft_confidence: float = 0.0, pack: bool = True, steps: str = "auto") -> LoadedDecoder:
-    """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (decoder/kernels.py);
+    """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (use_cpu_kernels);
     `steps` says how the target runs (decoder/target_steps.py)."""
     policy = parse_gamma_policy(gamma)
     target_model, tokenizer = load_model(target, device=device, dtype=dtype)
     drafter, draft_model = build_drafter(draft, target_model, tokenizer, device=device, dtype=dtype)
-    # After the drafts, which are built from the target's plain weights. Not under torch.compile,
-    # which cannot trace the packed products' thread switching.
-    if pack and steps_mode(steps, target_model.device) != "compiled":
-        pack_linear_weights(target_model, draft_model)
     steps = target_steps(target_model, steps, round_rows(policy, drafter))
+    if pack:
+        use_cpu_kernels(steps, target_model, draft_model)
     decoder = SpeculativeDecoder(target_model, tokenizer, drafter, policy if drafter else None,
                                  draft_confidence=draft_confidence, steps=steps)
     return LoadedDecoder(decoder, target_model, tokenizer, draft_model)
+
+
+def use_cpu_kernels(steps, *models) -> None:
+    """oneDNN-packed linears (decoder/kernels.py) for models run on eager steps: torch.compile cannot
+    trace the packed products' thread switching, and packs weights itself. Call it after the drafts
+    are built, from the target's plain weights."""
+    if not steps.compiled:
+        pack_linear_weights(*models)

@@ -90,8 +90,7 @@ def cmd_bench(args) -> int:
     from tqdm import tqdm
 
     from decoder.drafts import build_drafter, draft_label
-    from decoder.kernels import pack_linear_weights
-    from decoder.loader import load_decoder
+    from decoder.loader import load_decoder, use_cpu_kernels
     from decoder.models import load_model
     from decoder.trained_draft import with_full_vocab_head
 
@@ -110,8 +109,8 @@ def cmd_bench(args) -> int:
     other_drafts = {spec: build_drafter(spec, target, tokenizer, device=args.device, dtype=args.dtype)
                     for spec in compared if spec and spec != args.draft}
     weight_bytes = weight_bytes_per_token(target)  # before packing: a packed linear keeps no .weight
-    if not args.no_pack and not decoder.steps.compiled:
-        pack_linear_weights(target, loaded.draft_model, *(model for _, model in other_drafts.values()))
+    if not args.no_pack:
+        use_cpu_kernels(decoder.steps, target, loaded.draft_model, *(model for _, model in other_drafts.values()))
     # The stock model, as HF users run it (no packed kernels): HF's columns and the unpacked ablations.
     stock = None
     if not args.no_hf or (args.ablations and not args.no_pack):

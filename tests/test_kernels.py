@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from decoder.drafts import ModelDrafter, derive_draft
 from decoder.engine import SpeculativeDecoder
 from decoder.gamma import FixedGamma
 from decoder.kernels import PackedGatedMLP, PackedLinear, can_pack, pack_linear_weights
+from decoder.loader import use_cpu_kernels
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
 
@@ -74,6 +76,15 @@ def test_only_cpu_float32_is_packed(llama):
     assert not can_pack(half)
     assert pack_linear_weights(half, None) == 0
     assert any(isinstance(m, torch.nn.Linear) for m in half.modules())
+
+
+def test_compiled_steps_keep_the_stock_linears(llama):
+    """torch.compile packs weights itself and cannot trace the packed products' thread switching."""
+    model = copy.deepcopy(llama)
+    use_cpu_kernels(SimpleNamespace(compiled=True), model)
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+    use_cpu_kernels(SimpleNamespace(compiled=False), model)
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
 
 
 @pytest.fixture()
