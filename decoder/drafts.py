@@ -114,8 +114,8 @@ class SelfDrafter:
     """
 
     # The most drafts a round takes, whatever γ allows. Each costs most of a target step (its
-    # layers), and a round that overruns where the completion stops wastes them; from 4 to 16 a
-    # token gets only about 4% cheaper (docs/benchmarks).
+    # layers), and a round that overruns where the completion stops wastes them: at 8, the
+    # 64-token bench got 4-7% faster but the editor eval 3-12% slower (docs/benchmarks).
     max_drafts = 4
 
     def __init__(self, target, vocab_ids: torch.Tensor, line_ends: set[int] = frozenset()):
