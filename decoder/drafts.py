@@ -178,6 +178,11 @@ class SelfDrafter:
         pass  # the engine rolls back the target's cache, which is the one this draft wrote
 
 
+def drafts_on_the_target(drafter) -> bool:
+    """Whether `drafter` runs the target's own hidden-state steps: a SelfDrafter, alone or behind the lookup."""
+    return isinstance(drafter, SelfDrafter) or isinstance(getattr(drafter, "model", None), SelfDrafter)
+
+
 def head_rows(head: torch.nn.Linear, ids: torch.Tensor) -> torch.nn.Linear:
     """A frozen copy of `head` that scores only the target ids `ids`: a reduced vocabulary's head."""
     ids = ids.to(device=head.weight.device, dtype=torch.long)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .drafts import build_drafter
+from .drafts import build_drafter, drafts_on_the_target
 from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
 from .kernels import pack_linear_weights
@@ -27,7 +27,7 @@ def load_decoder(target: str, draft: str, *, device: str = "auto", dtype: str = 
     policy = parse_gamma_policy(gamma)
     target_model, tokenizer = load_model(target, device=device, dtype=dtype)
     drafter, draft_model = build_drafter(draft, target_model, tokenizer, device=device, dtype=dtype)
-    steps = target_steps(target_model, steps, round_rows(policy, drafter))
+    steps = target_steps(target_model, steps, round_rows(policy, drafter), hidden=drafts_on_the_target(drafter))
     if pack:
         use_cpu_kernels(steps, target_model, draft_model)
     decoder = SpeculativeDecoder(target_model, tokenizer, drafter, policy if drafter else None,

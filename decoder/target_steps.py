@@ -8,7 +8,8 @@
   capture each as a CUDA graph, as gpt-fast does, so a step is one graph launch instead of
   hundreds of kernel launches from Python. The write position is a device tensor read inside
   the graph; rolling back sets it, and nothing is copied. Padding rows write past the real end,
-  where the causal mask hides them until real tokens overwrite them.
+  where the causal mask hides them until real tokens overwrite them. A SelfDrafter's steps,
+  which return hidden states instead of logits, get graphs of their own.
 
 Both know which tokens their cache holds, so any decoder may pick up where another left off, and
 a request sharing a prefix with the last one feeds only the rest.
@@ -139,36 +140,47 @@ class FixedShapeTarget:
             forward_logits(model, self.cache, [0], keep=1)
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds, in order
         self.compiled = compile
-        self._padded = self._padded_forward
+        self._padded_logits, self._padded_hidden = self._logits_forward, self._hidden_forward
         if compile:
-            self._padded = torch.compile(self._padded_forward, mode="reduce-overhead", fullgraph=True, dynamic=False)
+            graphs = dict(mode="reduce-overhead", fullgraph=True, dynamic=False)
+            self._padded_logits = torch.compile(self._logits_forward, **graphs)
+            self._padded_hidden = torch.compile(self._hidden_forward, **graphs)
 
-    def _padded_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def _logits_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
                          logits_to_keep=input_ids.shape[1])
         return out.logits[0]
 
+    def _hidden_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.base_model(input_ids=input_ids, past_key_values=self.cache, use_cache=True).last_hidden_state[0]
+
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
-        n = len(ids)
-        self._start_at_end(n)
-        if n > self.buckets[-1]:
-            logits = forward_logits(self.model, self.cache, ids, keep)
-        else:
-            rows = next(b for b in self.buckets if b >= n)
-            input_ids = torch.tensor([ids + ids[-1:] * (rows - n)], device=self.model.device)
-            if self.compiled:
-                torch.compiler.cudagraph_mark_step_begin()
-            # a copy: the next replay of a captured graph overwrites its output
-            logits = self._padded(input_ids)[n - keep:n].clone()
-        self.tokens += ids
-        return logits
+        if len(ids) > self.buckets[-1]:
+            return self._append_unpadded(ids, lambda: forward_logits(self.model, self.cache, ids, keep))
+        return self._append_padded(ids, self._padded_logits)[len(ids) - keep:]
 
     def hidden(self, ids: list[int]) -> torch.Tensor:
-        """Append `ids`; returns their final hidden states (drafts.SelfDrafter). Eager, at the feed's
-        own shape: not one of the captured steps."""
+        """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
+        if len(ids) > self.buckets[-1] or not self.compiled:  # eager: the feed's own shape is cheapest
+            return self._append_unpadded(ids, lambda: forward_hidden(self.model, self.cache, ids))
+        return self._append_padded(ids, self._padded_hidden)
+
+    def _append_unpadded(self, ids: list[int], run) -> torch.Tensor:
         self._start_at_end(len(ids))
-        out = forward_hidden(self.model, self.cache, ids)
+        out = run()
+        self.tokens += ids
+        return out
+
+    def _append_padded(self, ids: list[int], padded) -> torch.Tensor:
+        """Feed `ids` padded to a row bucket; returns `padded`'s rows for them."""
+        n = len(ids)
+        self._start_at_end(n)
+        rows = next(b for b in self.buckets if b >= n)
+        input_ids = torch.tensor([ids + ids[-1:] * (rows - n)], device=self.model.device)
+        if self.compiled:
+            torch.compiler.cudagraph_mark_step_begin()
+        out = padded(input_ids)[:n].clone()  # a copy: the next replay of a captured graph overwrites its output
         self.tokens += ids
         return out
 
@@ -183,11 +195,15 @@ class FixedShapeTarget:
         del self.tokens[length:]
 
     @torch.inference_mode()  # as in decoding: a graph compiled outside it would be compiled again
-    def warm_up(self) -> None:
-        """Run every row count once, so that compiling happens now and not in a user's first requests."""
+    def warm_up(self, hidden: bool = False) -> None:
+        """Run every row count once, so that compiling happens now and not in a user's first requests;
+        hidden: the hidden-state steps too (a SelfDrafter's)."""
         for rows in self.buckets:
             self.forward([0] * rows, keep=1)
             self.truncate(0)
+            if hidden:
+                self.hidden([0] * rows)
+                self.truncate(0)
 
 
 def steps_mode(mode: str, device: torch.device) -> str:
@@ -199,13 +215,14 @@ def steps_mode(mode: str, device: torch.device) -> str:
     return mode
 
 
-def target_steps(model, mode: str, max_rows: int) -> EagerTarget | FixedShapeTarget:
-    """mode: one of STEPS. Compiled steps are compiled here, one graph per row count."""
+def target_steps(model, mode: str, max_rows: int, hidden: bool = False) -> EagerTarget | FixedShapeTarget:
+    """mode: one of STEPS. Compiled steps are compiled here, one graph per row count, and with
+    `hidden` (a drafter feeds the target's hidden-state steps) one more per row count for those."""
     mode = steps_mode(mode, model.device)
     if mode == "eager":
         return EagerTarget(model)
     capacity = min(context_window(model.config) or FIXED_CAPACITY, FIXED_CAPACITY)
     steps = FixedShapeTarget(model, capacity, max_rows, compile=mode == "compiled")
     if steps.compiled:
-        steps.warm_up()
+        steps.warm_up(hidden)
     return steps

@@ -12,7 +12,7 @@ import torch
 import torch._dynamo.utils
 
 from conftest import generate, random_prompts, tiny_llama
-from decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter
+from decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, SelfDrafter
 from decoder.engine import SpeculativeDecoder, round_rows
 from decoder.gamma import FixedGamma
 from decoder.target_steps import EagerTarget, FixedShapeTarget, row_buckets, target_steps
@@ -124,6 +124,30 @@ def test_compiled_steps_compile_once_per_row_count(tokenizer):
         drafted += got.stats.drafted
     assert drafted > 0
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 3  # no recompiles
+
+
+def test_compiled_self_draft_steps_compile_once_per_row_count(tokenizer):
+    """A SelfDrafter's hidden-state steps get a graph per row count too, compiled at load, and its
+    rounds (drafts, copies after them, rejections) replay them: no eager step on the compiled path."""
+    model = tiny_llama(seed=6, layers=2)
+    rows = model.get_output_embeddings().out_features
+    half = torch.randperm(rows, generator=torch.Generator().manual_seed(0))[: rows // 2]  # drafts also rejected
+    policy, drafter = FixedGamma(3), HybridDrafter(SelfDrafter(model, half), lookup_tokens=3)
+    torch._dynamo.reset()
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    steps = target_steps(model, "compiled", round_rows(policy, drafter), hidden=True)
+    assert steps.buckets == (1, 2, 4)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 6
+    spec = SpeculativeDecoder(model, tokenizer, drafter, policy, steps=steps)
+    reference = SpeculativeDecoder(model, tokenizer)
+    drafted = accepted = 0  # by the target itself
+    for prompt in PROMPTS[:4]:
+        got = generate(spec, prompt, max_new_tokens=20)
+        assert got.token_ids == generate(reference, prompt, max_new_tokens=20).token_ids, prompt
+        drafted += got.stats.drafted - got.stats.lookup_drafted
+        accepted += got.stats.accepted - got.stats.lookup_accepted
+    assert 0 < accepted < drafted
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 6  # no recompiles
 
 
 @pytest.mark.parametrize("kind", ["eager", "fixed"])
