@@ -94,10 +94,10 @@ def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int
     return out.logits[0, -keep:]
 
 
-def forward_hidden(model, cache: Cache, ids: list[int]) -> torch.Tensor:
+def forward_hidden(model, cache: Cache, ids: list[int] | torch.Tensor) -> torch.Tensor:
     """forward_logits without the head: the final hidden states of `ids`, [len(ids), hidden]."""
-    out = model.base_model(input_ids=torch.tensor([ids], device=model.device), past_key_values=cache, use_cache=True)
-    return out.last_hidden_state[0]
+    input_ids = ids.view(1, -1) if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=model.device)
+    return model.base_model(input_ids=input_ids, past_key_values=cache, use_cache=True).last_hidden_state[0]
 
 
 def head_logits(model, head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:

@@ -147,24 +147,22 @@ class FixedShapeTarget:
             self._padded_hidden = torch.compile(self._hidden_forward, **graphs)
 
     def _logits_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=input_ids.shape[1])
-        return out.logits[0]
+        return forward_logits(self.model, self.cache, input_ids, keep=input_ids.shape[1])
 
     def _hidden_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model.base_model(input_ids=input_ids, past_key_values=self.cache, use_cache=True).last_hidden_state[0]
+        return forward_hidden(self.model, self.cache, input_ids)
 
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
         if len(ids) > self.buckets[-1]:
             return self._append_unpadded(ids, lambda: forward_logits(self.model, self.cache, ids, keep))
-        return self._append_padded(ids, self._padded_logits)[len(ids) - keep:]
+        return self._append_padded(ids, self._padded_logits, keep)
 
     def hidden(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
         if len(ids) > self.buckets[-1] or not self.compiled:  # eager: the feed's own shape is cheapest
             return self._append_unpadded(ids, lambda: forward_hidden(self.model, self.cache, ids))
-        return self._append_padded(ids, self._padded_hidden)
+        return self._append_padded(ids, self._padded_hidden, len(ids))
 
     def _append_unpadded(self, ids: list[int], run) -> torch.Tensor:
         self._start_at_end(len(ids))
@@ -172,15 +170,15 @@ class FixedShapeTarget:
         self.tokens += ids
         return out
 
-    def _append_padded(self, ids: list[int], padded) -> torch.Tensor:
-        """Feed `ids` padded to a row bucket; returns `padded`'s rows for them."""
+    def _append_padded(self, ids: list[int], padded, keep: int) -> torch.Tensor:
+        """Feed `ids` padded to a row bucket; returns `padded`'s rows for the last `keep` of them."""
         n = len(ids)
         self._start_at_end(n)
         rows = next(b for b in self.buckets if b >= n)
         input_ids = torch.tensor([ids + ids[-1:] * (rows - n)], device=self.model.device)
         if self.compiled:
             torch.compiler.cudagraph_mark_step_begin()
-        out = padded(input_ids)[:n].clone()  # a copy: the next replay of a captured graph overwrites its output
+        out = padded(input_ids)[n - keep:n].clone()  # a copy: the next replay of a captured graph overwrites its output
         self.tokens += ids
         return out
 
