@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from . import lean_forward
+
 _FIRST_CAPACITY = 512  # tokens; a buffer doubles past it
 
 
@@ -85,6 +87,8 @@ def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int
     `ids` may already be a tensor on the model's device: a token just drafted need not visit the host.
     """
     input_ids = ids.view(1, -1) if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=model.device)
+    if _runs_lean(model, cache):
+        return head_logits(model, model.get_output_embeddings(), lean_forward.lean_hidden(model, cache, input_ids)[-keep:])
     out = model(
         input_ids=input_ids,
         past_key_values=cache,
@@ -97,7 +101,16 @@ def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int
 def forward_hidden(model, cache: Cache, ids: list[int] | torch.Tensor) -> torch.Tensor:
     """forward_logits without the head: the final hidden states of `ids`, [len(ids), hidden]."""
     input_ids = ids.view(1, -1) if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=model.device)
+    if _runs_lean(model, cache):
+        return lean_forward.lean_hidden(model, cache, input_ids)
     return model.base_model(input_ids=input_ids, past_key_values=cache, use_cache=True).last_hidden_state[0]
+
+
+def _runs_lean(model, cache: Cache) -> bool:
+    """The lean forward needs layers that hold only real tokens (ours), and eager execution:
+    compiled graphs get HF's forward, whose overhead compiling removes anyway."""
+    return (getattr(cache, "layer_class_to_replicate", None) is PreallocatedLayer
+            and not torch.compiler.is_compiling() and lean_forward.supports(model))
 
 
 def head_logits(model, head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
