@@ -163,6 +163,7 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
     from decoder.engine import SpeculativeDecoder
     from decoder.gamma import parse_gamma_policy
     from decoder.kernels import pack_linear_weights
+    from decoder.lean_forward import keep_hf_forward
 
     from .bench import Contenders
 
@@ -217,6 +218,10 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
         all_threads = copy.deepcopy(stock)
         draft_model = lever_off("all_threads", all_threads, "small products over few rows on one thread")
         pack_linear_weights(all_threads, draft_model, few_row_threads=None)
+        hf_forward = copy.deepcopy(stock)
+        draft_model = lever_off("hf_forward", hf_forward, "our forward (decoder/lean_forward.py), HF's instead")
+        pack_linear_weights(hf_forward, draft_model)
+        keep_hf_forward(hf_forward)
         lever_off("unpacked", stock, "packed weights, on the stock nn.Linear / MKL path")
     return Contenders(ours), doc
 

@@ -121,8 +121,10 @@ def test_ablation_rows_each_turn_one_lever(tokenizer):
     ours = contenders.ours
     assert set(ours) == {"ar", "spec", "spec_draft_ngram+auto", "spec_gamma_cost", "spec_confidence_0.3",
                          "spec_confidence_0.6", "ar_all_threads", "spec_all_threads", "ar_unpacked",
-                         "spec_unpacked"}
+                         "spec_unpacked", "ar_hf_forward", "spec_hf_forward"}
     assert set(doc) == set(ours)
+    from decoder.lean_forward import supports
+    assert supports(ours["ar"].target) and not supports(ours["ar_hf_forward"].target)  # the one lever it turns
     # the threshold rows pace the lookup-then-model draft, as the γ rows do, and differ only in it
     assert [ours[f"spec_confidence_{t}"].draft_confidence for t in ("0.3", "0.6")] == [0.3, 0.6]
     assert ours["spec_confidence_0.3"].drafter.model is not None

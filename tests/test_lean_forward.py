@@ -81,6 +81,9 @@ def test_other_models_keep_hf_forward(gpt2, gemma3):
         hooked = copy.deepcopy(gemma3)
         hooked.get_submodule(hooked_part).register_forward_hook(lambda module, args, out: out)
         assert not lean_forward.supports(hooked)  # whatever the hook does, HF's forward runs it
+    chosen = copy.deepcopy(gemma3)
+    lean_forward.keep_hf_forward(chosen)
+    assert not lean_forward.supports(chosen) and lean_forward.supports(gemma3)
     hooked = copy.deepcopy(gemma3)
     hooked.get_submodule("model.layers.1.mlp").register_forward_hook(lambda module, args, out: out)
     assert lean_forward.supports(hooked)  # the lean forward calls the MLP as a module: its hooks run
