@@ -86,7 +86,7 @@ def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int
 
     `ids` may already be a tensor on the model's device: a token just drafted need not visit the host.
     """
-    input_ids = ids.view(1, -1) if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=model.device)
+    input_ids = _input_ids(model, ids)
     if _runs_lean(model, cache):
         return head_logits(model, model.get_output_embeddings(), lean_forward.lean_hidden(model, cache, input_ids)[-keep:])
     out = model(
@@ -100,10 +100,15 @@ def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int
 
 def forward_hidden(model, cache: Cache, ids: list[int] | torch.Tensor) -> torch.Tensor:
     """forward_logits without the head: the final hidden states of `ids`, [len(ids), hidden]."""
-    input_ids = ids.view(1, -1) if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=model.device)
+    input_ids = _input_ids(model, ids)
     if _runs_lean(model, cache):
         return lean_forward.lean_hidden(model, cache, input_ids)
     return model.base_model(input_ids=input_ids, past_key_values=cache, use_cache=True).last_hidden_state[0]
+
+
+def _input_ids(model, ids: list[int] | torch.Tensor) -> torch.Tensor:
+    """[1, len(ids)] on the model's device; a device tensor stays where it is."""
+    return ids.view(1, -1) if isinstance(ids, torch.Tensor) else torch.tensor([ids], device=model.device)
 
 
 def _runs_lean(model, cache: Cache) -> bool:
