@@ -24,6 +24,7 @@ from typing import Callable, Protocol
 
 import torch
 
+from .cpu_threads import IdleCores
 from .drafts import Proposal
 from .gamma import FixedGamma, HeuristicGamma
 from .kv_cache import head_logits
@@ -107,6 +108,7 @@ class SpeculativeDecoder:
             drafter.attach(self.steps)  # a draft that runs on the target itself (drafts.SelfDrafter)
         limits = [w for w in (context_window(target.config), self.steps.capacity) if w]
         self.window = min(limits) if limits else None
+        self.idle_cores = IdleCores() if target.device.type == "cpu" else None
 
     def encode(self, prompt: str) -> list[int]:
         return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
@@ -124,6 +126,7 @@ class SpeculativeDecoder:
         generator = torch.Generator(self.target.device).manual_seed(opts.seed) if opts.seed is not None else None
         stream = TextStream(self.tokenizer, ids, opts.stop_strings)
 
+        self._take_idle_cores()
         reused = self._reuse_prefix(ids)
         prefill_logits = self.steps.forward(ids[reused:], keep=1)
         if self.drafter is not None:
@@ -138,6 +141,7 @@ class SpeculativeDecoder:
             if opts.cancel is not None and opts.cancel.is_set():
                 finish = "cancelled"
                 break
+            self._take_idle_cores()
             new_tokens = self._round(committed, prefill_logits, opts, generator, stats,
                                      wanted=opts.max_new_tokens - len(generated))
             prefill_logits = None
@@ -166,6 +170,10 @@ class SpeculativeDecoder:
         stats.finish_reason = finish
         stats.total_ms = _ms(start)
         return Generation(stream.text, generated, finish, stats)
+
+    def _take_idle_cores(self) -> None:
+        if self.idle_cores is not None:
+            self.idle_cores.adjust()
 
     def _policy(self, group: str):
         if not group:

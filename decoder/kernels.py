@@ -8,14 +8,7 @@ takes 27 ms, near the memory-bandwidth bound, and five rows 37 ms. That is what 
 a few drafts nearly as cheap as one step, the premise of speculative decoding.
 
 Gated MLPs (LLaMA, Gemma, Qwen: down(act(gate(x)) * up(x))) get gate and up fused into one
-packed product. Each product is a parallel region, and under OMP_WAIT_POLICY=PASSIVE every region
-wakes the sleeping threads, which costs about as much as reading a layer's small matrices.
-
-A product over a few rows of a small matrix runs on one thread: waking the other threads costs
-more than they save there. The vocabulary head, hundreds of MB, still takes every thread, and so
-does a product over more than 8 rows, where one thread's arithmetic catches up with its reading.
-On the 2-core EPYC a one-token Gemma-3 step went from 118 to 102 ms, a three-token verify from
-145 to 124 ms, and a four-token one from 147 to 132 ms (docs/benchmarks).
+packed product: one parallel region fewer per layer.
 
 Packing is for inference only: packed weights have no gradient and no `.weight` to read, so it
 is applied after every draft has been built from the target.
@@ -31,52 +24,33 @@ log = logging.getLogger(__name__)
 
 # The packed layout depends a little on the expected row count; decoding feeds 1 to γ+1 rows.
 _ROWS_HINT = 8
-# One thread for products over at most this many rows of a matrix of at most this many bytes.
-FEW_ROWS = 8
-_SMALL_WEIGHT_BYTES = 32 * 2**20
 
 
 class PackedLinear(torch.nn.Module):
-    def __init__(self, *linears: torch.nn.Linear, few_row_threads: int | None = 1):
-        """One linear, or several over the same input fused into one (outputs concatenated).
-
-        few_row_threads: the threads for at most FEW_ROWS rows when the matrix is small (None: torch's).
-        """
+    def __init__(self, *linears: torch.nn.Linear):
+        """One linear, or several over the same input fused into one (outputs concatenated)."""
         super().__init__()
         self.in_features, self.out_features = linears[0].in_features, sum(m.out_features for m in linears)
         weight = torch.cat([m.weight.detach() for m in linears])
-        small = weight.numel() * weight.element_size() <= _SMALL_WEIGHT_BYTES
-        self.few_row_threads = few_row_threads if small else None
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
         biases = [m.bias for m in linears]
         self.bias = None if all(b is None for b in biases) else torch.cat([
             m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        threads = torch.get_num_threads()
-        if self.few_row_threads is None or threads <= self.few_row_threads or x.numel() > FEW_ROWS * self.in_features:
-            return self._product(x)
-        torch.set_num_threads(self.few_row_threads)
-        try:
-            return self._product(x)
-        finally:
-            torch.set_num_threads(threads)
-
-    def _product(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN, "
-                f"few_row_threads={self.few_row_threads}")
+        return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
 class PackedGatedMLP(torch.nn.Module):
     """down(act(gate(x)) * up(x)) with gate and up as one packed product."""
 
-    def __init__(self, mlp: torch.nn.Module, few_row_threads: int | None = 1):
+    def __init__(self, mlp: torch.nn.Module):
         super().__init__()
-        self.gate_up = PackedLinear(mlp.gate_proj, mlp.up_proj, few_row_threads=few_row_threads)
-        self.down_proj = PackedLinear(mlp.down_proj, few_row_threads=few_row_threads)
+        self.gate_up = PackedLinear(mlp.gate_proj, mlp.up_proj)
+        self.down_proj = PackedLinear(mlp.down_proj)
         self.act_fn = mlp.act_fn
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -101,9 +75,9 @@ def can_pack(model) -> bool:
             and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
-def pack_linear_weights(*models, few_row_threads: int | None = 1) -> int:
+def pack_linear_weights(*models) -> int:
     """Swap the gated MLPs and every other nn.Linear of these CPU fp32 models for packed ones;
-    returns how many nn.Linear were replaced. few_row_threads: see PackedLinear.
+    returns how many nn.Linear were replaced.
 
     Models may share modules (a derived draft shares the target's layers and head): a shared
     module is packed once and the pack is shared too.
@@ -117,10 +91,10 @@ def pack_linear_weights(*models, few_row_threads: int | None = 1) -> int:
         for name, child in list(parent.named_children()):
             if id(child) not in packed:
                 if _is_gated_mlp(child):
-                    packed[id(child)] = (child, PackedGatedMLP(child, few_row_threads))
+                    packed[id(child)] = (child, PackedGatedMLP(child))
                     replaced += 3
                 elif isinstance(child, torch.nn.Linear):
-                    packed[id(child)] = (child, PackedLinear(child, few_row_threads=few_row_threads))
+                    packed[id(child)] = (child, PackedLinear(child))
                     replaced += 1
                 else:
                     swap_children(child)

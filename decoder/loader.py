@@ -36,8 +36,8 @@ def load_decoder(target: str, draft: str, *, device: str = "auto", dtype: str = 
 
 
 def use_cpu_kernels(steps, *models) -> None:
-    """oneDNN-packed linears (decoder/kernels.py) for models run on eager steps: torch.compile cannot
-    trace the packed products' thread switching, and packs weights itself. Call it after the drafts
-    are built, from the target's plain weights."""
+    """oneDNN-packed linears (decoder/kernels.py) for models run on eager steps; compiled steps keep
+    the stock linears, which inductor packs itself. Call it after the drafts are built, from the
+    target's plain weights."""
     if not steps.compiled:
         pack_linear_weights(*models)

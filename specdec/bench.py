@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import statistics
 import time
@@ -256,7 +257,7 @@ def report(results, tokenizer, *, device, dtype, target, draft, gamma, max_new_t
         "device": device,
         "dtype": dtype,
         "host": f"{platform.processor() or platform.machine()} {torch.get_num_threads()} threads, "
-                f"torch {torch.__version__}",
+                f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, torch {torch.__version__}",
         "date": datetime.date.today().isoformat(),
         "target": target,
         "draft": draft,

@@ -8,13 +8,9 @@ import logging
 import os
 import sys
 
-# Spinning OpenMP workers starve each other when a core is busy (1,270 ms/token seen, vs 95).
-# This must be set before torch is imported.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch
 
-import torch  # noqa: E402
-
-from decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, STEPS, ModelError  # noqa: E402
+from decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, STEPS, ModelError
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -214,10 +210,7 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
             paced(f"spec_confidence_{threshold:g}", args.gamma, f"γ policy {args.gamma}, and drafting stops where "
                   f"the draft's top probability is under {threshold:g}", confidence=threshold)
     if not args.no_pack:
-        # a second packed copy, built from plain weights like the product, whose small products take every thread
-        all_threads = copy.deepcopy(stock)
-        draft_model = lever_off("all_threads", all_threads, "small products over few rows on one thread")
-        pack_linear_weights(all_threads, draft_model, few_row_threads=None)
+        # a second packed copy, built from plain weights like the product
         hf_forward = copy.deepcopy(stock)
         draft_model = lever_off("hf_forward", hf_forward, "our forward (decoder/lean_forward.py), HF's instead")
         pack_linear_weights(hf_forward, draft_model)

@@ -120,8 +120,8 @@ def test_ablation_rows_each_turn_one_lever(tokenizer):
     contenders, doc = _bench_contenders(args, target, tokenizer, decoder, other, stock)
     ours = contenders.ours
     assert set(ours) == {"ar", "spec", "spec_draft_ngram+auto", "spec_gamma_cost", "spec_confidence_0.3",
-                         "spec_confidence_0.6", "ar_all_threads", "spec_all_threads", "ar_unpacked",
-                         "spec_unpacked", "ar_hf_forward", "spec_hf_forward"}
+                         "spec_confidence_0.6", "ar_unpacked", "spec_unpacked", "ar_hf_forward",
+                         "spec_hf_forward"}
     assert set(doc) == set(ours)
     from decoder.lean_forward import supports
     assert supports(ours["ar"].target) and not supports(ours["ar_hf_forward"].target)  # the one lever it turns

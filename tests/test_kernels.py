@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from conftest import generate, random_prompts
-from decoder import kernels
 from decoder.drafts import ModelDrafter, derive_draft
 from decoder.engine import SpeculativeDecoder
 from decoder.gamma import FixedGamma
@@ -79,7 +78,7 @@ def test_only_cpu_float32_is_packed(llama):
 
 
 def test_compiled_steps_keep_the_stock_linears(llama):
-    """torch.compile packs weights itself and cannot trace the packed products' thread switching."""
+    """torch.compile packs weights itself: compiled steps get the stock linears."""
     model = copy.deepcopy(llama)
     use_cpu_kernels(SimpleNamespace(compiled=True), model)
     assert not any(isinstance(m, PackedLinear) for m in model.modules())
@@ -87,37 +86,3 @@ def test_compiled_steps_keep_the_stock_linears(llama):
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
 
 
-@pytest.fixture()
-def two_threads():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(saved)
-
-
-def test_few_rows_of_a_small_matrix_run_on_one_thread(two_threads, monkeypatch):
-    """The head stays on every thread; small matrices take one for up to FEW_ROWS rows; the setting is restored."""
-    seen = []
-    product = PackedLinear._product
-    monkeypatch.setattr(PackedLinear, "_product", lambda self, x: seen.append(torch.get_num_threads()) or product(self, x))
-    monkeypatch.setattr(kernels, "_SMALL_WEIGHT_BYTES", 64 * 32 * 4)
-    small, wide = torch.nn.Linear(64, 32), torch.nn.Linear(64, 33)
-    packed_small, packed_wide = PackedLinear(small), PackedLinear(wide)
-    all_threads = PackedLinear(small, few_row_threads=None)
-    assert (packed_small.few_row_threads, packed_wide.few_row_threads) == (1, None)
-    with torch.inference_mode():
-        for rows in range(1, kernels.FEW_ROWS + 2):
-            x = torch.randn(1, rows, 64)
-            seen.clear()
-            torch.testing.assert_close(packed_small(x), small(x), rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(packed_wide(x), wide(x), rtol=1e-4, atol=1e-4)
-            all_threads(x)
-            assert seen == [1 if rows <= kernels.FEW_ROWS else 2, 2, 2], rows
-            assert torch.get_num_threads() == 2
-
-
-def test_thread_count_is_restored_when_the_product_fails(two_threads):
-    packed = PackedLinear(torch.nn.Linear(64, 32))
-    with pytest.raises(RuntimeError):
-        packed(torch.randn(1, 65))
-    assert torch.get_num_threads() == 2

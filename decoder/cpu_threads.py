@@ -1,0 +1,72 @@
+"""Threads for decoding on the CPU: one per core that the rest of the machine leaves idle.
+
+A decode step is about a hundred small products and as many element-wise ops, each an OpenMP
+parallel region. Workers that sleep between regions (OMP_WAIT_POLICY=PASSIVE) are woken for each
+one, about 110 µs apiece on the 2-core EPYC of docs/benchmarks, longer than a small product takes,
+so `specdec` leaves libgomp's default: workers spin a few ms between regions, then sleep. But two
+workers spinning where another process keeps a core busy starve each other (a step took 1,270 ms
+instead of 95). So a decoder on the CPU takes a thread only for each core left idle, read from
+/proc/stat less this process's own CPU time, and looks again every half second while it decodes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+# A sample of the machine: (wall seconds, CPU seconds busy on all cores, this process's CPU seconds).
+Sample = tuple[float, float, float]
+
+
+def _read_machine_busy() -> float | None:
+    """CPU seconds that every core has spent busy since boot (Linux), or None where unknown."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    # steal: time the hypervisor gave our cores to someone else, as unavailable to us as a busy core
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _sample() -> Sample | None:
+    busy = _read_machine_busy()
+    return None if busy is None else (time.monotonic(), busy, time.process_time())
+
+
+class IdleCores:
+    """Sets torch's intra-op threads to the cores other processes leave idle, at most `ceiling`.
+
+    `adjust()` is called before each decode round; it looks at the machine once `interval_s` has
+    passed since it last did (/proc/stat counts in 10 ms ticks, so shorter windows are noise).
+    Where /proc/stat is missing (not Linux), it leaves the threads alone.
+    """
+
+    interval_s = 0.5
+    busy_core = 0.5  # a core counts as taken once another process uses this much of it
+
+    def __init__(self, ceiling: int | None = None, cores: int | None = None):
+        self.ceiling = ceiling or torch.get_num_threads()
+        self.cores = cores or os.cpu_count() or 1
+        self._last = _sample()
+
+    def adjust(self) -> int:
+        """Set and return the thread count for what the machine did since the last look."""
+        now = _sample()
+        if now is None or self._last is None:
+            return torch.get_num_threads()
+        wall, busy, own = (a - b for a, b in zip(now, self._last))
+        if wall < self.interval_s:
+            return torch.get_num_threads()
+        self._last = now
+        elsewhere = max(0.0, busy - own) / wall  # cores' worth of work by other processes
+        threads = max(1, min(self.ceiling, self.cores - int(elsewhere + 1 - self.busy_core)))
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+        return threads
+
