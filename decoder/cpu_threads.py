@@ -1,11 +1,11 @@
 """Threads for decoding on the CPU: one per core that the rest of the machine leaves idle.
 
-A decode step is about a hundred small products and as many element-wise ops, each an OpenMP
-parallel region. Workers that sleep between regions (OMP_WAIT_POLICY=PASSIVE) are woken for each
-one, about 110 µs apiece on the 2-core EPYC of docs/benchmarks, longer than a small product takes,
-so `specdec` leaves libgomp's default: workers spin a few ms between regions, then sleep. But two
-workers spinning where another process keeps a core busy starve each other (a step took 1,270 ms
-instead of 95). So a decoder on the CPU takes a thread only for each core left idle, read from
+A decode step is over a hundred small products, each an OpenMP parallel region, and so is each
+element-wise op of a prefill. Workers that sleep between regions (OMP_WAIT_POLICY=PASSIVE) are
+woken for each one, about 110 µs apiece on the 2-core EPYC of docs/benchmarks, longer than a
+small product takes, so `specdec` leaves libgomp's default: workers spin a few ms between regions,
+then sleep. But two workers spinning where another process keeps a core busy starve each other
+(our AR took 206 ms a token instead of 99 under PASSIVE). So a decoder on the CPU takes a thread only for each core left idle, read from
 /proc/stat less this process's own CPU time, and looks again every half second while it decodes.
 """
 
@@ -42,7 +42,7 @@ def _sample() -> Sample | None:
 class IdleCores:
     """Sets torch's intra-op threads to the cores other processes leave idle, at most `ceiling`.
 
-    `adjust()` is called before each decode round; it looks at the machine once `interval_s` has
+    `adjust()` is called before each prefill and each decode round; it looks at the machine once `interval_s` has
     passed since it last did (/proc/stat counts in 10 ms ticks, so shorter windows are noise).
     Where /proc/stat is missing (not Linux), it leaves the threads alone.
     """
