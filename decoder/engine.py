@@ -126,7 +126,7 @@ class SpeculativeDecoder:
         generator = torch.Generator(self.target.device).manual_seed(opts.seed) if opts.seed is not None else None
         stream = TextStream(self.tokenizer, ids, opts.stop_strings)
 
-        self._take_idle_cores()
+        self._take_idle_cores(stats)
         reused = self._reuse_prefix(ids)
         prefill_logits = self.steps.forward(ids[reused:], keep=1)
         if self.drafter is not None:
@@ -141,7 +141,7 @@ class SpeculativeDecoder:
             if opts.cancel is not None and opts.cancel.is_set():
                 finish = "cancelled"
                 break
-            self._take_idle_cores()
+            self._take_idle_cores(stats)
             new_tokens = self._round(committed, prefill_logits, opts, generator, stats,
                                      wanted=opts.max_new_tokens - len(generated))
             prefill_logits = None
@@ -171,9 +171,10 @@ class SpeculativeDecoder:
         stats.total_ms = _ms(start)
         return Generation(stream.text, generated, finish, stats)
 
-    def _take_idle_cores(self) -> None:
+    def _take_idle_cores(self, stats: GenerationStats) -> None:
         if self.idle_cores is not None:
-            self.idle_cores.adjust()
+            threads = self.idle_cores.adjust()
+            stats.threads = min(stats.threads, threads) if stats.threads else threads
 
     def _policy(self, group: str):
         if not group:

@@ -21,7 +21,7 @@ import platform
 import statistics
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import torch
@@ -218,6 +218,9 @@ def summarize(results: list[CaseResult], tokenizer=None) -> dict:
             "identical_to_ar": all(r.runs[name].tokens == r.runs["ar"].tokens for r in results),
         }
     followups = [r.followup for r in results if r.followup]
+    # A core taken by another process halves a CPU run's speed (cpu_threads.IdleCores): say where it happened.
+    threads = {name: dict(sorted(Counter(r.runs[name].stats.threads for r in results).items(), reverse=True))
+               for name in names if results[0].runs[name].stats is not None and results[0].runs[name].stats.threads}
     return {
         "assisted_method": best_assisted,
         "overall": row(results),
@@ -229,6 +232,7 @@ def summarize(results: list[CaseResult], tokenizer=None) -> dict:
                                "decode_speedup_vs_ar": min(v["decode_speedup_vs_ar"] for v in code)},
         "languages": languages,
         "methods": methods,
+        "threads": threads,
         "followup": {
             key: statistics.median(f[key] for f in followups)
             for key in ("warm", "cold", "warm_prefilled_tokens", "cold_prefilled_tokens")
@@ -314,6 +318,10 @@ def format_table(data: dict) -> str:
         lines.append(f"{'bandwidth bound':>22} {b['bound_tokens_per_s']:7.1f} {'':8} {'':6} {'':5}  "
                      f"{b['weight_bytes_per_token'] / 1e6:.0f} MB of weights per token at {b['bandwidth_gb_per_s']:.1f} GB/s; "
                      f"our AR decodes at {b['ar_fraction_of_bound']:.2f} of it")
+    if data.get("threads"):
+        lines.append("requests by the fewest CPU threads they ran with: " + "; ".join(
+            f"{name} " + ", ".join(f"{count} on {n}" for n, count in counts.items())
+            for name, counts in data["threads"].items()))
     if data.get("followup"):
         f = data["followup"]
         lines.append(f"follow-up request (first 8 tokens accepted), median time to first token: "

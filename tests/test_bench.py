@@ -50,9 +50,13 @@ def test_bench_runs_all_methods_and_reports(tokenizer):
         assert r.followup["warm_prefilled_tokens"] < r.followup["cold_prefilled_tokens"]
     bound = data["bandwidth_bound"]
     assert bound["bound_tokens_per_s"] == 10.0e9 / bound["weight_bytes_per_token"]
+    # each of our methods says how many requests ran with how few CPU threads; HF's keep no stats
+    assert set(data["threads"]) == {"ar", "spec", "spec_hybrid"}
+    assert all(sum(counts.values()) == len(results) and min(counts) >= 1 for counts in data["threads"].values())
     json.dumps(data)  # the report is plain JSON
     table = format_table(data)
     assert "OVERALL" in table and "python" in table and "bandwidth bound" in table and "spec_hybrid" in table
+    assert "requests by the fewest CPU threads" in table
 
 
 def test_weight_bytes_count_a_tied_head_once(tokenizer):

@@ -73,5 +73,15 @@ def test_a_cpu_decoder_looks_before_its_prefill_and_each_round(llama, tokenizer,
     monkeypatch.setattr(cpu_threads, "_sample", lambda: (t := float(next(looks)), t, 0.0))
     decoder = SpeculativeDecoder(llama, tokenizer)
     gen = generate(decoder, "def f(x):", max_new_tokens=5)
-    assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 1 and gen.stats.threads == 1
     assert next(looks) == 1 + 1 + gen.stats.rounds  # looks so far: at construction, before the prefill, each round
+
+
+def test_a_request_records_the_fewest_threads_it_ran_with(llama, tokenizer, monkeypatch):
+    torch.set_num_threads(2)
+    looks = itertools.count()
+    # a core busy elsewhere until the third look (the first round), idle from then on
+    monkeypatch.setattr(cpu_threads, "_sample", lambda: (t := float(next(looks)), min(t, 2.0), 0.0))
+    gen = generate(SpeculativeDecoder(llama, tokenizer), "def f(x):", max_new_tokens=5)
+    assert torch.get_num_threads() == 2  # taken back once the other process idled
+    assert gen.stats.threads == 1
