@@ -218,7 +218,7 @@ def summarize(results: list[CaseResult], tokenizer=None) -> dict:
             "identical_to_ar": all(r.runs[name].tokens == r.runs["ar"].tokens for r in results),
         }
     followups = [r.followup for r in results if r.followup]
-    # A core taken by another process halves a CPU run's speed (cpu_threads.IdleCores): say where it happened.
+    # IdleCores gives up a core another process keeps busy, and fewer threads decode slower: say where it happened.
     threads = {name: dict(sorted(Counter(r.runs[name].stats.threads for r in results).items(), reverse=True))
                for name in names if results[0].runs[name].stats is not None and results[0].runs[name].stats.threads}
     return {
