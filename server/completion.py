@@ -12,13 +12,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from decoder.drafts import draft_label
-from decoder.engine import DecodeOptions, SpeculativeDecoder
-from decoder.gamma import parse_gamma_policy
-from decoder.loader import load_decoder
-from decoder.sampling import SamplingParams
-from decoder.stats import GenerationStats
-from telemetry.events import CompletionEvent
+from speccomplete.decoder.drafts import draft_label
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.gamma import parse_gamma_policy
+from speccomplete.decoder.loader import load_decoder
+from speccomplete.decoder.sampling import SamplingParams
+from speccomplete.decoder.stats import GenerationStats
+from speccomplete.telemetry.events import CompletionEvent
 
 from .filters import TrimContext, scope_closed, stop_strings, trim
 from .language import detect_language

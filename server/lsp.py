@@ -32,7 +32,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
-from telemetry.log import EventLog
+from speccomplete.telemetry.log import EventLog
 
 from .completion import Completion, Engine, Request, complete, load_engine, retune, reuse, typed_along
 from .options import ServerOptions, models_changed, parse_options

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from decoder.gamma import parse_gamma_policy
-from decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from speccomplete.decoder.gamma import parse_gamma_policy
+from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 log = logging.getLogger(__name__)
 

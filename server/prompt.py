@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node, Tree
 
-from server import syntax
+from speccomplete.server import syntax
 
 DEFAULT_BUDGET_CHARS = 4000
 SUFFIX_SHARE = 3  # nearest-first growth takes 3 lines before the cursor for each line after it

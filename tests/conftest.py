@@ -22,7 +22,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from decoder.engine import DecodeOptions, Generation, SpeculativeDecoder
+from speccomplete.decoder.engine import DecodeOptions, Generation, SpeculativeDecoder
 
 # One intra-op thread, not two: these models are a few thousand parameters wide, so a second thread
 # only adds synchronisation, and when another process is busy on the 2-core machine, two spinning

@@ -1,7 +1,7 @@
 """Helpers for the language-server tests: tiny models saved to disk, a client that records the server's
 status notifications, and readers for the server's telemetry file.
 
-The server runs as a real subprocess (`python -m specdec.cli serve`), so its models must be on disk:
+The server runs as a real subprocess (`python -m speccomplete serve`), so its models must be on disk:
 a tiny random Llama with the byte tokenizer from conftest, saved as safetensors.
 """
 
@@ -19,7 +19,7 @@ from pytest_lsp.client import make_test_lsp_client
 
 from conftest import make_byte_tokenizer, tiny_llama
 
-SERVER_COMMAND = [sys.executable, "-m", "specdec.cli", "serve"]
+SERVER_COMMAND = [sys.executable, "-m", "speccomplete", "serve"]
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "docs" / "examples" / "cases.jsonl"
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 import transformers
 
-import decoder.models as models
+import speccomplete.decoder.models as models
 from conftest import BOS, EOS, generate, make_byte_tokenizer, tiny_gpt2, tiny_llama
-from decoder.drafts import ModelDrafter, NgramDrafter, build_drafter, derive_draft
-from decoder.engine import DecodeOptions, SpeculativeDecoder
-from decoder.gamma import FixedGamma, HeuristicGamma, parse_gamma_policy
-from decoder.models import (
+from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, build_drafter, derive_draft
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma, parse_gamma_policy
+from speccomplete.decoder.models import (
     ModelError,
     ModelNotFoundError,
     OutOfMemoryError,
@@ -22,7 +22,7 @@ from decoder.models import (
     check_same_vocabulary,
     load_model,
 )
-from decoder.sampling import SamplingParams
+from speccomplete.decoder.sampling import SamplingParams
 
 # ----------------------------------------------------------------------------- empty prompt
 
@@ -72,7 +72,7 @@ def test_long_prompt_truncated_from_the_left(short_llama, tokenizer, caplog, wit
     prompt = ([BOS] if with_bos else []) + body
     dec = SpeculativeDecoder(short_llama, tokenizer, ModelDrafter(derive_draft(short_llama, [0])), FixedGamma(3))
     budget = 64 - 8 - 3 - 1  # room for the answer and one round of drafts
-    with caplog.at_level(logging.WARNING, logger="decoder.engine"):
+    with caplog.at_level(logging.WARNING, logger="speccomplete.decoder.engine"):
         g = generate(dec, prompt, max_new_tokens=8)
     assert g.stats.prompt_truncated_tokens == len(prompt) - budget > 0
     assert g.stats.prompt_tokens == budget
@@ -87,14 +87,14 @@ def test_long_prompt_truncated_from_the_left(short_llama, tokenizer, caplog, wit
 def test_max_prompt_tokens_option(llama, tokenizer, caplog):
     dec = SpeculativeDecoder(llama, tokenizer)
     prompt = [BOS] + list(b"0123456789" * 3)
-    with caplog.at_level(logging.WARNING, logger="decoder.engine"):
+    with caplog.at_level(logging.WARNING, logger="speccomplete.decoder.engine"):
         g = generate(dec, prompt, max_new_tokens=4, max_prompt_tokens=10)
     assert g.stats.prompt_tokens == 10 and g.stats.prompt_truncated_tokens == len(prompt) - 10
     assert g.token_ids == generate(dec, [BOS] + prompt[-9:], max_new_tokens=4).token_ids
     assert caplog.records
     # short prompts are left alone, and nothing is logged
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="decoder.engine"):
+    with caplog.at_level(logging.WARNING, logger="speccomplete.decoder.engine"):
         g = generate(dec, prompt[:5], max_new_tokens=4, max_prompt_tokens=10)
     assert g.stats.prompt_truncated_tokens == 0 and not caplog.records
 
@@ -141,7 +141,7 @@ def test_bad_gamma_specs_raise_value_error(spec):
 
 
 def test_cost_gamma_specs_parse():
-    from decoder.gamma import CostModelGamma
+    from speccomplete.decoder.gamma import CostModelGamma
 
     policy = parse_gamma_policy("cost:0.25:0.05")
     assert isinstance(policy, CostModelGamma) and (policy.c, policy.v) == (0.25, 0.05)
@@ -310,8 +310,8 @@ def test_out_of_memory_while_loading(tmp_path, tokenizer, monkeypatch):
 
 
 def test_draft_with_a_smaller_embedding_table_is_refused(tmp_path, tokenizer):
-    from decoder.drafts import build_drafter
-    from decoder.models import VocabularyMismatchError
+    from speccomplete.decoder.drafts import build_drafter
+    from speccomplete.decoder.models import VocabularyMismatchError
 
     small = tiny_llama(seed=6, layers=1, vocab=200)  # cannot embed tokens 200..257
     small.save_pretrained(tmp_path, safe_serialization=True)

@@ -3,11 +3,11 @@
 import json
 
 from conftest import tiny_llama
-from decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
-from decoder.engine import DecodeOptions, SpeculativeDecoder
-from decoder.gamma import FixedGamma
-from specdec.bench import Contenders, format_table, report, run_bench, weight_bytes_per_token
-from specdec.cases import Case, read_cases, write_cases
+from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.harness.bench import Contenders, format_table, report, run_bench, weight_bytes_per_token
+from speccomplete.harness.cases import Case, read_cases, write_cases
 
 
 def _cases():
@@ -70,7 +70,7 @@ def test_weight_bytes_count_a_tied_head_once(tokenizer):
 def test_full_vocab_head_proposes_what_the_sub_vocab_head_does(tokenizer):
     import torch
 
-    from decoder.trained_draft import build_draft, with_full_vocab_head
+    from speccomplete.decoder.trained_draft import build_draft, with_full_vocab_head
 
     target = tiny_llama(seed=3)
     sub = build_draft(target, [0], vocab_ids=torch.arange(0, 200, 3))
@@ -84,7 +84,7 @@ def test_full_vocab_head_proposes_what_the_sub_vocab_head_does(tokenizer):
 
 
 def test_next_line_quality_scores_each_language(tokenizer):
-    from specdec.nextline import next_line_quality
+    from speccomplete.harness.nextline import next_line_quality
 
     rows = next_line_quality(SpeculativeDecoder(tiny_llama(seed=3), tokenizer), _cases(), max_new_tokens=6)
     assert set(rows) == {"python", "rust", "OVERALL"}
@@ -95,7 +95,7 @@ def test_next_line_quality_scores_each_language(tokenizer):
 
 
 def test_step_costs_report_ratios(tokenizer):
-    from specdec.stepcost import step_costs
+    from speccomplete.harness.stepcost import step_costs
 
     row = step_costs(tiny_llama(seed=3), list(range(40)), widths=(1, 3), repeats=3)
     assert row["verify_3_ratio"] == row["target_3_ms"] / row["target_1_ms"]
@@ -107,10 +107,10 @@ def test_ablation_rows_each_turn_one_lever(tokenizer):
     import argparse
     import copy
 
-    from decoder.drafts import build_drafter
-    from decoder.gamma import HeuristicGamma
-    from decoder.kernels import pack_linear_weights
-    from specdec.cli import _bench_contenders
+    from speccomplete.decoder.drafts import build_drafter
+    from speccomplete.decoder.gamma import HeuristicGamma
+    from speccomplete.decoder.kernels import pack_linear_weights
+    from speccomplete.cli import _bench_contenders
 
     target = tiny_llama(seed=4, layers=3)
     stock = copy.deepcopy(target)
@@ -127,7 +127,7 @@ def test_ablation_rows_each_turn_one_lever(tokenizer):
                          "spec_confidence_0.6", "ar_unpacked", "spec_unpacked", "ar_hf_forward",
                          "spec_hf_forward"}
     assert set(doc) == set(ours)
-    from decoder.lean_forward import supports
+    from speccomplete.decoder.lean_forward import supports
     assert supports(ours["ar"].target) and not supports(ours["ar_hf_forward"].target)  # the one lever it turns
     # the threshold rows pace the lookup-then-model draft, as the γ rows do, and differ only in it
     assert [ours[f"spec_confidence_{t}"].draft_confidence for t in ("0.3", "0.6")] == [0.3, 0.6]

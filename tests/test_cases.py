@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdec.cases import read_cases, sample_cases, write_cases
+from speccomplete.harness.cases import read_cases, sample_cases, write_cases
 
 
 def test_code_and_nl_cases(tmp_path):

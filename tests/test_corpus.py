@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from decoder.corpus import (CorpusError, Document, Shards, build_corpus, frame, local_documents, pack,
+from speccomplete.decoder.corpus import (CorpusError, Document, Shards, build_corpus, frame, local_documents, pack,
                             parse_budgets, split_lists, stack_documents)
 from tests.conftest import BOS, EOS, make_byte_tokenizer
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from conftest import generate
-from decoder import cpu_threads
-from decoder.cpu_threads import IdleCores
-from decoder.engine import SpeculativeDecoder
+from speccomplete.decoder import cpu_threads
+from speccomplete.decoder.cpu_threads import IdleCores
+from speccomplete.decoder.engine import SpeculativeDecoder
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from decoder.drafts import build_drafter
-from decoder.models import load_model
-from specdec.cli import main
+from speccomplete.decoder.drafts import build_drafter
+from speccomplete.decoder.models import load_model
+from speccomplete.cli import main
 from tests.lsp_support import save_random_model
 
 SOURCE = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n" * 8

@@ -9,15 +9,15 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import decoder.target_steps as target_steps
+import speccomplete.decoder.target_steps as target_steps
 from conftest import EOS, byte_ids, check_stats, generate, random_prompts
-from decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
-from decoder.kv_cache import forward_logits
-from decoder.engine import SpeculativeDecoder, context_window, eos_ids
-from decoder.gamma import FixedGamma, HeuristicGamma
-from decoder.sampling import SamplingParams
-from decoder.stats import GenerationStats
-from decoder.text import REPLACEMENT, TextStream
+from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
+from speccomplete.decoder.kv_cache import forward_logits
+from speccomplete.decoder.engine import SpeculativeDecoder, context_window, eos_ids
+from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma
+from speccomplete.decoder.sampling import SamplingParams
+from speccomplete.decoder.stats import GenerationStats
+from speccomplete.decoder.text import REPLACEMENT, TextStream
 
 PROMPTS = random_prompts(12, seed=7)
 
@@ -546,7 +546,7 @@ def test_decoder_without_drafter_never_drafts(llama, tokenizer):
 
 
 def test_cost_model_gamma_follows_acceptance():
-    from decoder.gamma import CostModelGamma
+    from speccomplete.decoder.gamma import CostModelGamma
 
     policy = CostModelGamma(draft_cost=0.1, verify_cost=0.0, max_gamma=16, probe_after=4)
     assert policy.next_gamma() > 0  # the prior (α 0.5) is worth drafting at c = 0.1
@@ -567,7 +567,7 @@ def test_cost_model_gamma_follows_acceptance():
 
 def test_cost_model_matches_the_closed_form():
     """NOTES.md §3: with c = 0.1 and a free verify, α 0.6 -> γ* 3, 0.8 -> γ* 6, 0.9 -> γ* 10."""
-    from decoder.gamma import CostModelGamma
+    from speccomplete.decoder.gamma import CostModelGamma
 
     for alpha, want in ((0.6, 3), (0.8, 6), (0.9, 10)):
         policy = CostModelGamma(draft_cost=0.1, verify_cost=0.0, max_gamma=32)
@@ -576,9 +576,9 @@ def test_cost_model_matches_the_closed_form():
 
 
 def test_gamma_groups_adapt_separately(llama, tokenizer):
-    from decoder.drafts import ModelDrafter, derive_draft
-    from decoder.engine import DecodeOptions, SpeculativeDecoder
-    from decoder.gamma import HeuristicGamma
+    from speccomplete.decoder.drafts import ModelDrafter, derive_draft
+    from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+    from speccomplete.decoder.gamma import HeuristicGamma
 
     decoder = SpeculativeDecoder(llama, tokenizer, ModelDrafter(derive_draft(llama, [0])), HeuristicGamma(start=3))
     decoder.generate("abc abc abc", DecodeOptions(max_new_tokens=8, gamma_group="python"))
@@ -588,8 +588,8 @@ def test_gamma_groups_adapt_separately(llama, tokenizer):
 
 
 def test_hybrid_lookup_span_adapts_to_what_was_accepted():
-    from decoder.drafts import HybridDrafter, Proposal
-    from decoder.sampling import SamplingParams
+    from speccomplete.decoder.drafts import HybridDrafter, Proposal
+    from speccomplete.decoder.sampling import SamplingParams
 
     class ModelStub:
         def __init__(self):

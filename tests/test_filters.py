@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from server import filters, syntax
-from server.filters import TrimContext, scope_closed, stop_strings, trim
-from server.prompt import build_prompt
+from speccomplete.server import filters, syntax
+from speccomplete.server.filters import TrimContext, scope_closed, stop_strings, trim
+from speccomplete.server.prompt import build_prompt
 
 GOLDEN = Path(__file__).parent / "golden" / "filters"
 CASES = sorted(GOLDEN.glob("*/*.json"))
@@ -38,7 +38,7 @@ def _load(path: Path) -> tuple[dict, TrimContext]:
 def _apply(name: str, completion: str, ctx: TrimContext) -> str:
     if name == "trim":
         return trim(completion, ctx)
-    end = importlib.import_module(f"server.filters.{name}").cut(completion, ctx)
+    end = importlib.import_module(f"speccomplete.server.filters.{name}").cut(completion, ctx)
     return completion if end is None else completion[:end]
 
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from conftest import EOS, check_stats, generate, random_prompts
-from decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, build_drafter, derive_draft
-from decoder.engine import SpeculativeDecoder
-from decoder.gamma import FixedGamma, HeuristicGamma
+from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, build_drafter, derive_draft
+from speccomplete.decoder.engine import SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma
 
 PROMPTS = random_prompts(50, seed=2024)
 MAX_NEW = 12

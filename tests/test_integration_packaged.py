@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from conftest import check_stats
-from decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
-from decoder.engine import DecodeOptions, SpeculativeDecoder
-from decoder.gamma import FixedGamma, HeuristicGamma
-from decoder.models import load_model
+from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma
+from speccomplete.decoder.models import load_model
 
 pytestmark = [
     pytest.mark.integration,

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import check_stats
-from decoder.drafts import SHIPPED_DRAFTS, build_drafter, default_draft_for, draft_label
-from decoder.engine import DecodeOptions, SpeculativeDecoder
-from decoder.gamma import FixedGamma
-from decoder.models import load_model
+from speccomplete.decoder.drafts import SHIPPED_DRAFTS, build_drafter, default_draft_for, draft_label
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.decoder.models import load_model
 
 pytestmark = pytest.mark.integration
 

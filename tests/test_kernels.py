@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from conftest import generate, random_prompts
-from decoder.drafts import ModelDrafter, derive_draft
-from decoder.engine import SpeculativeDecoder
-from decoder.gamma import FixedGamma
-from decoder.kernels import PackedGatedMLP, PackedLinear, can_pack, pack_linear_weights
-from decoder.loader import use_cpu_kernels
+from speccomplete.decoder.drafts import ModelDrafter, derive_draft
+from speccomplete.decoder.engine import SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.decoder.kernels import PackedGatedMLP, PackedLinear, can_pack, pack_linear_weights
+from speccomplete.decoder.loader import use_cpu_kernels
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
 

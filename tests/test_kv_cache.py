@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from decoder.kv_cache import PreallocatedLayer, forward_logits, new_cache
+from speccomplete.decoder.kv_cache import PreallocatedLayer, forward_logits, new_cache
 
 
 def test_growth_and_crops_match_dynamic_cache(gemma3):

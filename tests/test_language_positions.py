@@ -1,7 +1,7 @@
 import pytest
 
-from server.language import UNKNOWN, detect_language
-from server.positions import PositionError, offset_at, utf16_len
+from speccomplete.server.language import UNKNOWN, detect_language
+from speccomplete.server.positions import PositionError, offset_at, utf16_len
 
 
 @pytest.mark.parametrize(

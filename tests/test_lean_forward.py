@@ -9,10 +9,10 @@ import torch
 from transformers import DynamicCache
 
 from conftest import tiny_gemma3, tiny_llama
-from decoder import lean_forward
-from decoder.drafts import derive_draft
-from decoder.kernels import pack_linear_weights
-from decoder.kv_cache import forward_hidden, forward_logits, new_cache
+from speccomplete.decoder import lean_forward
+from speccomplete.decoder.drafts import derive_draft
+from speccomplete.decoder.kernels import pack_linear_weights
+from speccomplete.decoder.kv_cache import forward_hidden, forward_logits, new_cache
 
 
 def _uneven_norms(model):

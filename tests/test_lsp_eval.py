@@ -8,8 +8,8 @@ import sys
 from collections import Counter
 
 from lsp_support import EXAMPLES, REPO, SERVER_COMMAND, records, save_random_model
-from specdec.cases import Case, read_cases, write_cases
-from specdec.eval import run_eval, summarize
+from speccomplete.harness.cases import Case, read_cases, write_cases
+from speccomplete.harness.eval import run_eval, summarize
 
 LANGUAGES = {"python", "c", "cpp", "java", "go", "rust", "javascript", "typescript", "lua", "haskell", "ruby",
              "zig", "elixir", "ocaml"}
@@ -63,17 +63,17 @@ def test_eval_end_to_end(tmp_path):
 
 CRASHING_SERVER = """
 import os, sys
-import server.lsp
-from specdec.cli import main
+import speccomplete.server.lsp as lsp
+from speccomplete.cli import main
 
-real = server.lsp.complete
+real = lsp.complete
 
 def complete(engine, options, request, cancel):
     if "CRASH" in request.text:
         os._exit(3)  # a hard crash inside a decode, as a segfault would be
     return real(engine, options, request, cancel)
 
-server.lsp.complete = complete
+lsp.complete = complete
 sys.exit(main(["serve"]))
 """
 

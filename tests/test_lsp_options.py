@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.options import DEFAULT_DRAFT, ServerOptions, models_changed, parse_options
+from speccomplete.server.options import DEFAULT_DRAFT, ServerOptions, models_changed, parse_options
 
 
 def test_defaults():

@@ -21,8 +21,8 @@ from lsp_support import (
     EXAMPLES, SERVER_COMMAND, close_document, configure, eventually, inline, insert_text, latest_event,
     make_client, open_document, outcomes, records, save_random_model, wait_for_state,
 )
-from specdec.cases import read_cases
-from telemetry.events import CompletionEvent
+from speccomplete.harness.cases import read_cases
+from speccomplete.telemetry.events import CompletionEvent
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

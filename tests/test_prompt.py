@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.prompt import FIM_STYLES, FimTokens, Prompt, build_prompt, fim_tokens, format_fim
+from speccomplete.server.prompt import FIM_STYLES, FimTokens, Prompt, build_prompt, fim_tokens, format_fim
 
 # (language, document with █ at the cursor, multi-line?)
 MULTILINE_CASES = [

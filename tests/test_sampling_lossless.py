@@ -16,12 +16,12 @@ import torch
 from scipy import stats
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import decoder.sampling as sampling
+import speccomplete.decoder.sampling as sampling
 from conftest import make_byte_tokenizer, tiny_llama
-from decoder.drafts import ModelDrafter, NgramDrafter, SelfDrafter
-from decoder.engine import DecodeOptions, SpeculativeDecoder
-from decoder.gamma import FixedGamma
-from decoder.sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, residual, sample
+from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, SelfDrafter
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.decoder.sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, residual, sample
 
 V = 16
 PROMPT = [1]  # one token: no prefill, so every sample costs only the speculative rounds
@@ -198,7 +198,7 @@ FITNESS_IDS = [1, 5, 3, 9, 2, 14, 7, 7, 0, 11, 4, 15]
 
 
 def test_draft_fitness_same_width(target, draft):
-    from decoder.fitness import draft_fitness
+    from speccomplete.decoder.fitness import draft_fitness
 
     same = draft_fitness(target, target, FITNESS_IDS)
     assert same["expected_acceptance"] == pytest.approx(1.0, abs=1e-5) and same["top1_agreement"] == 1.0
@@ -210,7 +210,7 @@ def test_draft_fitness_same_width(target, draft):
 
 
 def test_draft_fitness_narrower_draft_head(target):
-    from decoder.fitness import draft_fitness
+    from speccomplete.decoder.fitness import draft_fitness
 
     narrow = _narrow_draft()
     alpha, p, _ = _alpha_by_definition(target, narrow, FITNESS_IDS)

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from conftest import generate, random_prompts, tiny_llama
-from decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, build_drafter
-from decoder.engine import SpeculativeDecoder, round_rows
-from decoder.gamma import FixedGamma, HeuristicGamma
-from decoder.kernels import PackedLinear, pack_linear_weights
-from decoder.sampling import SamplingParams
-from decoder.target_steps import EagerTarget, FixedShapeTarget
-from decoder.trained_draft import DraftLoadError
+from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, build_drafter
+from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
+from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma
+from speccomplete.decoder.kernels import PackedLinear, pack_linear_weights
+from speccomplete.decoder.sampling import SamplingParams
+from speccomplete.decoder.target_steps import EagerTarget, FixedShapeTarget
+from speccomplete.decoder.trained_draft import DraftLoadError
 
 PROMPTS = random_prompts(6, seed=5)  # a third of them repetitive: the lookup's copies end some rounds
 MAX_NEW = 24

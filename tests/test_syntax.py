@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from server import syntax
-from server.language import KNOWN
+from speccomplete.server import syntax
+from speccomplete.server.language import KNOWN
 
 SNIPPETS = {
     "python": "import os\n\ndef f(x):\n    return x + 1\n",
@@ -67,7 +67,7 @@ def test_grammar_failure_is_logged_and_gives_none(monkeypatch, caplog):
 
     monkeypatch.setattr(syntax, "get_parser", broken)
     monkeypatch.setattr(syntax, "_local", threading.local())
-    with caplog.at_level(logging.ERROR, logger="server.syntax"):
+    with caplog.at_level(logging.ERROR, logger="speccomplete.server.syntax"):
         assert syntax.parse("python", "x = 1\n") is None
     assert "failed to load" in caplog.text
 

@@ -12,10 +12,10 @@ import torch
 import torch._dynamo.utils
 
 from conftest import generate, random_prompts, tiny_llama
-from decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, SelfDrafter
-from decoder.engine import SpeculativeDecoder, round_rows
-from decoder.gamma import FixedGamma
-from decoder.target_steps import EagerTarget, FixedShapeTarget, row_buckets, target_steps
+from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, SelfDrafter
+from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
+from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.decoder.target_steps import EagerTarget, FixedShapeTarget, row_buckets, target_steps
 
 PROMPTS = random_prompts(8, seed=99)
 

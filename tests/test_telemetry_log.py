@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from decoder.stats import GenerationStats
-from telemetry.events import SCHEMA, CompletionEvent
-from telemetry.log import EventLog, default_path, rotated_paths
-from telemetry.read import UnreadableLineWarning, connect, expand_paths, read_events
+from speccomplete.decoder.stats import GenerationStats
+from speccomplete.telemetry.events import SCHEMA, CompletionEvent
+from speccomplete.telemetry.log import EventLog, default_path, rotated_paths
+from speccomplete.telemetry.read import UnreadableLineWarning, connect, expand_paths, read_events
 
 
 def _event(**fields) -> CompletionEvent:

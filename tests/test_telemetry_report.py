@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from telemetry.events import CompletionEvent
-from telemetry.log import EventLog
-from telemetry.report import build_report, parse_groups
+from speccomplete.telemetry.events import CompletionEvent
+from speccomplete.telemetry.log import EventLog
+from speccomplete.telemetry.report import build_report, parse_groups
 
 # Per-token acceptance per language (accepted, rejected rounds), summed over the two cases of a
 # language; every language has accepted + rejected = 10, so α̂ = accepted / 10.
@@ -168,7 +168,7 @@ def test_groups_are_configurable():
 
 
 def test_report_command_end_to_end(tmp_path, capsys):
-    from specdec.cli import main
+    from speccomplete.cli import main
 
     write_disparity_events(tmp_path / "events.jsonl")
     assert main(["report", str(tmp_path / "*.jsonl"), "--out", str(tmp_path / "out"), "--bootstrap", "50",

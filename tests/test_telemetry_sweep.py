@@ -3,15 +3,15 @@
 import json
 
 from conftest import tiny_llama
-from decoder.drafts import ModelDrafter, derive_draft
-from decoder.engine import SpeculativeDecoder
-from decoder.gamma import FixedGamma
-from specdec.bench import Contenders, bench_events, run_bench
-from specdec.cases import Case
-from specdec.sweep import grid_settings, run_sweep
-from telemetry.log import EventLog
-from telemetry.read import read_events
-from telemetry.report import build_report
+from speccomplete.decoder.drafts import ModelDrafter, derive_draft
+from speccomplete.decoder.engine import SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.harness.bench import Contenders, bench_events, run_bench
+from speccomplete.harness.cases import Case
+from speccomplete.harness.sweep import grid_settings, run_sweep
+from speccomplete.telemetry.log import EventLog
+from speccomplete.telemetry.read import read_events
+from speccomplete.telemetry.report import build_report
 
 TEXT = "def f(x):\n    return x + 1\n\nfn main() {\n    let y = 2;\n}\n"
 CASES = [Case("py-0", "a.py", TEXT, 1, 4), Case("rs-0", "b.rs", TEXT, 4, 4)]

@@ -7,14 +7,14 @@ import json
 import pytest
 import torch
 
-from decoder.corpus import Document, Shards, build_corpus
-from decoder.drafts import ModelDrafter, build_drafter
-from decoder.engine import DecodeOptions, SpeculativeDecoder
-from decoder.fitness import fitness_from_logits
-from decoder.gamma import FixedGamma
-from decoder.sampling import SamplingParams
-from decoder.train import BatchSampler, Phase, TrainConfig, train
-from decoder.trained_draft import (DraftLoadError, build_draft, frequent_token_ids, load_draft, save_draft,
+from speccomplete.decoder.corpus import Document, Shards, build_corpus
+from speccomplete.decoder.drafts import ModelDrafter, build_drafter
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.fitness import fitness_from_logits
+from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.decoder.sampling import SamplingParams
+from speccomplete.decoder.train import BatchSampler, Phase, TrainConfig, train
+from speccomplete.decoder.trained_draft import (DraftLoadError, build_draft, frequent_token_ids, load_draft, save_draft,
                                    target_signature, trainable_parameters)
 from tests.conftest import BOS, EOS, check_stats, make_byte_tokenizer, random_prompts, tiny_llama
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from server.filters import (brackets, control_chars, decode_stops, indentation, rest_of_line, self_repeat,
+from speccomplete.server.filters import (brackets, control_chars, decode_stops, indentation, rest_of_line, self_repeat,
                             suffix_repeat, syntax_scope, trailing_blank)
-from server.filters.context import TrimContext
-from server.filters.decode_stops import stop_strings
+from speccomplete.server.filters.context import TrimContext
+from speccomplete.server.filters.decode_stops import stop_strings
 
 FILTERS = (control_chars, decode_stops, self_repeat, suffix_repeat, rest_of_line, syntax_scope, brackets, indentation, trailing_blank)
 # What can end a decode early: a loop, the next existing line, or the scope closing.

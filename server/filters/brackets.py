@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import re
 
-from server.filters.context import TrimContext
+from speccomplete.server.filters.context import TrimContext
 
 _DQ, _SQ, _BACKTICK = r'"(?:\\.|[^"\\\n])*"?', r"'(?:\\.|[^'\\\n])*'?", r"`(?:\\.|[^`\\])*`?"
 _TRIPLE = r'"""[\s\S]*?(?:"""|\Z)', r"'''[\s\S]*?(?:'''|\Z)"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server import syntax
-from server.prompt import Prompt
+from speccomplete.server import syntax
+from speccomplete.server.prompt import Prompt
 
 
 @dataclass(frozen=True)

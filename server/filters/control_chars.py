@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from server.filters.context import TrimContext
+from speccomplete.server.filters.context import TrimContext
 
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 

@@ -3,7 +3,7 @@ two blank lines or the start of a new top-level definition (at column 0, so nest
 
 from __future__ import annotations
 
-from server.filters.context import TrimContext
+from speccomplete.server.filters.context import TrimContext
 
 _C = ("\n#include", "\n#define", "\ntypedef ", "\nstruct ", "\nstatic ", "\nvoid ", "\nint ")
 _JS = ("\nfunction ", "\nclass ", "\nexport ", "\nimport ")

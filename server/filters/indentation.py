@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from server.filters.context import TrimContext
+from speccomplete.server.filters.context import TrimContext
 
 CLOSING_LINE = re.compile(r"[)\]}]|(?:end|fi|done|esac)\b")
 

@@ -5,8 +5,8 @@ and where the rest of the line has brackets only if the whole completion would u
 
 from __future__ import annotations
 
-from server.filters import brackets
-from server.filters.context import TrimContext
+from speccomplete.server.filters import brackets
+from speccomplete.server.filters.context import TrimContext
 
 
 def cut(completion: str, ctx: TrimContext) -> int | None:

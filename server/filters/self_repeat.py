@@ -3,7 +3,7 @@ Small models loop; a line twice in a row is common in real code, so it takes thr
 
 from __future__ import annotations
 
-from server.filters.context import TrimContext
+from speccomplete.server.filters.context import TrimContext
 
 
 def cut(completion: str, ctx: TrimContext) -> int | None:

@@ -4,7 +4,7 @@ has written the gap and is now rewriting what follows. Lines compare with their 
 
 from __future__ import annotations
 
-from server.filters.context import TrimContext
+from speccomplete.server.filters.context import TrimContext
 
 
 def cut(completion: str, ctx: TrimContext) -> int | None:

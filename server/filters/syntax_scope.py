@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
-from server import syntax
-from server.filters.context import TrimContext
+from speccomplete.server import syntax
+from speccomplete.server.filters.context import TrimContext
 
 CLOSERS = frozenset({"}", ")", "]", ";", "end", "fi", "done", "esac"})
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from server.filters.context import TrimContext
+from speccomplete.server.filters.context import TrimContext
 
 TRAILING_BLANK_LINES = re.compile(r"(?:\n[ \t\r]*)+\Z")
 

@@ -33,13 +33,13 @@ export function initializationOptions(): Record<string, unknown> {
   return options;
 }
 
-// The command that runs a specdec subcommand: `<pythonPath> -m specdec.cli SUB...` when an
+// The command that runs a specdec subcommand: `<pythonPath> -m speccomplete SUB...` when an
 // interpreter is set, else `<server.command> SUB...`; server.args follow the subcommand for `serve`.
 export function serverCommand(subcommand: string[]): { command: string; args: string[] } {
   const config = vscode.workspace.getConfiguration('specdec');
   const python = config.get<string>('server.pythonPath', '');
   const extra = subcommand[0] === 'serve' ? config.get<string[]>('server.args', []) : [];
-  if (python) return { command: python, args: ['-m', 'specdec.cli', ...subcommand, ...extra] };
+  if (python) return { command: python, args: ['-m', 'speccomplete', ...subcommand, ...extra] };
   return { command: config.get<string>('server.command', 'specdec') || 'specdec', args: [...subcommand, ...extra] };
 }
 

@@ -64,8 +64,8 @@ def kernels() -> None:
 def quantized_target(mode: str):
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    from decoder.kernels import pack_linear_weights
-    from decoder.loader import load_decoder
+    from speccomplete.decoder.kernels import pack_linear_weights
+    from speccomplete.decoder.loader import load_decoder
 
     loaded = load_decoder("gemma3-270m", "none", device="cpu", pack=mode == "fp32")
     if mode != "fp32":
@@ -78,11 +78,11 @@ def quantized_target(mode: str):
 
 
 def target(cases_path: str, nextline_path: str) -> None:
-    from decoder.drafts import build_drafter
-    from decoder.engine import DecodeOptions, SpeculativeDecoder
-    from decoder.gamma import parse_gamma_policy
-    from specdec.cases import read_cases
-    from specdec.nextline import next_line_quality
+    from speccomplete.decoder.drafts import build_drafter
+    from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+    from speccomplete.decoder.gamma import parse_gamma_policy
+    from speccomplete.harness.cases import read_cases
+    from speccomplete.harness.nextline import next_line_quality
 
     cases, nextline_cases = read_cases(cases_path), read_cases(nextline_path)
     rows = []  # the bench's prompt ids, and the fp32 target's greedy tokens once its row has run

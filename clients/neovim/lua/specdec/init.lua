@@ -11,7 +11,7 @@
 local M = {}
 
 M.defaults = {
-  -- The server command; `{ '/path/to/python', '-m', 'specdec.cli', 'serve' }` works too.
+  -- The server command; `{ '/path/to/python', '-m', 'speccomplete', 'serve' }` works too.
   cmd = { 'specdec', 'serve' },
   -- Filetypes that start the server; nil: every buffer with a filetype.
   filetypes = nil,

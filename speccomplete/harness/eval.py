@@ -23,10 +23,10 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
-from server.language import detect_language
-from server.lsp import COMPLETED, STATUS
-from telemetry.events import CompletionEvent
-from telemetry.log import EventLog
+from speccomplete.server.language import detect_language
+from speccomplete.server.lsp import COMPLETED, STATUS
+from speccomplete.telemetry.events import CompletionEvent
+from speccomplete.telemetry.log import EventLog
 
 from .cases import Case
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 def server_command() -> list[str]:
     """`specdec serve` in this interpreter, verbose when this harness is."""
     verbose = ["-v"] if log.isEnabledFor(logging.INFO) else []
-    return [sys.executable, "-m", "specdec.cli", *verbose, "serve"]
+    return [sys.executable, "-m", "speccomplete", *verbose, "serve"]
 
 
 @dataclass

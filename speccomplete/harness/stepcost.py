@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from decoder.drafts import derive_draft
-from decoder.kv_cache import forward_logits, new_cache
+from speccomplete.decoder.drafts import derive_draft
+from speccomplete.decoder.kv_cache import forward_logits, new_cache
 
 
 def _prefilled(model, prompt: list[int], cache_factory=new_cache):

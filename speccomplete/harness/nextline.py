@@ -11,7 +11,7 @@ import difflib
 import time
 from collections import defaultdict
 
-from decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 
 from .cases import Case
 

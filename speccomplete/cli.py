@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, STEPS, ModelError
+from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, STEPS, ModelError
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -36,7 +36,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args):
-    from decoder.loader import load_decoder
+    from speccomplete.decoder.loader import load_decoder
 
     loaded = load_decoder(args.target, args.draft, device=args.device, dtype=args.dtype, gamma=args.gamma,
                           draft_confidence=args.draft_confidence, pack=not args.no_pack, steps=args.steps)
@@ -44,9 +44,9 @@ def _load(args):
 
 
 def cmd_complete(args) -> int:
-    from decoder.engine import DecodeOptions
-    from decoder.sampling import SamplingParams
-    from server.positions import offset_at
+    from speccomplete.decoder.engine import DecodeOptions
+    from speccomplete.decoder.sampling import SamplingParams
+    from speccomplete.server.positions import offset_at
 
     text = open(args.file, encoding="utf-8").read()
     if args.line is None:
@@ -69,11 +69,11 @@ def cmd_complete(args) -> int:
 
 
 def cmd_cases(args) -> int:
-    from .cases import sample_cases, write_cases
+    from .harness.cases import sample_cases, write_cases
 
     nl_roots = None
     if args.nl_roots:
-        from decoder.corpus import package_roots
+        from speccomplete.decoder.corpus import package_roots
 
         nl_roots = package_roots(args.nl_roots)
     cases = sample_cases(args.splits, args.per_language, seed=args.seed, split=args.split, nl_roots=nl_roots)
@@ -85,13 +85,13 @@ def cmd_cases(args) -> int:
 def cmd_bench(args) -> int:
     from tqdm import tqdm
 
-    from decoder.drafts import build_drafter, draft_label
-    from decoder.loader import load_decoder, use_cpu_kernels
-    from decoder.models import load_model
-    from decoder.trained_draft import with_full_vocab_head
+    from speccomplete.decoder.drafts import build_drafter, draft_label
+    from speccomplete.decoder.loader import load_decoder, use_cpu_kernels
+    from speccomplete.decoder.models import load_model
+    from speccomplete.decoder.trained_draft import with_full_vocab_head
 
-    from .bench import format_table, memory_bandwidth_gbs, report, run_bench, weight_bytes_per_token, write_json
-    from .cases import read_cases
+    from .harness.bench import format_table, memory_bandwidth_gbs, report, run_bench, weight_bytes_per_token, write_json
+    from .harness.cases import read_cases
 
     cases = read_cases(args.cases)
     if args.limit:
@@ -126,9 +126,9 @@ def cmd_bench(args) -> int:
     bar.close()
     device = _device_name(target)
     if args.events:
-        from telemetry.log import EventLog
+        from speccomplete.telemetry.log import EventLog
 
-        from .bench import bench_events
+        from .harness.bench import bench_events
 
         with EventLog(args.events) as log:
             for event in bench_events(results, target=args.target, draft=draft_label(args.draft, target), device=device,
@@ -155,13 +155,13 @@ def _bench_contenders(args, target, tokenizer, decoder, other_drafts, stock):
     """Our AR and product decoder, and with --ablations one decoder per lever turned off or swapped."""
     import copy
 
-    from decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, build_drafter
-    from decoder.engine import SpeculativeDecoder
-    from decoder.gamma import parse_gamma_policy
-    from decoder.kernels import pack_linear_weights
-    from decoder.lean_forward import keep_hf_forward
+    from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, build_drafter
+    from speccomplete.decoder.engine import SpeculativeDecoder
+    from speccomplete.decoder.gamma import parse_gamma_policy
+    from speccomplete.decoder.kernels import pack_linear_weights
+    from speccomplete.decoder.lean_forward import keep_hf_forward
 
-    from .bench import Contenders
+    from .harness.bench import Contenders
 
     packed = "oneDNN-packed" if not args.no_pack else "plain"
     steps = decoder.steps  # every decoder on the target runs on the product's cache (and compiled graphs)
@@ -228,11 +228,11 @@ def _device_name(model) -> str:
 def cmd_sweep(args) -> int:
     from tqdm import tqdm
 
-    from telemetry.log import EventLog
+    from speccomplete.telemetry.log import EventLog
 
-    from decoder.drafts import draft_label
-    from .cases import read_cases
-    from .sweep import grid_settings, parse_list, run_sweep
+    from speccomplete.decoder.drafts import draft_label
+    from .harness.cases import read_cases
+    from .harness.sweep import grid_settings, parse_list, run_sweep
 
     gammas = parse_list(args.gammas, int)
     temperatures = parse_list(args.temperatures, float)
@@ -263,7 +263,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from telemetry.report import build_report, parse_groups
+    from speccomplete.telemetry.report import build_report, parse_groups
 
     data = build_report(args.events, args.out, groups=parse_groups(args.groups), base_draft=args.base,
                         reps=args.bootstrap, seed=args.seed, command=" ".join(["specdec", *sys.argv[1:]]))
@@ -272,12 +272,12 @@ def cmd_report(args) -> int:
 
 
 def cmd_nextline(args) -> int:
-    from decoder.engine import SpeculativeDecoder
-    from decoder.models import load_model
+    from speccomplete.decoder.engine import SpeculativeDecoder
+    from speccomplete.decoder.models import load_model
 
-    from .bench import write_json
-    from .cases import read_cases
-    from .nextline import next_line_quality
+    from .harness.bench import write_json
+    from .harness.cases import read_cases
+    from .harness.nextline import next_line_quality
 
     model, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
     rows = next_line_quality(SpeculativeDecoder(model, tokenizer), read_cases(args.cases), args.max_new_tokens)
@@ -291,14 +291,14 @@ def cmd_nextline(args) -> int:
 
 
 def cmd_stepcost(args) -> int:
-    from decoder.models import load_model
+    from speccomplete.decoder.models import load_model
 
-    from .bench import write_json
-    from .stepcost import step_costs
+    from .harness.bench import write_json
+    from .harness.stepcost import step_costs
 
     from transformers import DynamicCache
 
-    from decoder.kernels import pack_linear_weights
+    from speccomplete.decoder.kernels import pack_linear_weights
 
     prompt_text = open(args.prompt_file, encoding="utf-8").read()
     rows = {}
@@ -325,7 +325,7 @@ def cmd_stepcost(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from server.lsp import serve
+    from speccomplete.server.lsp import serve
 
     serve(tcp=args.tcp, port=args.port)
     return 0
@@ -334,8 +334,8 @@ def cmd_serve(args) -> int:
 def cmd_eval(args) -> int:
     from tqdm import tqdm
 
-    from .cases import read_cases
-    from .eval import evaluate, format_failures, format_summary, summarize
+    from .harness.cases import read_cases
+    from .harness.eval import evaluate, format_failures, format_summary, summarize
 
     cases = read_cases(args.cases)
     bar = tqdm(total=len(cases), desc="eval", unit="case")
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json")
     p.set_defaults(func=cmd_stepcost)
 
-    from .drafting import add_corpus_parser, add_finetune_parser, cmd_corpus, cmd_finetune
+    from .harness.drafting import add_corpus_parser, add_finetune_parser, cmd_corpus, cmd_finetune
 
     add_corpus_parser(sub)
     sub.choices["corpus"].set_defaults(func=cmd_corpus)

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from decoder.engine import DecodeOptions, SpeculativeDecoder
-from decoder.stats import GenerationStats
-from telemetry.events import CompletionEvent
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.stats import GenerationStats
+from speccomplete.telemetry.events import CompletionEvent
 
 from .cases import Case
 

@@ -13,8 +13,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.language import detect_language
-from server.positions import offset_at, utf16_len
+from speccomplete.server.language import detect_language
+from speccomplete.server.positions import offset_at, utf16_len
 
 
 @dataclass
@@ -76,7 +76,7 @@ def sample_cases(splits_dir: str | Path, per_language: int, seed: int = 0, split
         rng.shuffle(files)
         cases += _pick(files, language, language, per_language, rng)
     if nl_roots:
-        from decoder.corpus import nl_documents
+        from speccomplete.decoder.corpus import nl_documents
 
         files = [doc.source for doc in nl_documents(nl_roots, split)]
         rng.shuffle(files)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from decoder.corpus import (NL, CorpusError, build_corpus, local_documents, nl_documents, package_roots,
+from speccomplete.decoder.corpus import (NL, CorpusError, build_corpus, local_documents, nl_documents, package_roots,
                             parse_budgets, split_lists, stack_documents)
 
 
@@ -32,7 +32,7 @@ def add_corpus_parser(sub) -> None:
 
 
 def cmd_corpus(args) -> int:
-    from decoder.models import load_model, resolve
+    from speccomplete.decoder.models import load_model, resolve
 
     if not args.splits and not args.stack:
         raise CorpusError("give a source: --splits DIR (file lists) or --stack DATASET")
@@ -51,7 +51,7 @@ def cmd_corpus(args) -> int:
         documents[NL] = nl_documents(package_roots(args.nl_roots), args.split)
     budgets = parse_budgets(args.budget, sorted(documents))
     if args.self_distill:
-        from decoder.distill import self_distilled
+        from speccomplete.decoder.distill import self_distilled
 
         model, tokenizer = load_model(args.tokenizer)
         temperatures = [float(t) for t in args.temperatures.split(",")]
@@ -103,10 +103,10 @@ def add_finetune_parser(sub, model_args) -> None:
 
 
 def cmd_finetune(args) -> int:
-    from decoder.corpus import Shards
-    from decoder.models import check_same_vocabulary, load_model
-    from decoder.train import Phase, TrainConfig, train
-    from decoder.trained_draft import build_draft, frequent_token_ids, save_draft, target_signature, trainable_parameters
+    from speccomplete.decoder.corpus import Shards
+    from speccomplete.decoder.models import check_same_vocabulary, load_model
+    from speccomplete.decoder.train import Phase, TrainConfig, train
+    from speccomplete.decoder.trained_draft import build_draft, frequent_token_ids, save_draft, target_signature, trainable_parameters
 
     objective = {"ce": (1.0, 0.0), "kd": (0.0, 1.0), "ce+kd": (0.5, 0.5)}.get(args.objective)
     if objective is None:

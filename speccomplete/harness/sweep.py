@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 
-from decoder.engine import DecodeOptions, SpeculativeDecoder
-from decoder.gamma import parse_gamma_policy
-from decoder.sampling import SamplingParams
-from telemetry.events import CompletionEvent
-from telemetry.log import EventLog
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.gamma import parse_gamma_policy
+from speccomplete.decoder.sampling import SamplingParams
+from speccomplete.telemetry.events import CompletionEvent
+from speccomplete.telemetry.log import EventLog
 
 from .cases import Case
 

@@ -1,0 +1,5 @@
+import sys
+
+from speccomplete.cli import main
+
+sys.exit(main())
