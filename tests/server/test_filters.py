@@ -1,4 +1,4 @@
-"""Golden cases for each trimming filter (tests/golden/filters/<filter>/*.json), then the pipeline and the
+"""Golden cases for each trimming filter (tests/server/golden/filters/<filter>/*.json), then the pipeline and the
 decoder stop predicate. A golden case: the document around the cursor (prefix, suffix), the language, the
 raw completion and the expected result; strings may be lists of lines."""
 
