@@ -6,7 +6,7 @@ one more token from the target (the correction, or a bonus when all were accepte
 cache back to the new invariant. Rolling back moves the cache's end; nothing is recomputed. The
 one exception is the first round: prefill feeds the whole prompt, and its last logits stand in
 for that feed, so plain AR costs exactly one forward pass per token, as in HF generate. A draft
-that is the target itself (drafts.SelfDrafter) has fed its drafts already, one at a time, so its
+that is the target itself (drafts/self_draft.py) has fed its drafts already, one at a time, so its
 verify is only the target's head over their hidden states.
 
 Between requests the caches are kept: the next prompt is compared with the tokens the caches
@@ -20,12 +20,12 @@ import copy
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Literal, Protocol
 
 import torch
 
 from .cpu_threads import IdleCores
-from .drafts import Proposal
+from .drafts.base import Drafter, Proposal
 from .gamma import FixedGamma, HeuristicGamma
 from .kv_cache import head_logits
 from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities
@@ -34,13 +34,6 @@ from .target_steps import EagerTarget, FixedShapeTarget, context_window
 from .text import TextStream
 
 log = logging.getLogger(__name__)
-
-
-class Drafter(Protocol):
-    def reset(self, prompt: list[int], reused: int) -> None: ...
-    def propose(self, committed: list[int], gamma: int, params: SamplingParams, generator,
-                min_confidence: float = 0.0) -> Proposal: ...
-    def rollback(self, valid: int) -> None: ...
 
 
 class Cancelled(Protocol):
@@ -60,19 +53,24 @@ class DecodeOptions:
     gamma_group: str = ""  # requests of one group (e.g. a language) share an adaptive γ policy's statistics
 
 
+# Why a generation ended: an EOS token, max_new_tokens, a stop string, DecodeOptions.stop_when,
+# or DecodeOptions.cancel.
+FinishReason = Literal["eos", "length", "stop", "predicate", "cancelled"]
+
+
 @dataclass
 class Generation:
     text: str
     token_ids: list[int]
-    finish_reason: str  # eos | length | stop | predicate | cancelled
+    finish_reason: FinishReason
     stats: GenerationStats
 
 
-def round_rows(gamma, drafter) -> int:
+def round_rows(gamma, drafter: Drafter | None) -> int:
     """The most tokens one round feeds the target: the last committed token and every draft."""
     if drafter is None:
         return 1
-    return max(gamma.max_gamma, getattr(drafter, "lookup_tokens", 0)) + 1
+    return max(gamma.max_gamma, drafter.lookup_tokens) + 1
 
 
 def eos_ids(model, tokenizer) -> set[int]:
@@ -104,8 +102,8 @@ class SpeculativeDecoder:
         self.draft_confidence = draft_confidence
         self.eos = eos_ids(target, tokenizer)
         self.steps = steps if steps is not None else EagerTarget(target)
-        if hasattr(drafter, "attach"):
-            drafter.attach(self.steps)  # a draft that runs on the target itself (drafts.SelfDrafter)
+        if drafter is not None:
+            drafter.attach(self.steps)  # a draft that runs on the target itself drafts on these (SelfDrafter)
         limits = [w for w in (context_window(target.config), self.steps.capacity) if w]
         self.window = min(limits) if limits else None
         self.idle_cores = IdleCores() if target.device.type == "cpu" else None
@@ -128,7 +126,7 @@ class SpeculativeDecoder:
 
         self._take_idle_cores(stats)
         reused = self._reuse_prefix(ids)
-        prefill_logits = self.steps.forward(ids[reused:], keep=1)
+        prefill_logits: torch.Tensor | None = self.steps.forward(ids[reused:], keep=1)
         if self.drafter is not None:
             self.drafter.reset(ids, reused)
         stats.prompt_reused_tokens = reused
@@ -136,8 +134,8 @@ class SpeculativeDecoder:
 
         committed = list(ids)
         generated: list[int] = []
-        finish = ""
-        while not finish:
+        finish: FinishReason | None = None
+        while finish is None:
             if opts.cancel is not None and opts.cancel.is_set():
                 finish = "cancelled"
                 break
@@ -159,7 +157,7 @@ class SpeculativeDecoder:
             settled = stream.update(generated)
             if stream.stopped:
                 finish = "stop"
-            elif not finish and opts.stop_when is not None and opts.stop_when(stream.text):
+            elif finish is None and opts.stop_when is not None and opts.stop_when(stream.text):
                 finish = "predicate"
             if settled and opts.on_text:
                 opts.on_text(settled)

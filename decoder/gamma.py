@@ -67,7 +67,8 @@ class HeuristicGamma:
 
 
 class CostModelGamma:
-    """γ* from a cost model (Leviathan et al.; NOTES.md §3), fed by live acceptance.
+    """γ* from a cost model (Leviathan et al.; docs/speculative-decoding.md, "Tokens per round, and the speed-up"),
+    fed by live acceptance.
 
     A round of γ drafts yields E(γ) = (1 - α^(γ+1)) / (1 - α) tokens and costs γ·c draft steps
     plus a verify of γ+1 tokens, 1 + v·γ target steps. γ* maximizes E(γ) / cost(γ); when no

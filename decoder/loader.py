@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .drafts import build_drafter, drafts_on_the_target
+from .drafts import build_drafter
 from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
 from .kernels import pack_linear_weights
@@ -27,11 +27,12 @@ def load_decoder(target: str, draft: str, *, device: str = "auto", dtype: str = 
     policy = parse_gamma_policy(gamma)
     target_model, tokenizer = load_model(target, device=device, dtype=dtype)
     drafter, draft_model = build_drafter(draft, target_model, tokenizer, device=device, dtype=dtype)
-    steps = target_steps(target_model, steps, round_rows(policy, drafter), hidden=drafts_on_the_target(drafter))
+    stepper = target_steps(target_model, steps, round_rows(policy, drafter),
+                           hidden=drafter is not None and drafter.drafts_on_the_target)
     if pack:
-        use_cpu_kernels(steps, target_model, draft_model)
+        use_cpu_kernels(stepper, target_model, draft_model)
     decoder = SpeculativeDecoder(target_model, tokenizer, drafter, policy if drafter else None,
-                                 draft_confidence=draft_confidence, steps=steps)
+                                 draft_confidence=draft_confidence, steps=stepper)
     return LoadedDecoder(decoder, target_model, tokenizer, draft_model)
 
 

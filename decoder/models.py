@@ -141,9 +141,9 @@ def pick_device(device: str = "auto") -> torch.device:
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """bf16 on CUDA; fp32 on CPU.
 
-    On this project's CPUs bf16 steps measured faster (docs/benchmarks/*stepcost*), but fp32 keeps
-    single-token and multi-token forwards numerically close enough that greedy speculation stays
-    token-identical to AR; bf16 on CPU is an explicit choice until the dtype split is measured.
+    On the reference CPU (no AMX) a bf16 verify costs 2.75x a bf16 step and oneDNN packing is fp32
+    only, so bf16 loses there (docs/cpu.md, "Number formats"); fp32 also keeps single-token and
+    multi-token forwards numerically close enough that greedy speculation stays token-identical to AR.
     """
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from speccomplete.metrics import acceptance_rate, mean_accepted_length
+
 
 @dataclass
 class GenerationStats:
@@ -24,7 +26,7 @@ class GenerationStats:
     verify_ms: float = 0.0
     total_ms: float = 0.0
     ttft_ms: float = 0.0
-    finish_reason: str = ""
+    finish_reason: str = ""  # engine.FinishReason once decoded; the server also writes "reused" (no decoding)
     threads: int = 0  # on the CPU, the fewest intra-op threads any step ran with (cpu_threads.IdleCores); 0 elsewhere
 
     def record_round(self, drafted: int, accepted: int, lookup: bool = False) -> None:
@@ -44,15 +46,13 @@ class GenerationStats:
 
     @property
     def alpha(self) -> float | None:
-        """Per-token acceptance estimate: accepted / (accepted + rounds that ended in a rejection)."""
-        seen = self.accepted + self.rejected_rounds
-        return self.accepted / seen if seen else None
+        """Per-token acceptance estimate α̂ (speccomplete.metrics.acceptance_rate)."""
+        return acceptance_rate(self.accepted, self.rejected_rounds)
 
     @property
     def mean_accepted(self) -> float | None:
-        """Mean accepted drafts per round that drafted anything."""
-        drafting_rounds = sum(self.accepted_histogram)
-        return self.accepted / drafting_rounds if drafting_rounds else None
+        """Mean accepted drafts per round that drafted anything, τ (speccomplete.metrics.mean_accepted_length)."""
+        return mean_accepted_length(self.accepted, sum(self.accepted_histogram))
 
     @property
     def tokens_per_s(self) -> float:

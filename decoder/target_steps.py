@@ -15,7 +15,7 @@ Both know which tokens their cache holds, so any decoder may pick up where anoth
 a request sharing a prefix with the last one feeds only the rest.
 
 On the CPU fixed shapes do not pay: attention over the whole capacity costs more than over the
-tokens held, and compiling gained nothing there (docs/benchmarks/README.md, third pass).
+tokens held, and compiling gained nothing there (docs/benchmarks/README.md, decisions).
 """
 
 from __future__ import annotations

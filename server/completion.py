@@ -18,7 +18,7 @@ from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.loader import load_decoder
 from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.stats import GenerationStats
-from speccomplete.telemetry.events import CompletionEvent
+from speccomplete.telemetry.events import CompletionEvent, Outcome, Trigger
 
 from .filters import TrimContext, scope_closed, stop_strings, trim
 from .language import detect_language
@@ -67,7 +67,7 @@ class Request:
     language_id: str | None
     line: int
     character: int  # UTF-16 code units, as LSP counts
-    trigger: str  # automatic | invoked
+    trigger: Trigger
     received: float  # time.perf_counter() when the server took the request up (after any debounce)
 
 
@@ -83,7 +83,7 @@ class Completion:
 def complete(engine: Engine, options: ServerOptions, request: Request, cancel: threading.Event) -> Completion:
     language = detect_language(request.path, request.language_id, request.text)
 
-    def finish(text: str, multiline: bool, stats: GenerationStats, outcome: str,
+    def finish(text: str, multiline: bool, stats: GenerationStats, outcome: Outcome,
                error: Exception | None = None) -> Completion:
         event = _event(engine, options, request, language, multiline, stats, outcome, text)
         return Completion(text, language, multiline, event, error)
@@ -134,7 +134,7 @@ def reuse(engine: Engine, options: ServerOptions, request: Request, previous: Co
 
 
 def _event(engine: Engine, options: ServerOptions, request: Request, language: str, multiline: bool,
-           stats: GenerationStats, outcome: str, text: str) -> CompletionEvent:
+           stats: GenerationStats, outcome: Outcome, text: str) -> CompletionEvent:
     return CompletionEvent.from_stats(
         stats.to_dict(), request_id=request.request_id, language=language, trigger=request.trigger,
         multiline=multiline, latency_ms=(time.perf_counter() - request.received) * 1000, target=engine.target,

@@ -1,46 +1,72 @@
 """Which language a document is in: LSP languageId first, then the file extension, then the shebang.
 
-Names are tree-sitter-language-pack grammar names. A file we cannot place is "text": it still
-gets completions, with indentation rules instead of syntax.
+The names, ids, extensions and interpreters come from speccomplete/languages.py. A file we cannot place is
+"text": it still gets completions, with indentation rules instead of syntax.
+
+`.h` is both C's and C++'s. As GitHub's linguist does, the header's content decides: C++ constructs make it C++,
+anything else is C. Editors only guess from the extension too (VS Code opens every `.h` as "cpp"), so a C or C++
+languageId on a `.h` file is decided by content as well.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
-UNKNOWN = "text"
+from speccomplete.languages import LANGUAGES, TEXT
 
-# LSP languageId -> grammar, where the two differ
-LANGUAGE_IDS = {"c++": "cpp", "javascriptreact": "javascript", "typescriptreact": "tsx", "shellscript": "bash"}
+UNKNOWN = TEXT.name
+AMBIGUOUS_HEADER = ".h"
 
-EXTENSIONS = {
-    ".py": "python", ".pyi": "python", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp",
-    ".hpp": "cpp", ".hh": "cpp", ".hxx": "cpp", ".java": "java", ".go": "go", ".rs": "rust",
-    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
-    ".ts": "typescript", ".mts": "typescript", ".cts": "typescript", ".tsx": "tsx", ".lua": "lua",
-    ".hs": "haskell", ".rb": "ruby", ".rake": "ruby", ".zig": "zig", ".ex": "elixir", ".exs": "elixir",
-    ".ml": "ocaml", ".mli": "ocaml", ".sh": "bash", ".bash": "bash",
-}
+_BY_LANGUAGE_ID = {language_id: language.name for language in LANGUAGES for language_id in language.language_ids}
+_BY_EXTENSION = {ext: language.name for language in LANGUAGES for ext in language.extensions if ext != AMBIGUOUS_HEADER}
+_BY_INTERPRETER = {program: language.name for language in LANGUAGES for program in language.interpreters}
 
-SHEBANGS = {"python": "python", "python3": "python", "node": "javascript", "ruby": "ruby", "lua": "lua",
-            "bash": "bash", "sh": "bash", "runghc": "haskell", "elixir": "elixir", "ocaml": "ocaml"}
+# Constructs C does not have (after linguist's rule for `.h`): an extensionless standard header (<vector>, <cstdio>;
+# C's all end in .h), templates, exceptions, constexpr, classes and namespaces, access specifiers, a __cplusplus
+# version test, and the std namespace.
+_CPP_HEADER_LINES = (
+    r"^\s*#\s*include\s*<[\w/]+>",
+    r"^\s*template\s*<",
+    r"^[ \t]*(?:try|constexpr)\b",
+    r"^[ \t]*catch\s*\(",
+    r"^[ \t]*(?:class|(?:using[ \t]+)?namespace)\s+\w+",
+    r"^[ \t]*(?:private|public|protected):\s*$",
+    r"__has_cpp_attribute|__cplusplus\s*>",
+    r"\bstd::\w+",
+)
+_CPP_HEADER = re.compile("|".join(_CPP_HEADER_LINES), re.MULTILINE)
 
-KNOWN = set(EXTENSIONS.values())
+
+def header_language(text: str) -> str:
+    """"cpp" for a `.h` file with C++ constructs, else "c"."""
+    return "cpp" if _CPP_HEADER.search(text) else "c"
 
 
 def detect_language(path: str = "", language_id: str | None = None, text: str = "") -> str:
-    if language_id:
-        name = LANGUAGE_IDS.get(language_id.lower(), language_id.lower())
-        if name in KNOWN:
-            return name
     ext = os.path.splitext(path)[1].lower()
-    if ext in EXTENSIONS:
-        return EXTENSIONS[ext]
+    if language_id:
+        name = _BY_LANGUAGE_ID.get(language_id.lower())
+        if name in ("c", "cpp") and ext == AMBIGUOUS_HEADER:
+            return header_language(text)
+        if name is not None:
+            return name
+    if ext == AMBIGUOUS_HEADER:
+        return header_language(text)
+    if ext in _BY_EXTENSION:
+        return _BY_EXTENSION[ext]
     if text.startswith("#!"):
-        words = text[2 : text.find("\n") if "\n" in text else None].split()
-        if words:
-            program = os.path.basename(words[1] if os.path.basename(words[0]) == "env" and len(words) > 1 else words[0])
-            for prefix, name in SHEBANGS.items():
-                if program == prefix or program.startswith(prefix) and program[len(prefix):].replace(".", "").isdigit():
-                    return name
+        return _shebang_language(text[2 : text.find("\n") if "\n" in text else None].split())
+    return UNKNOWN
+
+
+def _shebang_language(words: list[str]) -> str:
+    """`#!/usr/bin/env python3 -u` or `#!/bin/sh`: the interpreter's language, a version suffix allowed."""
+    if not words:
+        return UNKNOWN
+    program = os.path.basename(words[1] if os.path.basename(words[0]) == "env" and len(words) > 1 else words[0])
+    for interpreter, name in _BY_INTERPRETER.items():
+        version = program.removeprefix(interpreter)
+        if program == interpreter or version != program and version.replace(".", "").isdigit():
+            return name
     return UNKNOWN

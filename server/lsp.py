@@ -32,6 +32,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
+from speccomplete.telemetry.events import Outcome, Trigger
 from speccomplete.telemetry.log import EventLog
 
 from .completion import Completion, Engine, Request, complete, load_engine, retune, reuse, typed_along
@@ -109,7 +110,7 @@ class Shown:
     suffix: str  # and after it
     completion: Completion
     tracked: bool  # whether its outcome is recorded (options.track_outcomes)
-    outcome: str | None = None  # the verdict recorded so far
+    outcome: Outcome | None = None  # the verdict recorded so far
     timer: asyncio.TimerHandle | None = None  # records "rejected" when nothing happens in time
 
 
@@ -208,7 +209,7 @@ class SpecdecServer(LanguageServer):
 
     # ------------------------------------------------------------------ completions
 
-    async def completion_at(self, uri: str, position: types.Position, trigger: str) -> Completion | None:
+    async def completion_at(self, uri: str, position: types.Position, trigger: Trigger) -> Completion | None:
         """The completion to show at `position`, or None. Raises JsonRpcInvalidParams for a bad position."""
         document = self.workspace.text_documents.get(uri)
         if document is None:
@@ -274,6 +275,7 @@ class SpecdecServer(LanguageServer):
         if event.outcome == "shown" and (document is None or document.version != version):
             log.info("dropping a completion for %s version %s: the document has changed", uri, version)
             event.outcome = "cancelled"
+        assert self.events is not None  # configure() makes it at initialize, before any completion
         self.events.write(event)
         if event.prompt_tokens:  # it decoded: refusals and reuse take no time worth reporting
             self.latencies.append(event.latency_ms)
@@ -291,7 +293,7 @@ class SpecdecServer(LanguageServer):
         self.shown[uri] = shown
         return result
 
-    def resolve(self, shown: Shown, outcome: str, accepted_chars: int | None = None) -> None:
+    def resolve(self, shown: Shown, outcome: Outcome, accepted_chars: int | None = None) -> None:
         """Record the user's verdict on a shown completion (a later verdict overrides an earlier one)."""
         if shown.timer is not None:
             shown.timer.cancel()
@@ -299,6 +301,7 @@ class SpecdecServer(LanguageServer):
         if not shown.tracked or shown.outcome == outcome:
             return
         shown.outcome = outcome
+        assert self.events is not None  # configure() makes it at initialize, before any completion
         self.events.update_outcome(shown.request_id, outcome, accepted_chars)
         self.verdicts.append(outcome != "rejected")
 

@@ -7,20 +7,27 @@ Keys are camelCase, as LSP clients send them; each maps to the snake_case field 
      "telemetry": true, "telemetryPath": null, "telemetryText": false,
      "enabledLanguages": ["python", "rust"]}
 
-Unknown keys are logged and ignored (a newer client may send more). A value of the wrong type or
-out of range is reported back as an error, and that one key keeps its previous value.
+Unknown keys are logged and ignored (a newer client may send more). Each value is checked against its
+field's type below (with `Range` bounds and validator functions in `Annotated`); a value of the wrong type or
+out of range is reported back as an error naming the key and what it expects, and that one key keeps its
+previous value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+from .prompt import DEFAULT_BUDGET_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -29,26 +36,44 @@ MODEL_FIELDS = ("target", "draft", "device", "dtype")
 
 
 @dataclass(frozen=True)
+class Range:
+    """Inclusive bounds of a number option, in its `Annotated` type."""
+
+    low: float
+    high: float | None = None
+
+    def __contains__(self, value: float) -> bool:
+        return self.low <= value and (self.high is None or value <= self.high)
+
+    def describe(self) -> str:
+        return f">= {self.low:g}" if self.high is None else f"in [{self.low:g}, {self.high:g}]"
+
+
+Count = Annotated[int, Range(1)]
+NonNegative = Annotated[float, Range(0)]
+
+
+@dataclass(frozen=True)
 class ServerOptions:
     target: str = DEFAULT_TARGET  # packaged alias, local directory or HF id
     draft: str = DEFAULT_DRAFT  # ngram+self (lookup, then the target with a cut head), ngram+none (lookup only), ngram+auto (lookup, then the shipped trained draft), self, auto, layers:0,1, ngram, none, a folder or a model spec
     device: str = "auto"
     dtype: str = "auto"
-    gamma: str = "heuristic"  # an integer >= 0, heuristic[:START:MAX] or cost[:C:V]
-    draft_confidence: float = 0.0
-    max_tokens_single_line: int = 32
-    max_tokens_multi_line: int = 128
-    temperature: float = 0.0
-    debounce_ms: int = 150  # for automatic triggers; an invoked completion starts at once
+    gamma: Annotated[str, parse_gamma_policy] = "heuristic"  # an integer >= 0, heuristic[:START:MAX] or cost[:C:V]
+    draft_confidence: Annotated[float, Range(0, 1)] = 0.0
+    max_tokens_single_line: Count = 32
+    max_tokens_multi_line: Count = 128
+    temperature: NonNegative = 0.0
+    debounce_ms: Annotated[int, Range(0)] = 150  # for automatic triggers; an invoked completion starts at once
     telemetry: bool = True
     telemetry_path: str | None = None  # None: telemetry.log.default_path()
     telemetry_text: bool = False  # store completion text in events (opt-in: it is source code)
-    telemetry_source: str = "editor"  # what produced the events: editor, or eval for the harness
+    telemetry_source: Literal["editor", "eval"] = "editor"  # what produced the events: the editor, or the harness
     track_outcomes: bool = True  # record accepted/rejected; off for headless runs where nobody accepts
-    reject_after_s: float = 10.0  # a shown completion not accepted within this is recorded rejected
-    enabled_languages: tuple[str, ...] | None = None  # grammar names; None enables every language
-    prompt_budget_chars: int = 2000  # ~570 tokens: prefill runs ~175 tokens/s on a 2-core CPU, so context costs latency
-    max_document_chars: int = 1_000_000  # larger documents get no completion (and are not tokenized)
+    reject_after_s: NonNegative = 10.0  # a shown completion not accepted within this is recorded rejected
+    enabled_languages: tuple[str, ...] | None = None  # speccomplete/languages.py names; None: every language
+    prompt_budget_chars: Count = DEFAULT_BUDGET_CHARS
+    max_document_chars: Count = 1_000_000  # larger documents get no completion (and are not tokenized)
 
     def language_enabled(self, language: str) -> bool:
         return self.enabled_languages is None or language in self.enabled_languages
@@ -64,45 +89,79 @@ def _camel_to_snake(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
+@functools.cache
+def _field_types() -> dict[str, Any]:
+    return get_type_hints(ServerOptions, include_extras=True)
+
+
+class _Mismatch(ValueError):
+    """A value that does not have the field's type; the caller says what the type expects."""
+
+
+def describe(hint: Any) -> str:
+    """What a field's type accepts, in the words of a JSON settings file: "an integer >= 1"."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        ranges = [m.describe() for m in args[1:] if isinstance(m, Range)]
+        return " ".join([describe(args[0]), *ranges])
+    if origin in (Union, types.UnionType):
+        return " or ".join(describe(a) for a in args if a is not type(None)) + (", or null" if type(None) in args else "")
+    if origin is Literal:
+        return " or ".join(repr(a) for a in args)
+    if origin is tuple:
+        return f"a list of {describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a non-empty string"}[hint]
+
+
+def structure(value: Any, hint: Any) -> Any:
+    """`value` (as JSON decoded it) converted to the type `hint`; a ValueError when it does not fit."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        value = structure(value, args[0])
+        for meta in args[1:]:
+            if isinstance(meta, Range):
+                if value not in meta:
+                    raise _Mismatch
+            elif callable(meta):  # a validator: raises ValueError with its own message
+                meta(value)
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for option in (a for a in args if a is not type(None)):
+            try:
+                return structure(value, option)
+            except _Mismatch:
+                pass
+        raise _Mismatch
+    if origin is Literal:
+        if value in args:
+            return value
+        raise _Mismatch
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if not isinstance(value, list):
+            raise _Mismatch
+        return tuple(structure(item, args[0]) for item in value)
+    checks: dict[Any, Callable[[Any], bool]] = {
+        bool: lambda v: isinstance(v, bool),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        str: lambda v: isinstance(v, str) and bool(v),
+    }
+    if hint not in checks:
+        raise TypeError(f"no settings rule for the type {hint!r}")
+    if not checks[hint](value):
+        raise _Mismatch
+    return float(value) if hint is float else value
+
+
 def _check(name: str, value: Any) -> Any:
     """The value converted to the field's type, or a ValueError saying what was expected."""
-    if name in ("telemetry", "telemetry_text", "track_outcomes"):
-        if not isinstance(value, bool):
-            raise ValueError("expected true or false")
-        return value
-    if name in ("max_tokens_single_line", "max_tokens_multi_line", "prompt_budget_chars", "max_document_chars"):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError("expected an integer >= 1")
-        return value
-    if name == "debounce_ms":
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError("expected an integer >= 0")
-        return value
-    if name in ("temperature", "draft_confidence", "reject_after_s"):
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise ValueError("expected a number >= 0")
-        if name == "draft_confidence" and value > 1:
-            raise ValueError("expected a number in [0, 1]")
-        return float(value)
-    if name == "enabled_languages":
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-            raise ValueError("expected a list of language names, or null for all")
-        return tuple(value)
-    if name == "telemetry_path":
-        if value is not None and (not isinstance(value, str) or not value):
-            raise ValueError("expected a file path, or null for the default")
-        return value
-    if name == "telemetry_source":
-        if value not in ("editor", "eval"):
-            raise ValueError("expected 'editor' or 'eval'")
-        return value
-    if not isinstance(value, str) or not value:  # target, draft, device, dtype, gamma
-        raise ValueError("expected a non-empty string")
-    if name == "gamma":
-        parse_gamma_policy(value)
-    return value
+    hint = _field_types()[name]
+    try:
+        return structure(value, hint)
+    except _Mismatch:
+        raise ValueError(f"expected {describe(hint)}") from None
 
 
 def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOptions, list[str]]:

@@ -6,8 +6,8 @@ the file header (imports, package and module lines, includes); the next enclosin
 siblings, nearest first (far ones are dropped first); then single lines nearest the cursor. Pieces are whole
 lines, never parts of lines, except for a single cursor line that alone exceeds the budget.
 
-The budget is in characters. Code tokenizes to about 3.5 characters per token with the packaged models'
-tokenizers, so 4000 characters is about 1100 tokens.
+The budget is in characters (the `promptBudgetChars` setting, server/options.py). Code tokenizes to about
+3.5 characters per token with the packaged models' tokenizers, so the default 2000 characters is about 570 tokens.
 """
 
 from __future__ import annotations
@@ -17,45 +17,18 @@ from dataclasses import dataclass
 
 from tree_sitter import Node, Tree
 
+from speccomplete.languages import LANGUAGES, TEXT
 from speccomplete.server import syntax
 
-DEFAULT_BUDGET_CHARS = 4000
+DEFAULT_BUDGET_CHARS = 2000  # prefill runs ~175 tokens/s on a 2-core CPU, so context costs latency
 SUFFIX_SHARE = 3  # nearest-first growth takes 3 lines before the cursor for each line after it
 HEADER_SHARE = 4  # the header may use at most a quarter of the budget
 HEADER_ROWS = 1000  # a header is at the top: look no further
 
-# The end of the text before the cursor that opens a block (a multi-line completion follows).
-_C_LIKE = r"\{|(?<!:):"  # `{`, and `case x:` / `default:` / `public:`, but not `std::`
-BLOCK_OPENERS = {name: re.compile(rf"(?:{pattern})\s*$") for name, pattern in {
-    "python": r":",
-    "c": _C_LIKE, "cpp": _C_LIKE, "java": _C_LIKE, "go": _C_LIKE, "javascript": _C_LIKE, "typescript": _C_LIKE,
-    "tsx": _C_LIKE, "rust": r"\{", "zig": r"\{",
-    "lua": r"\b(?:then|do|else|repeat)|\bfunction\b.*\)|\{",
-    "ruby": r"\b(?:do|then|else|begin)(?:\s*\|[^|]*\|)?|^\s*(?:def|class|module|if|unless|while|until|case|elsif|when)\b.*|\{\s*(?:\|[^|]*\|)?",
-    "elixir": r"\b(?:do|else|fn)|->",
-    "haskell": r"=|->|\b(?:where|do|of|let|then|else|in)",
-    "ocaml": r"=|->|\b(?:then|else|do|in|begin|struct|sig|with|function)",
-    "bash": r"\b(?:then|do|else|in)|\{",
-    "text": r"[{:]",
-}.items()}
-
-# Lines that belong to the file header, matched after indentation (Elixir's live inside defmodule).
-HEADERS = {name: re.compile(pattern) for name, pattern in {
-    "python": r"(?:import|from)\s",
-    "c": r"#\s*include\b", "cpp": r"#\s*include\b|using\s|import\s",
-    "java": r"(?:package|import)\s", "go": r"(?:package|import)\b",
-    "rust": r"(?:pub(?:\([\w:]+\))?\s+)?(?:use\s|extern\s+crate\s|mod\s+\w+\s*;)",
-    "javascript": r"import\b|export\s.*\bfrom\b|(?:const|let|var)\s.*=\s*require\(",
-    "typescript": r"import\b|export\s.*\bfrom\b|(?:const|let|var)\s.*=\s*require\(",
-    "tsx": r"import\b|export\s.*\bfrom\b",
-    "lua": r"(?:local\s+[\w,\s]+=\s*)?require\b",
-    "haskell": r"(?:module|import)\s",
-    "ruby": r"(?:require|require_relative|load)\b",
-    "zig": r"(?:pub\s+)?const\s+\w+\s*=\s*@import\(",
-    "elixir": r"(?:import|alias|require|use)\s",
-    "ocaml": r"(?:open|include)\s",
-    "bash": r"(?:source|\.)\s",
-}.items()}
+# The end of the text before the cursor that opens a block (a multi-line completion follows), and the lines that
+# belong to the file header, matched after indentation: each language's patterns are in speccomplete/languages.py.
+BLOCK_OPENERS = {language.name: re.compile(rf"(?:{language.block_opener})\s*$") for language in (*LANGUAGES, TEXT)}
+HEADERS = {language.name: re.compile(language.header) for language in LANGUAGES if language.header is not None}
 
 
 @dataclass(frozen=True)
@@ -101,7 +74,7 @@ def build_prompt(text: str, offset: int, language: str, budget_chars: int = DEFA
     tree = syntax.parse(language, text)
     multiline = _multiline(before, after, language) and (
         tree is None or not _in_comment_or_string(tree, syntax.byte_len(text[:offset].rstrip(" \t")) - 1))
-    indent = re.match(r"[ \t]*", before).group()
+    indent = before[: len(before) - len(before.lstrip(" \t"))]
     if len(text) <= budget_chars:
         prefix, suffix = text[:offset], text[offset:]
     elif len(before) + len(after) + 1 > budget_chars:
@@ -118,7 +91,7 @@ def _multiline(before: str, after: str, language: str) -> bool:
         return not after.strip()
     if after.strip(" \t\r)]};,"):
         return False
-    return bool(BLOCK_OPENERS.get(language, BLOCK_OPENERS["text"]).search(before))
+    return bool(BLOCK_OPENERS.get(language, BLOCK_OPENERS[TEXT.name]).search(before))
 
 
 def _in_comment_or_string(tree: Tree, byte: int) -> bool:
@@ -148,7 +121,8 @@ class _Rows:
     """The set of whole lines kept so far, within a character budget."""
 
     def __init__(self, lines: list[str], budget: int):
-        self.lines, self.budget, self.used, self.rows = lines, budget, 0, set()
+        self.lines, self.budget, self.used = lines, budget, 0
+        self.rows: set[int] = set()
 
     def cost(self, first: int, last: int) -> int:
         return sum(len(self.lines[r]) + 1 for r in range(first, last + 1) if r not in self.rows)

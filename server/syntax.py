@@ -1,7 +1,8 @@
 """tree-sitter parsing, and the two structural questions the prompt and the filters ask of a tree:
 is this node a statement container, and which statement-level node begins on a row.
 
-Grammars come from tree-sitter-language-pack 0.13.0 (bundled; 1.x downloads them at run time).
+Grammars come from tree-sitter-language-pack 0.13.0 (bundled; 1.x downloads them at run time); each language's
+grammar name is in speccomplete/languages.py.
 Offsets into a tree are UTF-8 byte offsets: use `byte_len` to convert from string lengths.
 """
 
@@ -9,14 +10,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import cast
 
 from tree_sitter import Node, Parser, Tree
-from tree_sitter_language_pack import get_parser
+from tree_sitter_language_pack import SupportedLanguage, get_parser
+
+from speccomplete.languages import language_named
 
 log = logging.getLogger(__name__)
-
-GRAMMARS = frozenset({"python", "c", "cpp", "java", "go", "rust", "javascript", "typescript", "tsx", "lua",
-                      "haskell", "ruby", "zig", "elixir", "ocaml", "bash"})
 
 # A parse costs about 70 ms per MB here; past this size documents get indentation rules instead.
 MAX_PARSE_CHARS = 300_000
@@ -31,17 +32,19 @@ _local = threading.local()  # a Parser is not thread-safe: decodes run off the e
 
 
 def parser(language: str) -> Parser | None:
-    """The cached parser for a grammar name, or None for "text", unknown names, or a grammar that fails to load."""
-    if language not in GRAMMARS:
+    """The cached parser for a language, or None for "text", unknown names, or a grammar that fails to load."""
+    record = language_named(language)
+    grammar = record.tree_sitter if record is not None else None
+    if grammar is None:
         return None
     cache = _local.__dict__.setdefault("parsers", {})
-    if language not in cache:
+    if grammar not in cache:
         try:
-            cache[language] = get_parser(language)
+            cache[grammar] = get_parser(cast(SupportedLanguage, grammar))
         except Exception:  # a broken grammar must not take the server down: fall back to indentation rules
-            log.exception("tree-sitter grammar %r failed to load", language)
-            cache[language] = None
-    return cache[language]
+            log.exception("tree-sitter grammar %r failed to load", grammar)
+            cache[grammar] = None
+    return cache[grammar]
 
 
 def encode(text: str) -> bytes:

@@ -6,7 +6,7 @@ telemetry and the harnesses can all use it (docs/speculative-decoding.md has the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 
 def acceptance_rate(accepted: float, rejected_rounds: float) -> float | None:
@@ -24,12 +24,12 @@ def mean_accepted_length(accepted: float, drafting_rounds: float) -> float | Non
     return accepted / drafting_rounds if drafting_rounds else None
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
+def percentile(values: Iterable[float], q: float) -> float | None:
     """The q-th percentile (0-100) with linear interpolation between ranks (numpy's and DuckDB's
-    quantile_cont default); None for no values."""
-    if not values:
-        return None
+    quantile_cont default); None for no values. Any iterable of numbers (a list, a numpy array)."""
     ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
+    if not ordered:
+        return None
+    rank = (len(ordered) - 1) * (q / 100)  # q as a fraction first, as DuckDB and numpy do: same rounding
     low, high = math.floor(rank), math.ceil(rank)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)

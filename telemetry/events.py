@@ -10,12 +10,28 @@ from __future__ import annotations
 import time as _time
 import uuid
 from dataclasses import asdict, dataclass, field, fields
+from typing import Literal, get_args
 
 SCHEMA = 1
 
-TRIGGERS = ("automatic", "invoked")
-OUTCOMES = ("shown", "accepted", "partial", "rejected", "cancelled", "error", "empty")
-SOURCES = ("eval", "bench", "sweep", "editor")
+Trigger = Literal["automatic", "invoked"]
+# The server writes shown, empty (nothing to offer), error or cancelled (the document changed or the
+# request was cancelled); the editor's verdict on a shown completion arrives later as accepted,
+# partial (the user typed along part of it) or rejected.
+Outcome = Literal["shown", "accepted", "partial", "rejected", "cancelled", "error", "empty"]
+Source = Literal["eval", "bench", "sweep", "editor"]
+# Why decoding stopped, as the producer reports it: the decoder's reasons (eos, length, stop,
+# predicate, cancelled), "reused" for a completion the server served again without decoding, and
+# "" when nothing was decoded. Telemetry keeps its own list rather than importing the decoder's
+# type (the two packages never import each other); tests/telemetry/test_events.py checks that it
+# covers the decoder's. Not checked when an event is built: a reason the decoder adds later must
+# not make the server fail to record a completion.
+FinishReason = Literal["", "eos", "length", "stop", "predicate", "cancelled", "reused"]
+
+TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+SOURCES: tuple[Source, ...] = get_args(Source)
+FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 
 # GenerationStats.to_dict() keys that map onto event fields under another name.
 _STATS_RENAMES = {"new_tokens": "generated_tokens"}
@@ -27,7 +43,7 @@ class CompletionEvent:
     time: float = field(default_factory=_time.time)  # unix seconds when the completion finished
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     language: str = ""
-    trigger: str = "automatic"  # automatic | invoked
+    trigger: Trigger = "automatic"
     multiline: bool = False
     prompt_tokens: int = 0
     prompt_truncated_tokens: int = 0
@@ -47,15 +63,15 @@ class CompletionEvent:
     total_ms: float = 0.0  # inside the decoder
     ttft_ms: float = 0.0
     latency_ms: float = 0.0  # end to end in the producer: prompt building, decoding, trimming
-    finish_reason: str = ""
+    finish_reason: FinishReason = ""
     target: str = ""
     draft: str = ""  # "none" for plain autoregressive decoding
     device: str = ""
     settings: dict = field(default_factory=dict)  # gamma policy, temperature, max_new_tokens, ...
-    outcome: str = "shown"
+    outcome: Outcome = "shown"
     accepted_chars: int | None = None
     case_id: str | None = None  # set by eval/bench/sweep harnesses
-    source: str | None = None  # eval | bench | sweep | editor
+    source: Source | None = None
     text: str | None = None  # the completion text, only when the user opted in
 
     def __post_init__(self):

@@ -3,7 +3,7 @@
 Crash safety: each record is one `os.write` of a complete line to an O_APPEND descriptor, so
 there is no user-space buffer to lose and a crash can tear at most the last line. Reopening a file
 whose last line is torn first ends that line, so the next record starts clean; readers skip the
-torn line with a warning (telemetry.read). Rotation renames `events.jsonl` to the next free
+torn line with a warning (telemetry/analysis/read.py). Rotation renames `events.jsonl` to the next free
 `events.N.jsonl` (1 is the oldest) with a link that never overwrites, so no event is ever lost.
 """
 
@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from .events import OUTCOMES, SCHEMA, CompletionEvent
+from .events import OUTCOMES, SCHEMA, CompletionEvent, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class EventLog:
     def write(self, event: CompletionEvent) -> bool:
         return self._append(event.to_dict())
 
-    def update_outcome(self, request_id: str, outcome: str, accepted_chars: int | None = None) -> bool:
+    def update_outcome(self, request_id: str, outcome: Outcome, accepted_chars: int | None = None) -> bool:
         """Record the editor's verdict; the analysis joins the latest outcome per request_id."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
@@ -97,7 +97,7 @@ class EventLog:
                 fd = self._open()
                 size = os.fstat(fd).st_size
                 if size and size + len(line) > self.max_bytes:
-                    fd = self._rotate()
+                    fd = self._rotate(fd)
                 os.write(fd, line)
                 if self.fsync:
                     os.fsync(fd)
@@ -119,10 +119,10 @@ class EventLog:
             self._fd = fd
         return self._fd
 
-    def _rotate(self) -> int:
+    def _rotate(self, fd: int) -> int:
         """Move the full file to the next free events.N.jsonl, unless another process already moved it."""
-        ours = os.fstat(self._fd).st_ino
-        os.close(self._fd)
+        ours = os.fstat(fd).st_ino
+        os.close(fd)
         self._fd = None
         try:
             still_ours = os.stat(self.path).st_ino == ours

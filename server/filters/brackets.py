@@ -2,39 +2,24 @@
 closing bracket where each of (), [] and {} is as balanced as it was without the completion, or has moved
 toward balance (in `foo(` the completion may close the paren). A completion cut off inside
 `if (x) {...} else {` keeps the whole `if (x) {...}`. Brackets in strings and comments do not count; the lexer is
-a per-language approximation (no raw strings, no nested comments)."""
+a per-language approximation (no raw strings, no nested comments), from each language's `comments_and_strings` in
+speccomplete/languages.py."""
 
 from __future__ import annotations
 
 import functools
 import re
 
+from speccomplete.languages import TEXT, language_named
 from speccomplete.server.filters.context import TrimContext
 
-_DQ, _SQ, _BACKTICK = r'"(?:\\.|[^"\\\n])*"?', r"'(?:\\.|[^'\\\n])*'?", r"`(?:\\.|[^`\\])*`?"
-_TRIPLE = r'"""[\s\S]*?(?:"""|\Z)', r"'''[\s\S]*?(?:'''|\Z)"
-_SLASH = r"/\*[\s\S]*?(?:\*/|\Z)", r"//[^\n]*"
-SKIPPED = {  # comments and strings, longest forms first
-    "python": (*_TRIPLE, r"#[^\n]*", _DQ, _SQ),
-    "c": (*_SLASH, _DQ, _SQ), "cpp": (*_SLASH, _DQ, _SQ), "java": (*_SLASH, _DQ, _SQ),
-    "go": (*_SLASH, _DQ, _SQ, _BACKTICK),
-    "javascript": (*_SLASH, _DQ, _SQ, _BACKTICK), "typescript": (*_SLASH, _DQ, _SQ, _BACKTICK),
-    "tsx": (*_SLASH, _DQ, _SQ, _BACKTICK),
-    "rust": (*_SLASH, _DQ), "zig": (r"//[^\n]*", _DQ, _SQ),  # Rust's ' is also a lifetime
-    "lua": (r"--\[\[[\s\S]*?(?:\]\]|\Z)", r"--[^\n]*", r"\[\[[\s\S]*?(?:\]\]|\Z)", _DQ, _SQ),
-    "haskell": (r"\{-[\s\S]*?(?:-\}|\Z)", r"--[^\n]*", _DQ),  # ' is also a prime: x'
-    "ruby": (r"#[^\n]*", _DQ, _SQ), "elixir": (_TRIPLE[0], r"#[^\n]*", _DQ, _SQ),
-    "ocaml": (r"\(\*[\s\S]*?(?:\*\)|\Z)", _DQ),  # ' is also a type variable: 'a
-    "bash": (r"(?:^|(?<=\s))#[^\n]*", _DQ, _SQ, _BACKTICK),  # not ${#x}
-    "text": (_DQ,),
-}
 KIND = {"(": 0, ")": 0, "[": 1, "]": 1, "{": 2, "}": 2}
 
 
 @functools.cache
 def _lexer(language: str) -> re.Pattern:
-    skipped = "|".join(SKIPPED.get(language, SKIPPED["text"]))
-    return re.compile(rf"(?:{skipped})|([()\[\]{{}}])", re.M)
+    skipped = "|".join((language_named(language) or TEXT).comments_and_strings)
+    return re.compile(rf"(?:{skipped})|([()\[\]{{}}])", re.MULTILINE)
 
 
 def _brackets(text: str, language: str) -> list[tuple[int, str]]:

@@ -1,3 +1,4 @@
 """Harnesses on top of the runtime: benchmarks, evaluation, sweeps, cases, draft training runs.
 
-Each module holds one CLI subcommand's code; `speccomplete/cli.py` only wires them up."""
+Each subcommand of `specdec` lives with its code here, as an `add_parser(subparsers)` that defines
+its arguments and a `run(args) -> int`; `speccomplete/cli.py` only wires them up."""

@@ -14,6 +14,7 @@ cold decoder: prefix reuse.
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -28,9 +29,12 @@ import torch
 
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.stats import GenerationStats
+from speccomplete.metrics import acceptance_rate, mean_accepted_length
 from speccomplete.telemetry.events import CompletionEvent
 
-from .cases import Case
+from .bench_contenders import ABLATION_DRAFTS, Contenders, build_contenders
+from .cases import Case, read_cases
+from .model_args import add_model_args, device_name
 
 
 @dataclass
@@ -41,19 +45,12 @@ class Run:
 
 
 @dataclass
-class CaseResult:
+class CaseRuns:
+    """Every method's run on one case, and the product's follow-up request after it."""
+
     case: Case
     runs: dict[str, Run] = field(default_factory=dict)
     followup: dict[str, float] = field(default_factory=dict)  # warm / cold: ms to the first token, tokens prefilled
-
-
-@dataclass
-class Contenders:
-    """Our decoders by method name ("ar" and "spec" required), and HF's models (None: skip HF)."""
-
-    ours: dict[str, SpeculativeDecoder]
-    hf_target: object | None = None
-    hf_draft: object | None = None  # full-vocabulary draft for HF assisted; None: no assisted column
 
 
 def hf_generate(model, ids: list[int], max_new_tokens: int, **kwargs) -> list[int]:
@@ -123,7 +120,7 @@ def _followup(spec: SpeculativeDecoder, ids: list[int], accepted: list[int]) -> 
 
 
 def run_bench(cases: list[Case], contenders: Contenders, *, max_new_tokens: int, max_prompt_tokens: int,
-              hf_gammas: list[int] = (), prompt_lookup: int | None = None, progress=None) -> list[CaseResult]:
+              hf_gammas: list[int] = (), prompt_lookup: int | None = None, progress=None) -> list[CaseRuns]:
     methods = build_methods(contenders, max_new_tokens, list(hf_gammas), prompt_lookup)
     names = list(methods)
     ar, spec = contenders.ours["ar"], contenders.ours["spec"]
@@ -132,7 +129,7 @@ def run_bench(cases: list[Case], contenders: Contenders, *, max_new_tokens: int,
         methods[name](prompts[0][-64:], "warm-up")
     results = []
     for i, (case, ids) in enumerate(zip(cases, prompts)):
-        result = CaseResult(case)
+        result = CaseRuns(case)
         for name in names[i % len(names):] + names[: i % len(names)]:
             result.runs[name] = methods[name](ids, case.language)
         result.followup = _followup(spec, ids, result.runs["spec"].tokens[:8])
@@ -164,11 +161,11 @@ def weight_bytes_per_token(model) -> int:
     return total
 
 
-def summarize(results: list[CaseResult], tokenizer=None) -> dict:
+def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
     """The bench JSON's `overall`, `languages` and `methods` rows, from per-case runs."""
     names = list(results[0].runs)
     assisted_names = [n for n in names if n.startswith("hf_assisted")]
-    groups: dict[str, list[CaseResult]] = defaultdict(list)
+    groups: dict[str, list[CaseRuns]] = defaultdict(list)
     for r in results:
         groups[r.case.language].append(r)
 
@@ -196,8 +193,8 @@ def summarize(results: list[CaseResult], tokenizer=None) -> dict:
             "speedup_vs_ar": spec / ar if ar else None,
             "decode_speedup_vs_ar": tps(rows, "spec", True) / tps(rows, "ar", True),
             "speedup_vs_assisted": spec / assisted if assisted else None,
-            "alpha": accepted / (accepted + rejected) if accepted + rejected else None,
-            "mean_accepted": accepted / drafting_rounds if drafting_rounds else None,
+            "alpha": acceptance_rate(accepted, rejected),
+            "mean_accepted": mean_accepted_length(accepted, drafting_rounds),
             "lookup_share": sum(s.lookup_accepted for s in stats) / accepted if accepted else None,
             "identical_to_ar": all(r.runs[n].tokens == r.runs["ar"].tokens for r in rows for n in names
                                    if n.startswith(("spec", "ar_"))),
@@ -240,7 +237,7 @@ def summarize(results: list[CaseResult], tokenizer=None) -> dict:
     }
 
 
-def _next_line_exact(result: CaseResult, tokenizer) -> bool:
+def _next_line_exact(result: CaseRuns, tokenizer) -> bool:
     """Did the target's greedy completion reproduce the rest of the cursor's line exactly?"""
     text = tokenizer.decode(result.runs["ar"].tokens, skip_special_tokens=True)
     expected = result.case.expected_line.strip()
@@ -249,7 +246,7 @@ def _next_line_exact(result: CaseResult, tokenizer) -> bool:
 
 def report(results, tokenizer, *, device, dtype, target, draft, gamma, max_new_tokens,
            bandwidth_gbs: float | None = None, weight_bytes: int | None = None, methods_doc=None) -> dict:
-    summary = summarize(results, tokenizer)
+    summary = summarize_runs(results, tokenizer)
     bound = None
     if bandwidth_gbs and weight_bytes:
         ar_decode = summary["methods"]["ar"]["decode_tokens_per_s"]
@@ -330,7 +327,7 @@ def format_table(data: dict) -> str:
     return "\n".join(lines)
 
 
-def bench_events(results: list[CaseResult], *, target: str, draft: str, device: str, gamma: str,
+def bench_events(results: list[CaseRuns], *, target: str, draft: str, device: str, gamma: str,
                  max_new_tokens: int) -> list[CompletionEvent]:
     """One event per case for our AR and our speculative runs (HF methods keep no decoder stats).
 
@@ -353,3 +350,85 @@ def bench_events(results: list[CaseResult], *, target: str, draft: str, device: 
 def write_json(data: dict, path: str) -> None:
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("bench", help="AR vs speculative vs HF assisted on the same cases")
+    p.add_argument("--cases", required=True)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-prompt-tokens", type=int, default=1024)
+    p.add_argument("--json")
+    p.add_argument("--limit", type=int, help="use only the first N cases")
+    p.add_argument("--hf-gammas", default="1", help="constant γ values to try for HF assisted (besides its default)")
+    p.add_argument("--no-hf", action="store_true", help="time only our decoders")
+    p.add_argument("--ablations", action="store_true", help="also time our decoder with each lever turned off")
+    p.add_argument("--compare-drafts", default=None,
+                   help="drafts timed beside the product's, comma-separated (spec_draft_* rows); "
+                        "default: none, or " + ",".join(ABLATION_DRAFTS) + " with --ablations")
+    p.add_argument("--compare-gammas", default="heuristic,cost", help="γ policies for the ablation rows")
+    p.add_argument("--compare-confidences", default="0.4",
+                   help="draft confidence thresholds for the ablation rows (HF's default is 0.4)")
+    p.add_argument("--prompt-lookup", type=int, default=10,
+                   help="HF assisted with prompt lookup, this many tokens per round (0: skip)")
+    p.add_argument("--events", help="also append one completion event per case for AR and spec (JSONL)")
+    add_model_args(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from speccomplete.decoder.drafts import build_drafter, draft_label
+    from speccomplete.decoder.drafts.trained import with_full_vocab_head
+    from speccomplete.decoder.loader import load_decoder, use_cpu_kernels
+    from speccomplete.decoder.models import load_model
+
+    cases = read_cases(args.cases)
+    if args.limit:
+        cases = cases[: args.limit]
+    loaded = load_decoder(args.target, args.draft, device=args.device, dtype=args.dtype, gamma=args.gamma,
+                          draft_confidence=args.draft_confidence, pack=False, steps=args.steps)
+    target, tokenizer, decoder = loaded.target, loaded.tokenizer, loaded.decoder
+    # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.
+    compared = args.compare_drafts.split(",") if args.compare_drafts is not None else (
+        ABLATION_DRAFTS if args.ablations else ())
+    other_drafts = {spec: build_drafter(spec, target, tokenizer, device=args.device, dtype=args.dtype)
+                    for spec in compared if spec and spec != args.draft}
+    weight_bytes = weight_bytes_per_token(target)  # before packing: a packed linear keeps no .weight
+    if not args.no_pack:
+        use_cpu_kernels(decoder.steps, target, loaded.draft_model, *(model for _, model in other_drafts.values()))
+    # The stock model, as HF users run it (no packed kernels): HF's columns and the unpacked ablations.
+    stock = None
+    if not args.no_hf or (args.ablations and not args.no_pack):
+        stock, _ = load_model(args.target, device=args.device, dtype=args.dtype)
+    contenders, doc = build_contenders(args, target, tokenizer, decoder, other_drafts, stock)
+    if not args.no_hf:
+        contenders.hf_target = stock
+        # HF assisted gets the shipped model draft, whatever our product drafts with
+        _, stock_draft = build_drafter("auto", stock, tokenizer, device=args.device, dtype=args.dtype)
+        contenders.hf_draft = with_full_vocab_head(stock_draft) if stock_draft is not None else None
+    bar = tqdm(total=len(cases), desc="bench", unit="case")
+    results = run_bench(
+        cases, contenders, max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
+        hf_gammas=[int(g) for g in args.hf_gammas.split(",") if g], prompt_lookup=args.prompt_lookup or None,
+        progress=lambda r: bar.update(1),
+    )
+    bar.close()
+    device = device_name(target)
+    if args.events:
+        from speccomplete.telemetry.log import EventLog
+
+        with EventLog(args.events) as log:
+            for event in bench_events(results, target=args.target, draft=draft_label(args.draft, target), device=device,
+                                      gamma=args.gamma, max_new_tokens=args.max_new_tokens):
+                log.write(event)
+    data = report(results, tokenizer, device=device, dtype=str(target.dtype).replace("torch.", ""),
+                  target=args.target, draft=args.draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
+                  bandwidth_gbs=memory_bandwidth_gbs(target.device), weight_bytes=weight_bytes, methods_doc=doc)
+    table = format_table(data)
+    print(table)
+    if args.json:
+        write_json(data, args.json)
+        with open(os.path.splitext(args.json)[0] + ".txt", "w") as f:
+            f.write(table + "\n")
+    return 0

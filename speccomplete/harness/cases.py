@@ -8,6 +8,7 @@ next-line exact match.
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from dataclasses import dataclass
@@ -76,7 +77,7 @@ def sample_cases(splits_dir: str | Path, per_language: int, seed: int = 0, split
         rng.shuffle(files)
         cases += _pick(files, language, language, per_language, rng)
     if nl_roots:
-        from speccomplete.decoder.corpus import nl_documents
+        from speccomplete.decoder.training.corpus import nl_documents
 
         files = [doc.source for doc in nl_documents(nl_roots, split)]
         rng.shuffle(files)
@@ -112,3 +113,26 @@ def _pick(files: list[str], label: str, language: str, count: int, rng: random.R
         cases.append(Case(f"{label}-{len(cases)}", file, text, number, utf16_len(indent),
                           label if label != language else ""))
     return cases
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("cases", help="sample completion cases from corpus split lists")
+    p.add_argument("--splits", required=True, help="directory of <lang>.<split>.txt lists of source files")
+    p.add_argument("--split", default="dev")
+    p.add_argument("--per-language", type=int, default=2)
+    p.add_argument("--nl-roots", help="ROOTS.txt of the corpus: also sample natural-language (README/docs) cases")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    nl_roots = None
+    if args.nl_roots:
+        from speccomplete.decoder.training.corpus import package_roots
+
+        nl_roots = package_roots(args.nl_roots)
+    cases = sample_cases(args.splits, args.per_language, seed=args.seed, split=args.split, nl_roots=nl_roots)
+    write_cases(cases, args.out)
+    print(f"wrote {len(cases)} cases to {args.out}")
+    return 0

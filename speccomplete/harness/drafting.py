@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from speccomplete.decoder.corpus import (NL, CorpusError, build_corpus, local_documents, nl_documents, package_roots,
-                            parse_budgets, split_lists, stack_documents)
+from speccomplete.decoder.training.corpus import (NL, CorpusError, build_corpus, local_documents, nl_documents,
+                                                  package_roots, parse_budgets, split_lists, stack_documents)
+
+from .model_args import add_model_args
+
+if TYPE_CHECKING:
+    from speccomplete.decoder.drafts.trained import DraftMeta
 
 
-def add_corpus_parser(sub) -> None:
+def add_corpus_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("corpus", help="build packed, language-labelled training shards for a draft")
     p.add_argument("--out", required=True, help="output directory (shards + manifest.json)")
-    p.add_argument("--splits", help="directory of <lang>.<split>.txt file lists (../shared/corpus)")
+    p.add_argument("--splits", help="directory of <lang>.<split>.txt lists of source files")
     p.add_argument("--stack", help="The Stack dataset id or a local dataset in its layout (data/<lang>/...)")
     p.add_argument("--split", default="train")
     p.add_argument("--languages", help="comma-separated; default: every language the source has")
@@ -29,6 +36,7 @@ def add_corpus_parser(sub) -> None:
     p.add_argument("--temperatures", default="0,0.3,0.7,1.0", help="self-distillation temperatures")
     p.add_argument("--distill-prompts", type=int, default=8, help="prompts per language for self-distillation")
     p.add_argument("--distill-new-tokens", type=int, default=128)
+    return p
 
 
 def cmd_corpus(args) -> int:
@@ -51,7 +59,7 @@ def cmd_corpus(args) -> int:
         documents[NL] = nl_documents(package_roots(args.nl_roots), args.split)
     budgets = parse_budgets(args.budget, sorted(documents))
     if args.self_distill:
-        from speccomplete.decoder.distill import self_distilled
+        from speccomplete.decoder.training.distill import self_distilled
 
         model, tokenizer = load_model(args.tokenizer)
         temperatures = [float(t) for t in args.temperatures.split(",")]
@@ -71,7 +79,7 @@ def cmd_corpus(args) -> int:
     return 0
 
 
-def add_finetune_parser(sub, model_args) -> None:
+def add_finetune_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("finetune", help="train a draft toward the target on a corpus")
     p.add_argument("--data", required=True, help="corpus directory (fine-tuning phase)")
     p.add_argument("--tokens", default="1M", help="tokens to train on in the fine-tuning phase")
@@ -99,14 +107,16 @@ def add_finetune_parser(sub, model_args) -> None:
     p.add_argument("--checkpoint-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-resume", action="store_true")
-    model_args(p)
+    add_model_args(p)
+    return p
 
 
 def cmd_finetune(args) -> int:
-    from speccomplete.decoder.corpus import Shards
+    from speccomplete.decoder.drafts.trained import DraftMeta, owned_parameters, save_draft, target_signature
     from speccomplete.decoder.models import check_same_vocabulary, load_model
-    from speccomplete.decoder.train import Phase, TrainConfig, train
-    from speccomplete.decoder.trained_draft import build_draft, frequent_token_ids, save_draft, target_signature, trainable_parameters
+    from speccomplete.decoder.training.corpus import Shards
+    from speccomplete.decoder.training.draft import build_draft, frequent_token_ids
+    from speccomplete.decoder.training.train import Phase, TrainConfig, train
 
     objective = {"ce": (1.0, 0.0), "kd": (0.0, 1.0), "ce+kd": (0.5, 0.5)}.get(args.objective)
     if objective is None:
@@ -131,7 +141,7 @@ def cmd_finetune(args) -> int:
             vocab_ids = frequent_token_ids(data.tokens, args.draft_vocab, sorted(_special_ids(tokenizer)),
                                            target.config.vocab_size)
         draft = build_draft(target, layers, args.init, vocab_ids)
-        params = trainable_parameters(draft)
+        params = owned_parameters(draft)
     # master weights in fp32 even when the target runs in bf16: AdamW updates are too small for bf16
     for p in params.values():
         p.data = p.data.float()
@@ -156,15 +166,13 @@ def cmd_finetune(args) -> int:
         draft.save_pretrained(args.out, safe_serialization=True)
         tokenizer.save_pretrained(args.out)
     else:
-        meta = {
-            "format": "specdec-draft", "version": 1, "target": args.target, "target_config": target_signature(target),
-            "layers": layers, "init": args.init, "draft_vocab": args.draft_vocab or target.config.vocab_size,
-            "objective": args.objective, "kd_topk": args.kd_topk, "balance": args.balance,
-            "tokens_seen": state["tokens"], "steps": state["step"],
-            "corpus": [{"data": p.data, "tokens": p.tokens} for p in phases],
-            "dev_fitness": state["evals"][-1]["dev"] if state["evals"] else None,
-            "command": command,
-        }
+        meta = DraftMeta(
+            target_config=target_signature(target), layers=layers, target=args.target, init=args.init,
+            draft_vocab=args.draft_vocab or target.config.vocab_size, objective=args.objective,
+            kd_topk=args.kd_topk, balance=args.balance, tokens_seen=state["tokens"], steps=state["step"],
+            corpus=[{"data": p.data, "tokens": p.tokens} for p in phases],
+            dev_fitness=state["evals"][-1]["dev"] if state["evals"] else None, command=command,
+        )
         save_draft(draft, args.out, meta)
         write_model_card(Path(args.out), meta, [Shards.load(p.data).manifest for p in phases],
                          state["evals"][0]["dev"] if state["evals"] and state["evals"][0]["step"] == 0 else None)
@@ -189,33 +197,33 @@ def _special_ids(tokenizer) -> set[int]:
     return {i for i in (tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id) if i is not None}
 
 
-def write_model_card(folder: Path, meta: dict, manifests: list[dict], first_eval: dict | None) -> None:
+def write_model_card(folder: Path, meta: DraftMeta, manifests: list[dict], first_eval: dict | None) -> None:
     lines = [
-        f"# Draft for `{meta['target']}`", "",
-        f"- Base target: `{meta['target']}` ({meta['target_config']})",
-        f"- Draft: target layers {meta['layers']} (init `{meta['init']}`), the target's embeddings (shared), "
-        f"its own final norm, a head over the {meta['draft_vocab']} most frequent corpus tokens",
-        f"- Objective: `{meta['objective']}`" + (f", KD on top-{meta['kd_topk']}" if meta["kd_topk"] else "")
-        + f"; language sampling `{meta['balance']}`",
-        f"- Tokens seen: {meta['tokens_seen']:,} in {meta['steps']} optimizer steps",
+        f"# Draft for `{meta.target}`", "",
+        f"- Base target: `{meta.target}` ({meta.target_config})",
+        f"- Draft: target layers {meta.layers} (init `{meta.init}`), the target's embeddings (shared), "
+        f"its own final norm, a head over the {meta.draft_vocab} most frequent corpus tokens",
+        f"- Objective: `{meta.objective}`" + (f", KD on top-{meta.kd_topk}" if meta.kd_topk else "")
+        + f"; language sampling `{meta.balance}`",
+        f"- Tokens seen: {meta.tokens_seen:,} in {meta.steps} optimizer steps",
         "- Weights: `model.safetensors` (bf16, the draft's own layers and norm, plus `vocab_ids`); no optimizer state",
         "", "## Corpus and language mix", "",
     ]
-    for phase, manifest in zip(meta["corpus"], manifests):
+    for phase, manifest in zip(meta.corpus, manifests):
         lines.append(f"Phase `{phase['data']}`: {phase['tokens']:,} tokens trained; corpus seq_len "
                      f"{manifest['seq_len']}, seed {manifest['seed']}, built with `{manifest.get('command', '')}`")
         lines += ["", "| language | documents | corpus tokens |", "|---|---|---|"]
         lines += [f"| {lang} | {row['documents']} | {row['tokens']:,} |" for lang, row in manifest["per_language"].items()]
         lines.append("")
-    if meta["dev_fitness"]:
+    if meta.dev_fitness:
         lines += ["## Dev fitness (teacher-forced, per language)", "",
                   "| language | expected acceptance Σmin(p,q) | top-1 agreement | CE vs target (nats) |"
                   + (" untrained exp. acc. |" if first_eval else ""),
                   "|---|---|---|---|" + ("---|" if first_eval else "")]
-        for lang, row in meta["dev_fitness"].items():
+        for lang, row in meta.dev_fitness.items():
             before = first_eval.get(lang, {}).get("expected_acceptance") if first_eval else None
             lines.append(f"| {lang} | {row['expected_acceptance']:.3f} | {row['top1_agreement']:.3f} | "
                          f"{row['cross_entropy']:.3f} |" + (f" {before:.3f} |" if first_eval and before is not None else ""))
         lines.append("")
-    lines += ["## Reproduce", "", "```bash", meta["command"], "```", ""]
+    lines += ["## Reproduce", "", "```bash", meta.command, "```", ""]
     (folder / "README.md").write_text("\n".join(lines))

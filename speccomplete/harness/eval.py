@@ -8,30 +8,32 @@ A case the server answers with an error, crashes on or does not answer in time i
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
 import os
-import statistics
 import sys
 import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
+from speccomplete.metrics import acceptance_rate, percentile
 from speccomplete.server.language import detect_language
 from speccomplete.server.lsp import COMPLETED, STATUS
 from speccomplete.telemetry.events import CompletionEvent
 from speccomplete.telemetry.log import EventLog
 
-from .cases import Case
+from .cases import Case, read_cases
+from .model_args import add_model_args
 
 log = logging.getLogger(__name__)
-
 
 
 def server_command() -> list[str]:
@@ -40,11 +42,18 @@ def server_command() -> list[str]:
     return [sys.executable, "-m", "speccomplete", *verbose, "serve"]
 
 
+# ok: the server answered (maybe with nothing); error: it answered with an error; timeout: no answer
+# in time; crash: its process died on the case
+AnswerStatus = Literal["ok", "error", "timeout", "crash"]
+
+
 @dataclass
-class CaseResult:
+class CaseAnswer:
+    """What the server answered on one case."""
+
     case: Case
     language: str
-    status: str  # ok | error | timeout | crash
+    status: AnswerStatus
     completion: str = ""
     request_id: str | None = None
     latency_ms: float | None = None  # as the harness saw it: request sent to answer received
@@ -130,7 +139,7 @@ def _plain(params) -> dict:
     return params._asdict()
 
 
-async def run_case(session: Session, index: int, case: Case, timeout: float) -> CaseResult:
+async def run_case(session: Session, index: int, case: Case, timeout: float) -> CaseAnswer:
     client = session.client
     language = detect_language(case.path, text=case.text)
     uri = f"file:///specdec-eval/{index}/{Path(case.path).name or 'document'}"
@@ -152,17 +161,17 @@ async def run_case(session: Session, index: int, case: Case, timeout: float) -> 
         items = (answer.items if isinstance(answer, types.InlineCompletionList) else answer) or []
         text = items[0].insert_text if items else ""
         text = text if isinstance(text, str) else text.value
-        return CaseResult(case, language, "ok", text, note["requestId"], latency)
+        return CaseAnswer(case, language, "ok", text, note["requestId"], latency)
     except asyncio.TimeoutError:
         if session.alive:
             client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
-        return CaseResult(case, language, "timeout", detail=f"no answer in {timeout:.0f} s")
+        return CaseAnswer(case, language, "timeout", detail=f"no answer in {timeout:.0f} s")
     except Exception as e:  # the server answered with an error, or its process died
         if not session.alive:
-            return CaseResult(case, language, "crash", detail="\n".join(session.stderr))
+            return CaseAnswer(case, language, "crash", detail="\n".join(session.stderr))
         note = session.completed[uri]
         request_id = note.result()["requestId"] if note.done() else None
-        return CaseResult(case, language, "error", request_id=request_id, detail=str(e))
+        return CaseAnswer(case, language, "error", request_id=request_id, detail=str(e))
     finally:
         session.completed.pop(uri, None)
         if session.alive:
@@ -171,32 +180,32 @@ async def run_case(session: Session, index: int, case: Case, timeout: float) -> 
 
 async def run_eval(cases: list[Case], init_options: dict, command: list[str] | None = None,
                    concurrency: int = 1, timeout: float = 300.0, ready_timeout: float = 900.0,
-                   progress=None) -> list[CaseResult]:
+                   progress=None) -> list[CaseAnswer]:
     """Run every case through the server, restarting it after a crash."""
     command = command or server_command()
     session = await start_session(command, init_options, ready_timeout)
-    results: list[CaseResult | None] = [None] * len(cases)
+    answers: list[CaseAnswer | None] = [None] * len(cases)
     gate = asyncio.Semaphore(concurrency)
     restart = asyncio.Lock()
 
     async def one(index: int, case: Case) -> None:
         nonlocal session
         async with gate:
-            results[index] = result = await run_case(session, index, case, timeout)
-            if result.status == "crash":
+            answers[index] = answer = await run_case(session, index, case, timeout)
+            if answer.status == "crash":
                 async with restart:
                     if not session.alive:
                         log.error("the server crashed on case %s; restarting it", case.id)
                         await stop_session(session)
                         session = await start_session(command, init_options, ready_timeout)
             if progress:
-                progress(result)
+                progress(answer)
 
     try:
         await asyncio.gather(*(one(i, case) for i, case in enumerate(cases)))
     finally:
         await stop_session(session)
-    return results
+    return answers
 
 
 def init_options(args, telemetry_path: str) -> dict:
@@ -210,7 +219,7 @@ def init_options(args, telemetry_path: str) -> dict:
     }
 
 
-def read_events(path: str | Path) -> list[CompletionEvent]:
+def read_server_events(path: str | Path) -> list[CompletionEvent]:
     """The completion events of the server's own log (it tracks no outcomes in eval runs)."""
     events = []
     if not Path(path).exists():
@@ -227,43 +236,34 @@ def read_events(path: str | Path) -> list[CompletionEvent]:
     return events
 
 
-def tag_events(results: list[CaseResult], server_events: list[CompletionEvent]) -> list[CompletionEvent]:
+def tag_events(answers: list[CaseAnswer], server_events: list[CompletionEvent]) -> list[CompletionEvent]:
     """The events of the cases, in case order, each with its case id."""
     by_request = {event.request_id: event for event in server_events}
     tagged = []
-    for result in results:
-        event = by_request.get(result.request_id)
+    for answer in answers:
+        event = by_request.get(answer.request_id)
         if event is not None:
-            event.case_id = result.case.id
+            event.case_id = answer.case.id
             tagged.append(event)
     return tagged
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
-
-
-def summarize(results: list[CaseResult], events: list[CompletionEvent]) -> list[dict]:
-    """Per-language rows (and a last 'all' row) from the events; failures counted from the results."""
-    languages = sorted({r.language for r in results})
+def summarize_answers(answers: list[CaseAnswer], events: list[CompletionEvent]) -> list[dict]:
+    """Per-language rows (and a last 'all' row) from the events; failures counted from the answers."""
+    languages = sorted({r.language for r in answers})
     rows = []
     for language in languages + ["all"]:
-        mine = [r for r in results if language in ("all", r.language)]
+        mine = [r for r in answers if language in ("all", r.language)]
         ev = [e for e in events if language in ("all", e.language)]
         single = [e.latency_ms for e in ev if not e.multiline]
         multi = [e.latency_ms for e in ev if e.multiline]
         accepted = sum(e.accepted for e in ev)
-        seen = accepted + sum(e.rejected_rounds for e in ev)
         rows.append({
             "language": language, "cases": len(mine), "events": len(ev),
             "single": len(single), "multi": len(multi),
-            "p50_ms": _percentile(single + multi, 50), "p95_ms": _percentile(single + multi, 95),
-            "p50_single_ms": _percentile(single, 50), "p50_multi_ms": _percentile(multi, 50),
-            "alpha": accepted / seen if seen else None,
+            "p50_ms": percentile(single + multi, 50), "p95_ms": percentile(single + multi, 95),
+            "p50_single_ms": percentile(single, 50), "p50_multi_ms": percentile(multi, 50),
+            "alpha": acceptance_rate(accepted, sum(e.rejected_rounds for e in ev)),
             "tokens": sum(e.generated_tokens for e in ev),
             "scope_stops": sum(1 for e in ev if e.finish_reason == "predicate"),
             "empty": sum(1 for r in mine if r.status == "ok" and not r.completion),
@@ -293,30 +293,65 @@ def format_summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def format_failures(results: list[CaseResult]) -> str:
+def format_failures(answers: list[CaseAnswer]) -> str:
     """One line per case that got no answer: errors, timeouts and crashes, with the reason."""
     lines = []
-    for r in results:
+    for r in answers:
         if r.status != "ok":
             reason = r.detail.strip().splitlines()[-1] if r.detail.strip() else ""
             lines.append(f"{r.status}: {r.case.id} ({r.language}) {reason}")
     return "\n".join(lines)
 
 
-def evaluate(cases: list[Case], args, progress=None) -> tuple[list[CaseResult], list[CompletionEvent]]:
+def evaluate(cases: list[Case], args, progress=None) -> tuple[list[CaseAnswer], list[CompletionEvent]]:
     """Run the cases; write the tagged events to args.telemetry and, if asked, the completions to args.results."""
     with tempfile.TemporaryDirectory(prefix="specdec-eval-") as tmp:
         server_log = os.path.join(tmp, "events.jsonl")
-        results = asyncio.run(run_eval(cases, init_options(args, server_log), concurrency=args.concurrency,
+        answers = asyncio.run(run_eval(cases, init_options(args, server_log), concurrency=args.concurrency,
                                        timeout=args.timeout, progress=progress))
-        events = tag_events(results, read_events(server_log))
+        events = tag_events(answers, read_server_events(server_log))
     with EventLog(args.telemetry) as out:
         for event in events:
             out.write(event)
     if args.results:
         with open(args.results, "w") as f:
-            for r in results:
+            for r in answers:
                 latency = r.latency_ms if r.latency_ms is None else round(r.latency_ms, 1)
                 f.write(json.dumps({"id": r.case.id, "language": r.language, "completion": r.completion,
                                     "latency_ms": latency, "status": r.status}) + "\n")
-    return results, events
+    return answers, events
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("eval", help="drive the real language server over stdio on completion cases")
+    p.add_argument("cases", help="CASES.jsonl in the `specdec cases` format")
+    p.add_argument("--telemetry", required=True, help="write the completion events here (JSONL)")
+    p.add_argument("--results", help="also write each case's completion text here (opt-in: it is source code)")
+    p.add_argument("--concurrency", type=int, default=1, help="requests in flight at once")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for one completion")
+    p.add_argument("--max-tokens-single-line", type=int, default=32)
+    p.add_argument("--max-tokens-multi-line", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0)
+    add_model_args(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    cases = read_cases(args.cases)
+    bar = tqdm(total=len(cases), desc="eval", unit="case")
+    try:
+        answers, events = evaluate(cases, args, progress=lambda r: bar.update(1))
+    except (RuntimeError, TimeoutError) as e:  # the server could not start or load its models
+        print(f"specdec eval: {e}", file=sys.stderr)
+        return 2
+    finally:
+        bar.close()
+    print(f"target={args.target} draft={args.draft} gamma={args.gamma} cases={args.cases} "
+          f"(latency: server-side, from request to trimmed completion)")
+    print(format_summary(summarize_answers(answers, events)))
+    if failures := format_failures(answers):
+        print(failures)
+    print(f"events: {args.telemetry}" + (f", results: {args.results}" if args.results else ""))
+    return 0

@@ -7,11 +7,13 @@ character-level similarity (difflib ratio) for a signal below exact.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import time
 from collections import defaultdict
 
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.models import DEFAULT_TARGET
 
 from .cases import Case
 
@@ -38,3 +40,31 @@ def next_line_quality(decoder: SpeculativeDecoder, cases: list[Case], max_new_to
     rows = dict(sorted(per_language.items())) | {"OVERALL": total}
     return {name: {"exact_match": r["exact"] / r["cases"], "similarity": r["similarity"] / r["cases"],
                    "cases": r["cases"], "tokens_per_s": r["tokens"] / r["seconds"]} for name, r in rows.items()}
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("nextline", help="greedy next-line exact match of a target on cases")
+    p.add_argument("--cases", required=True)
+    p.add_argument("--target", default=DEFAULT_TARGET)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--json")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from speccomplete.decoder.models import load_model
+
+    from .bench import write_json
+    from .cases import read_cases
+
+    model, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
+    rows = next_line_quality(SpeculativeDecoder(model, tokenizer), read_cases(args.cases), args.max_new_tokens)
+    print(f"target={args.target} device={model.device} dtype={model.dtype} (greedy next line, prompt cut at line start)")
+    print("language".rjust(11) + "n".rjust(4) + "exact".rjust(8) + "similar".rjust(9) + "tok/s".rjust(8))
+    for name, r in rows.items():
+        print(f"{name:>11}{r['cases']:4d}{r['exact_match']:8.2f}{r['similarity']:9.2f}{r['tokens_per_s']:8.1f}")
+    if args.json:
+        write_json({"target": args.target, "device": str(model.device), "languages": rows}, args.json)
+    return 0

@@ -7,11 +7,14 @@ dtype and behind any γ choice. Same prompt, same cache state, median of repeats
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
 import time
 
 import torch
 
+from speccomplete.decoder.models import DEFAULT_TARGET
 from speccomplete.decoder.drafts import derive_draft
 from speccomplete.decoder.kv_cache import forward_logits, new_cache
 
@@ -45,3 +48,46 @@ def step_costs(model, prompt: list[int], widths=(1, 2, 3, 5, 9), draft_layers=(0
     row.update({f"verify_{w}_ratio": row[f"target_{w}_ms"] / one for w in widths if w > 1})
     row["c"] = row["draft_1_ms"] / one
     return row
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("stepcost", help="median cost of target/draft forward passes by dtype and width")
+    p.add_argument("--target", default=DEFAULT_TARGET)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtypes", default="float32,bfloat16", help="each also packed where decoder/kernels.py can")
+    p.add_argument("--prompt-file", default=__file__, help="the prompt's text (default: this module's source)")
+    p.add_argument("--prompt-tokens", type=int, default=300)
+    p.add_argument("--json")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from transformers import DynamicCache
+
+    from speccomplete.decoder.kernels import pack_linear_weights
+    from speccomplete.decoder.models import load_model
+
+    from .bench import write_json
+
+    prompt_text = open(args.prompt_file, encoding="utf-8").read()
+    rows = {}
+    for dtype in args.dtypes.split(","):
+        model, tokenizer = load_model(args.target, device=args.device, dtype=dtype)
+        prompt = tokenizer(prompt_text)["input_ids"][: args.prompt_tokens]
+        rows[dtype] = step_costs(model, prompt)
+        if pack_linear_weights(model):
+            rows[f"{dtype}+packed"] = step_costs(model, prompt)
+            # the cache lever: HF's DynamicCache (torch.cat per step) instead of decoder/kv_cache.py
+            rows[f"{dtype}+packed+hf-cache"] = step_costs(model, prompt, cache_factory=DynamicCache)
+        del model
+    keys = list(next(iter(rows.values())))
+    threads = f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"
+    print(f"target={args.target} device={args.device} prompt_tokens={args.prompt_tokens} {threads} "
+          "(median ms; ratios to 1 token)")
+    print("weights".ljust(22) + "".join(k.rjust(15) for k in keys))
+    for name, row in rows.items():
+        print(name.ljust(22) + "".join(f"{row[k]:15.2f}" for k in keys))
+    if args.json:
+        write_json({"target": args.target, "device": args.device, "prompt_tokens": args.prompt_tokens,
+                    "threads": threads, "weights": rows}, args.json)
+    return 0

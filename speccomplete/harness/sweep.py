@@ -8,6 +8,7 @@ pairs the speculative runs with the AR run of the same case and temperature for 
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
@@ -16,7 +17,8 @@ from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.telemetry.events import CompletionEvent
 from speccomplete.telemetry.log import EventLog
 
-from .cases import Case
+from .cases import Case, read_cases
+from .model_args import add_model_args, device_name, load
 
 
 def parse_list(text: str, kind=float) -> list:
@@ -67,3 +69,51 @@ def run_sweep(cases: list[Case], target, tokenizer, drafter, log: EventLog, *, g
             if progress:
                 progress(case, gamma, temperature)
     return runs
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("sweep", help="AR and fixed γ over temperatures on cases, written as events")
+    p.add_argument("--cases", required=True)
+    p.add_argument("--gammas", default="1,2,4,8,16,32", help="fixed γ values; AR (γ 0) always runs too")
+    p.add_argument("--temperatures", default="0,0.5,1.0")
+    p.add_argument("--events", required=True, help="append the events here (JSONL)")
+    p.add_argument("--languages", help="only cases in these languages, e.g. python,rust,lua")
+    p.add_argument("--limit", type=int, help="use only the first N cases (after --languages)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-prompt-tokens", type=int, default=1024)
+    p.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every grid point")
+    add_model_args(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from speccomplete.decoder.drafts import draft_label
+
+    gammas = parse_list(args.gammas, int)
+    temperatures = parse_list(args.temperatures, float)
+    cases = read_cases(args.cases)
+    if args.languages:
+        wanted = set(parse_list(args.languages, str))
+        cases = [c for c in cases if c.language in wanted]
+    if args.limit:
+        cases = cases[: args.limit]
+    if not cases:
+        raise ValueError(f"no cases in {args.cases} for languages {args.languages}")
+    target, tokenizer, _, decoder = load(args)
+    runs = len(cases) * len(grid_settings(gammas, temperatures))
+    log = EventLog(args.events)
+    if not log.enabled:
+        raise ValueError("SPECDEC_TELEMETRY turns event writing off; unset it to run a sweep")
+    with log, tqdm(total=runs, desc="sweep", unit="run") as bar:
+        def progress(case, gamma, temperature):
+            bar.set_postfix_str(f"{case.id} γ={gamma} T={temperature:g}")
+            bar.update(1)
+
+        run_sweep(cases, target, tokenizer, decoder.drafter, log, gammas=gammas, temperatures=temperatures,
+                  max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
+                  target_name=args.target, draft_name=draft_label(args.draft, target), device=device_name(target),
+                  seed=args.seed, progress=progress)
+    print(f"wrote {runs} events to {args.events}")
+    return 0

@@ -566,7 +566,7 @@ def test_cost_model_gamma_follows_acceptance():
 
 
 def test_cost_model_matches_the_closed_form():
-    """NOTES.md §3: with c = 0.1 and a free verify, α 0.6 -> γ* 3, 0.8 -> γ* 6, 0.9 -> γ* 10."""
+    """docs/speculative-decoding.md: with c = 0.1 and a free verify, α 0.6 -> γ* 3, 0.8 -> γ* 6, 0.9 -> γ* 10."""
     from speccomplete.decoder.gamma import CostModelGamma
 
     for alpha, want in ((0.6, 3), (0.8, 6), (0.9, 10)):

@@ -198,7 +198,7 @@ FITNESS_IDS = [1, 5, 3, 9, 2, 14, 7, 7, 0, 11, 4, 15]
 
 
 def test_draft_fitness_same_width(target, draft):
-    from speccomplete.decoder.fitness import draft_fitness
+    from speccomplete.decoder.training.fitness import draft_fitness
 
     same = draft_fitness(target, target, FITNESS_IDS)
     assert same["expected_acceptance"] == pytest.approx(1.0, abs=1e-5) and same["top1_agreement"] == 1.0
@@ -210,7 +210,7 @@ def test_draft_fitness_same_width(target, draft):
 
 
 def test_draft_fitness_narrower_draft_head(target):
-    from speccomplete.decoder.fitness import draft_fitness
+    from speccomplete.decoder.training.fitness import draft_fitness
 
     narrow = _narrow_draft()
     alpha, p, _ = _alpha_by_definition(target, narrow, FITNESS_IDS)

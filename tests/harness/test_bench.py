@@ -4,24 +4,16 @@ import json
 
 from conftest import tiny_llama
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
-from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
-from speccomplete.harness.bench import Contenders, format_table, report, run_bench, weight_bytes_per_token
-from speccomplete.harness.cases import Case, read_cases, write_cases
+from speccomplete.harness.bench import bench_events, format_table, report, run_bench, weight_bytes_per_token
+from speccomplete.harness.bench_contenders import Contenders
+from speccomplete.harness.cases import Case
 
 
 def _cases():
     text = "def f(x):\n    return x + 1\n\nfn main() {\n    let y = 2;\n}\n"
     return [Case("py-0", "a.py", text, 1, 4), Case("rs-0", "b.rs", text, 4, 4)]
-
-
-def test_cases_round_trip_and_cursor(tmp_path):
-    cases = _cases()
-    write_cases(cases, tmp_path / "c.jsonl")
-    back = read_cases(tmp_path / "c.jsonl")
-    assert [c.__dict__ for c in back] == [c.__dict__ for c in cases]
-    assert back[0].prefix.endswith("    ") and back[0].expected_line == "return x + 1"
-    assert [c.language for c in back] == ["python", "rust"]
 
 
 def test_bench_runs_all_methods_and_reports(tokenizer):
@@ -59,6 +51,22 @@ def test_bench_runs_all_methods_and_reports(tokenizer):
     assert "requests by the fewest CPU threads" in table
 
 
+def test_bench_writes_one_event_per_case_per_method(tokenizer):
+    """`specdec bench --events`: our AR and spec runs of each case, as events sharing one run id."""
+    target = tiny_llama(seed=3)
+    spec = SpeculativeDecoder(target, tokenizer, ModelDrafter(derive_draft(target, [0])), FixedGamma(2))
+    results = run_bench(_cases(), Contenders({"ar": SpeculativeDecoder(target, tokenizer), "spec": spec}),
+                        max_new_tokens=5, max_prompt_tokens=64)
+    events = bench_events(results, target="tiny", draft="layers:0", device="cpu", gamma="2", max_new_tokens=5)
+    assert [(e.case_id, e.draft, e.settings["gamma"]) for e in events] == [
+        ("py-0", "none", "0"), ("py-0", "layers:0", "2"), ("rs-0", "none", "0"), ("rs-0", "layers:0", "2")]
+    assert all(e.source == "bench" and e.text is None for e in events)
+    assert len({e.settings["run"] for e in events}) == 1
+    for event, run in zip(events, [r.runs[m] for r in results for m in ("ar", "spec")]):
+        assert event.generated_tokens == len(run.tokens) and event.accepted == run.stats.accepted
+        json.dumps(event.to_dict())
+
+
 def test_weight_bytes_count_a_tied_head_once(tokenizer):
     tied = tiny_llama(seed=3)
     params = sum(p.numel() for p in tied.parameters()) * 4
@@ -70,10 +78,10 @@ def test_weight_bytes_count_a_tied_head_once(tokenizer):
 def test_full_vocab_head_proposes_what_the_sub_vocab_head_does(tokenizer):
     import torch
 
-    from speccomplete.decoder.trained_draft import build_draft, with_full_vocab_head
+    from speccomplete.decoder.drafts.trained import draft_with_own_layers, with_full_vocab_head
 
     target = tiny_llama(seed=3)
-    sub = build_draft(target, [0], vocab_ids=torch.arange(0, 200, 3))
+    sub = draft_with_own_layers(target, [0], vocab_ids=torch.arange(0, 200, 3))
     wide = with_full_vocab_head(sub)
     assert sub.lm_head is not wide.lm_head and sub.vocab_ids is not None and wide.vocab_ids is None
     ids = torch.randint(3, 200, (1, 30))
@@ -81,60 +89,3 @@ def test_full_vocab_head_proposes_what_the_sub_vocab_head_does(tokenizer):
         narrow, full = sub(ids).logits[0], wide(ids).logits[0]
     assert torch.equal(sub.vocab_ids[narrow.argmax(-1)], full.argmax(-1))
     torch.testing.assert_close(full[:, sub.vocab_ids], narrow)
-
-
-def test_next_line_quality_scores_each_language(tokenizer):
-    from speccomplete.harness.nextline import next_line_quality
-
-    rows = next_line_quality(SpeculativeDecoder(tiny_llama(seed=3), tokenizer), _cases(), max_new_tokens=6)
-    assert set(rows) == {"python", "rust", "OVERALL"}
-    assert rows["OVERALL"]["cases"] == 2
-    for row in rows.values():
-        assert 0 <= row["exact_match"] <= row["similarity"] <= 1  # an exact line has similarity 1
-        assert row["tokens_per_s"] > 0
-
-
-def test_step_costs_report_ratios(tokenizer):
-    from speccomplete.harness.stepcost import step_costs
-
-    row = step_costs(tiny_llama(seed=3), list(range(40)), widths=(1, 3), repeats=3)
-    assert row["verify_3_ratio"] == row["target_3_ms"] / row["target_1_ms"]
-    assert row["c"] == row["draft_1_ms"] / row["target_1_ms"] > 0
-
-
-def test_ablation_rows_each_turn_one_lever(tokenizer):
-    """`specdec bench --ablations`: the rows it builds, each token-identical to AR under greedy."""
-    import argparse
-    import copy
-
-    from speccomplete.decoder.drafts import build_drafter
-    from speccomplete.decoder.gamma import HeuristicGamma
-    from speccomplete.decoder.kernels import pack_linear_weights
-    from speccomplete.cli import _bench_contenders
-
-    target = tiny_llama(seed=4, layers=3)
-    stock = copy.deepcopy(target)
-    args = argparse.Namespace(draft="ngram+none", gamma="heuristic", ablations=True, no_pack=False,
-                              compare_gammas="heuristic,cost", compare_confidences="0.3,0.6",
-                              device="cpu", dtype="auto")
-    product, _ = build_drafter(args.draft, target, tokenizer)
-    other = {"ngram+auto": build_drafter("ngram+auto", target, tokenizer)}  # 'auto' derives layers 0,1 here
-    pack_linear_weights(target, other["ngram+auto"][1])
-    decoder = SpeculativeDecoder(target, tokenizer, product, HeuristicGamma())
-    contenders, doc = _bench_contenders(args, target, tokenizer, decoder, other, stock)
-    ours = contenders.ours
-    assert set(ours) == {"ar", "spec", "spec_draft_ngram+auto", "spec_gamma_cost", "spec_confidence_0.3",
-                         "spec_confidence_0.6", "ar_unpacked", "spec_unpacked", "ar_hf_forward",
-                         "spec_hf_forward"}
-    assert set(doc) == set(ours)
-    from speccomplete.decoder.lean_forward import supports
-    assert supports(ours["ar"].target) and not supports(ours["ar_hf_forward"].target)  # the one lever it turns
-    # the threshold rows pace the lookup-then-model draft, as the γ rows do, and differ only in it
-    assert [ours[f"spec_confidence_{t}"].draft_confidence for t in ("0.3", "0.6")] == [0.3, 0.6]
-    assert ours["spec_confidence_0.3"].drafter.model is not None
-    assert ours["spec_confidence_0.3"].drafter is not ours["spec_confidence_0.6"].drafter  # each its own cache
-    assert ours["spec_gamma_cost"].draft_confidence == 0.0
-    prompt = "def f(x):\n    return x + 1\n\ndef g(x):\n    return"
-    ar = ours["ar"].generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids
-    for name, row in ours.items():
-        assert row.generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids == ar, name

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from speccomplete.harness.cases import read_cases, sample_cases, write_cases
+from speccomplete.harness.cases import Case, read_cases, sample_cases, write_cases
+
+
+def test_cases_round_trip_and_cursor(tmp_path):
+    text = "def f(x):\n    return x + 1\n\nfn main() {\n    let y = 2;\n}\n"
+    cases = [Case("py-0", "a.py", text, 1, 4), Case("rs-0", "b.rs", text, 4, 4)]
+    write_cases(cases, tmp_path / "c.jsonl")
+    back = read_cases(tmp_path / "c.jsonl")
+    assert [c.__dict__ for c in back] == [c.__dict__ for c in cases]
+    assert back[0].prefix.endswith("    ") and back[0].expected_line == "return x + 1"
+    assert [c.language for c in back] == ["python", "rust"]
 
 
 def test_code_and_nl_cases(tmp_path):

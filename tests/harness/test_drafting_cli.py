@@ -7,6 +7,7 @@ import json
 import pytest
 
 from speccomplete.decoder.drafts import build_drafter
+from speccomplete.decoder.drafts.trained import DraftMeta
 from speccomplete.decoder.models import load_model
 from speccomplete.cli import main
 from tests.lsp_support import save_random_model
@@ -42,8 +43,8 @@ def test_corpus_then_finetune_ships_a_loadable_draft(workspace):
                  "--target", str(model), "--layers", "0", "--draft-vocab", "64", "--tokens", "1k",
                  "--batch-size", "2", "--eval-sequences", "1", "--eval-tokens", "32"]) == 0
     assert {"draft.json", "model.safetensors", "README.md"} <= {p.name for p in out.iterdir()}
-    meta = json.loads((out / "draft.json").read_text())
-    assert meta["layers"] == [0] and meta["draft_vocab"] == 64 and meta["tokens_seen"] == 1000 // 128 * 128  # whole steps of 2 x 64, within the budget
+    meta = DraftMeta.read(out)
+    assert meta.layers == [0] and meta.draft_vocab == 64 and meta.tokens_seen == 1000 // 128 * 128  # whole steps of 2 x 64, within the budget
     assert "untrained exp. acc." in (out / "README.md").read_text()  # the card compares with the start
     target, tokenizer = load_model(str(model))
     _, draft = build_drafter(str(out), target, tokenizer)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from collections import Counter
 
 from lsp_support import EXAMPLES, REPO, SERVER_COMMAND, records, save_random_model
 from speccomplete.harness.cases import Case, read_cases, write_cases
-from speccomplete.harness.eval import run_eval, summarize
+from speccomplete.harness.eval import CaseAnswer, run_eval, summarize_answers
+from speccomplete.telemetry.events import CompletionEvent
 
 LANGUAGES = {"python", "c", "cpp", "java", "go", "rust", "javascript", "typescript", "lua", "haskell", "ruby",
              "zig", "elixir", "ocaml"}
@@ -86,5 +88,24 @@ async def test_eval_counts_a_crash_and_restarts_the_server(tmp_path):
     results = await run_eval(cases, options, command=[sys.executable, "-c", CRASHING_SERVER], timeout=120)
     assert [r.status for r in results] == ["ok", "crash", "ok"]
     assert results[2].language == "go" and results[2].request_id, "the restarted server answered"
-    rows = {row["language"]: row for row in summarize(results, [])}
+    rows = {row["language"]: row for row in summarize_answers(results, [])}
     assert rows["all"]["crashes"] == 1 and rows["python"]["crashes"] == 1 and rows["go"]["crashes"] == 0
+
+
+def test_summary_rows_from_events_and_answers():
+    """Latency percentiles interpolate linearly between ranks, as statistics.quantiles(method="inclusive")."""
+    latencies = [12.0, 30.0, 7.0, 101.0, 55.0, 48.0, 9.5]
+    cases = [Case(f"c{i}", "a.py", "x = 1\n", 0, 4) for i in range(len(latencies))]
+    answers = [CaseAnswer(case, "python", "ok", "1", f"r{i}", 1.0) for i, case in enumerate(cases)]
+    answers[-1].status, answers[-1].completion = "timeout", ""
+    events = [CompletionEvent(request_id=f"r{i}", language="python", latency_ms=ms, multiline=i % 2 == 0,
+                              accepted=3, rejected_rounds=1, generated_tokens=5)
+              for i, ms in enumerate(latencies)]
+    python, all_ = summarize_answers(answers, events)
+    assert python == {**all_, "language": "python"}
+    quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
+    assert all_["p50_ms"] == quantiles[49] == 30.0
+    assert abs(all_["p95_ms"] - quantiles[94]) < 1e-9
+    assert all_["p50_multi_ms"] == statistics.median(latencies[::2])
+    assert all_["alpha"] == 21 / 28 and all_["tokens"] == 35
+    assert (all_["cases"], all_["single"], all_["multi"], all_["timeouts"], all_["empty"]) == (7, 3, 4, 1, 0)

@@ -1,17 +1,12 @@
-"""`specdec sweep` and `specdec bench --events` on tiny random models: the expected grid of events."""
-
-import json
+"""`specdec sweep` on a tiny random model: the expected grid of events, and the report over them."""
 
 from conftest import tiny_llama
 from speccomplete.decoder.drafts import ModelDrafter, derive_draft
-from speccomplete.decoder.engine import SpeculativeDecoder
-from speccomplete.decoder.gamma import FixedGamma
-from speccomplete.harness.bench import Contenders, bench_events, run_bench
 from speccomplete.harness.cases import Case
 from speccomplete.harness.sweep import grid_settings, run_sweep
+from speccomplete.telemetry.analysis.read import read_events
+from speccomplete.telemetry.analysis.report import build_report
 from speccomplete.telemetry.log import EventLog
-from speccomplete.telemetry.read import read_events
-from speccomplete.telemetry.report import build_report
 
 TEXT = "def f(x):\n    return x + 1\n\nfn main() {\n    let y = 2;\n}\n"
 CASES = [Case("py-0", "a.py", TEXT, 1, 4), Case("rs-0", "b.rs", TEXT, 4, 4)]
@@ -39,18 +34,3 @@ def test_sweep_writes_the_grid_and_reports_it(tokenizer, tmp_path):
     rq3 = {(r["temperature"], r["gamma"]) for r in data["rq3"]}
     assert rq3 == {(0.0, 1), (0.0, 4), (1.0, 1), (1.0, 4)}
     assert all(r["speedup"] > 0 for r in data["rq3"])
-
-
-def test_bench_writes_one_event_per_case_per_method(tokenizer, tmp_path):
-    target = tiny_llama(seed=3)
-    draft = derive_draft(target, [0])
-    spec = SpeculativeDecoder(target, tokenizer, ModelDrafter(draft), FixedGamma(2))
-    ours = {"ar": SpeculativeDecoder(target, tokenizer), "spec": spec}
-    results = run_bench(CASES, Contenders(ours), max_new_tokens=5, max_prompt_tokens=64)
-    events = bench_events(results, target="tiny", draft="layers:0", device="cpu", gamma="2", max_new_tokens=5)
-    assert [(e.case_id, e.draft, e.settings["gamma"]) for e in events] == [
-        ("py-0", "none", "0"), ("py-0", "layers:0", "2"), ("rs-0", "none", "0"), ("rs-0", "layers:0", "2")]
-    assert all(e.source == "bench" and e.text is None for e in events)
-    for event, run in zip(events, [r.runs[m] for r in results for m in ("ar", "spec")]):
-        assert event.generated_tokens == len(run.tokens) and event.accepted == run.stats.accepted
-        json.dumps(event.to_dict())

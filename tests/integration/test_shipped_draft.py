@@ -10,6 +10,7 @@ import pytest
 
 from conftest import check_stats
 from speccomplete.decoder.drafts import SHIPPED_DRAFTS, build_drafter, default_draft_for, draft_label
+from speccomplete.decoder.drafts.spec import TrainedDraft
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.models import load_model
@@ -30,7 +31,7 @@ def gemma():
 
 def test_auto_resolves_to_the_shipped_draft(gemma):
     target, _ = gemma
-    assert default_draft_for(target) == str(SHIPPED_DRAFTS / "gemma3-270m-code")
+    assert default_draft_for(target) == TrainedDraft(SHIPPED_DRAFTS / "gemma3-270m-code")
     assert draft_label("auto", target) == "gemma3-270m-code"
 
 

@@ -6,6 +6,7 @@ import asyncio
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import pytest_lsp
@@ -65,9 +66,7 @@ def test_tcp_listens_on_localhost_only():
         port = probe.getsockname()[1]
     server = subprocess.Popen([*SERVER_COMMAND, "--tcp", "--port", str(port)], stderr=subprocess.PIPE)
     try:
-        asyncio.run(_initialize_over_tcp(port))
-        listening = [line.split()[1] for line in open("/proc/net/tcp").read().splitlines()[1:]
-                     if line.split()[3] == "0A"]  # state LISTEN
+        listening = asyncio.run(_listening_while_connected(port))
         assert f"0100007F:{port:04X}" in listening
         assert f"00000000:{port:04X}" not in listening
     finally:
@@ -75,7 +74,8 @@ def test_tcp_listens_on_localhost_only():
         server.wait()
 
 
-async def _initialize_over_tcp(port: int) -> None:
+async def _listening_while_connected(port: int) -> list[str]:
+    """The local addresses in state LISTEN, read while a client is initialized (the server exits after `exit`)."""
     client = PlainClient("tcp-test", "0")
     for _ in range(100):  # the server needs a few seconds to import torch
         try:
@@ -86,6 +86,9 @@ async def _initialize_over_tcp(port: int) -> None:
     result = await asyncio.wait_for(client.initialize_async(types.InitializeParams(
         capabilities=types.ClientCapabilities(), initialization_options={"target": "/nonexistent"})), 60)
     assert result.capabilities.inline_completion_provider is not None
+    table = await asyncio.to_thread(Path("/proc/net/tcp").read_text)
+    listening = [line.split()[1] for line in table.splitlines()[1:] if line.split()[3] == "0A"]  # state LISTEN
     await client.shutdown_async(None)
     client.exit(None)
     await client.stop()
+    return listening

@@ -1,0 +1,59 @@
+"""What the decoder asks of a drafter (`Drafter`) and what a drafter answers (`Proposal`).
+
+The drafters subclass `Drafter` for its defaults: `attach` does nothing, `lookup_tokens` is 0 and
+`drafts_on_the_target` is False unless a drafter says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+if TYPE_CHECKING:
+    from ..sampling import SamplingParams
+    from ..target_steps import EagerTarget, FixedShapeTarget
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]
+    q: torch.Tensor | None  # [len(tokens), V] draft probabilities; None for greedy or deterministic drafts
+    lookup: bool = False  # copied from the context, not drafted by a model: says nothing about the γ to draft
+    # [len(tokens) + 1, hidden]: the target's own final hidden states at the last committed token
+    # and each draft, already in its cache (SelfDrafter); the verify is then only its head over them
+    hidden: torch.Tensor | None = None
+
+
+class Drafter(Protocol):
+    """Proposes the next few tokens for the target to verify (decoder/engine.py runs the rounds)."""
+
+    # The most tokens one round proposes whatever γ says (a prompt lookup's copy); 0 where γ
+    # bounds every proposal. The target's steps are sized for the rows a round feeds (engine.round_rows).
+    lookup_tokens: int = 0
+
+    @property
+    def drafts_on_the_target(self) -> bool:
+        """Whether drafting runs the target's own steps (SelfDrafter, alone or behind the lookup):
+        those steps must then keep the hidden states the verify reads."""
+        return False
+
+    def attach(self, steps: EagerTarget | FixedShapeTarget) -> None:
+        """Called once by the decoder with the target's steps (decoder/target_steps.py), which a
+        drafter that runs the target itself drafts on."""
+        return None
+
+    def reset(self, prompt: list[int], reused: int = 0) -> None:
+        """Start a request; the first `reused` prompt tokens are those the last request began with."""
+        ...
+
+    def propose(self, committed: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None,
+                min_confidence: float = 0.0) -> Proposal:
+        """Up to `gamma` drafts (up to `lookup_tokens` for a copy) after `committed`; a model draft
+        stops early where its own top probability is under `min_confidence`."""
+        ...
+
+    def rollback(self, valid: int) -> None:
+        """Forget what the drafter holds from position `valid` on (drafts the target rejected)."""
+        ...

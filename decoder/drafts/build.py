@@ -1,0 +1,105 @@
+"""Drafters from draft specs (drafts/spec.py), resolved against the target they draft for."""
+
+from __future__ import annotations
+
+import logging
+
+from ..models import VocabularyMismatchError, check_same_vocabulary, load_model
+from .base import Drafter
+from .derived import derive_draft
+from .hybrid import HybridDrafter
+from .model import ModelDrafter
+from .ngram import NgramDrafter
+from .self_draft import SelfDrafter
+from .spec import (
+    AutoDraft,
+    DraftSpec,
+    HybridDraft,
+    LayersDraft,
+    ModelDraftSpec,
+    NgramDraft,
+    NoDraft,
+    SelfDraft,
+    TrainedDraft,
+    parse_draft_spec,
+)
+from .trained import SHIPPED_DRAFTS, DraftLoadError, check_target, draft_vocabulary, load_draft
+
+log = logging.getLogger(__name__)
+
+
+def default_draft_for(target) -> TrainedDraft | LayersDraft:
+    """What 'auto' is for `target`: the shipped trained draft made for a target of this shape, else its first two layers."""
+    for folder in sorted(SHIPPED_DRAFTS.glob("*/")):
+        try:
+            check_target(folder, target)
+            return TrainedDraft(folder)
+        except DraftLoadError:
+            continue
+    return LayersDraft((0, 1))
+
+
+def draft_label(spec: str | DraftSpec, target) -> str:
+    """What telemetry calls a draft: 'auto' resolved for this target, a trained-draft folder by its name."""
+    spec = parse_draft_spec(spec) if isinstance(spec, str) else spec
+    if isinstance(spec, HybridDraft):
+        return "ngram+" + draft_label(spec.model, target)
+    if isinstance(spec, AutoDraft):
+        spec = default_draft_for(target)
+    return spec.folder.name if isinstance(spec, TrainedDraft) else str(spec)
+
+
+def build_drafter(spec: str | DraftSpec, target, tokenizer, device: str = "auto", dtype: str = "auto"
+                  ) -> tuple[Drafter | None, object | None]:
+    """The drafter for a spec (a string is parsed first), or None for 'none'; and the draft model it
+    runs, or None for drafts without one of their own (that model is what HF assisted generation needs)."""
+    spec = parse_draft_spec(spec) if isinstance(spec, str) else spec
+    if isinstance(spec, NgramDraft):
+        return NgramDrafter(), None
+    if isinstance(spec, HybridDraft):
+        inner = spec.model
+        if isinstance(inner, SelfDraft) and inner.folder is None:  # the default draft: it stays usable with any target
+            shipped = default_draft_for(target)
+            if isinstance(shipped, TrainedDraft):
+                inner = SelfDraft(shipped.folder)
+            else:
+                log.info("no trained draft ships for this target to cut its head to: ngram+self is the lookup alone")
+                inner = NoDraft()
+        drafter, draft = _model_drafter(inner, target, tokenizer, device, dtype)
+        return HybridDrafter(drafter), draft
+    return _model_drafter(spec, target, tokenizer, device, dtype)
+
+
+def _model_drafter(spec: ModelDraftSpec, target, tokenizer, device: str, dtype: str
+                   ) -> tuple[ModelDrafter | SelfDrafter | None, object | None]:
+    if isinstance(spec, AutoDraft):
+        spec = default_draft_for(target)
+    if isinstance(spec, NoDraft):
+        return None, None
+    if isinstance(spec, TrainedDraft):
+        draft = load_draft(spec.folder, target)
+        return ModelDrafter(draft), draft
+    if isinstance(spec, SelfDraft):
+        folder = spec.folder
+        if folder is None:
+            shipped = default_draft_for(target)
+            if not isinstance(shipped, TrainedDraft):
+                raise DraftLoadError(f"draft spec {str(spec)!r}: no trained draft ships for this target to take a "
+                                     "reduced vocabulary from; name one as self:FOLDER")
+            folder = shipped.folder
+        vocab_ids = draft_vocabulary(folder, target)
+        texts = tokenizer.batch_decode([[i] for i in vocab_ids.tolist()])
+        line_ends = {i for i, text in zip(vocab_ids.tolist(), texts) if "\n" in text}
+        return SelfDrafter(target, vocab_ids, line_ends), None
+    if isinstance(spec, LayersDraft):
+        draft = derive_draft(target, list(spec.layers))
+        return ModelDrafter(draft), draft
+    draft, draft_tokenizer = load_model(spec.model, device=device, dtype=dtype)
+    check_same_vocabulary(tokenizer, draft_tokenizer)
+    rows = draft.get_input_embeddings().num_embeddings
+    if rows < len(tokenizer):
+        raise VocabularyMismatchError(
+            f"draft {spec.model!r} embeds {rows} tokens but the vocabulary has {len(tokenizer)}; "
+            "it could not read every token the target writes"
+        )
+    return ModelDrafter(draft), draft

@@ -1,0 +1,73 @@
+"""Prompt lookup first, a model draft only where the context has no match."""
+
+from __future__ import annotations
+
+from .base import Drafter, Proposal
+from .model import ModelDrafter
+from .ngram import NgramDrafter
+from .self_draft import SelfDrafter
+
+
+class HybridDrafter(Drafter):
+    """Prompt lookup where the context repeats itself (free, often long), the model draft elsewhere.
+
+    The lookup needs a match of `min_ngram` tokens, so one common token does not trigger it. How
+    much it copies adapts, apart from the model's γ: +2 after a fully accepted copy, else one
+    more than was accepted. Long copies pay where code repeats itself, and a copy that keeps
+    missing shrinks to one token, whose verify costs about a plain step. With no model
+    (`ngram+none`) a round without a match drafts nothing: a plain target step. Behind a
+    SelfDrafter, the lookup is asked again after each of its drafts, and a copy ends that round.
+    """
+
+    def __init__(self, model: ModelDrafter | SelfDrafter | None, lookup_tokens: int = 16, min_ngram: int = 2,
+                 max_ngram: int = 4):
+        self.model = model
+        self.lookup = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
+        self.lookup_tokens = lookup_tokens  # the most one copy proposes
+        self.span = lookup_tokens // 2  # what the next copy proposes
+        self._copied: tuple[int, int] | None = None  # (committed length, tokens) of the last copy
+
+    @property
+    def drafts_on_the_target(self) -> bool:
+        return self.model is not None and self.model.drafts_on_the_target
+
+    def attach(self, steps) -> None:
+        if self.model is not None:
+            self.model.attach(steps)
+
+    def reset(self, prompt: list[int], reused: int = 0) -> None:
+        # A request starts from the middle span: the last one's may have grown on text of another kind.
+        self.span, self._copied = self.lookup_tokens // 2, None
+        if self.model is not None:
+            self.model.reset(prompt, reused)
+
+    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0) -> Proposal:
+        found = self.lookup.propose(committed, self.span, params, generator)
+        if found.tokens:
+            self._copied = (len(committed), len(found.tokens))
+            return Proposal(found.tokens, None, lookup=True)
+        self._copied = None
+        if self.model is None:
+            return Proposal([], None)
+        if isinstance(self.model, SelfDrafter):  # a round of the target's own drafts ends in a copy where one matches
+            return self.model.propose(committed, gamma, params, generator, min_confidence,
+                                      lookup=lambda drafts: self._copy(committed, drafts, params, generator))
+        return self.model.propose(committed, gamma, params, generator, min_confidence)
+
+    def _copy(self, committed, drafts, params, generator) -> list[int]:
+        """A lookup after `drafts`, within one round's rows (lookup_tokens in all)."""
+        room = min(self.span, self.lookup_tokens - len(drafts))
+        found = self.lookup.propose(committed + drafts, room, params, generator) if room > 0 else Proposal([], None)
+        if found.tokens:
+            self._copied = (len(committed) + len(drafts), len(found.tokens))
+        return found.tokens
+
+    def rollback(self, valid: int) -> None:
+        if self._copied is not None:
+            start, copied = self._copied
+            accepted = valid - start
+            if accepted >= 0:  # else a draft before the copy was rejected: the copy was not tried
+                self.span = min(self.span + 2, self.lookup_tokens) if accepted == copied else accepted + 1
+            self._copied = None
+        if self.model is not None:
+            self.model.rollback(valid)

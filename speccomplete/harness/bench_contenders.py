@@ -1,0 +1,95 @@
+"""Which decoders `specdec bench` times: our AR baseline and the product's decoder, the drafts
+compared beside it, and with --ablations one decoder per lever turned off or swapped."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from speccomplete.decoder.engine import SpeculativeDecoder
+
+# The drafters the ablation rows compare with the product's: lookup only, lookup then the target's
+# own draft (reduced head), lookup then the trained draft, the trained draft only.
+ABLATION_DRAFTS = ("ngram+none", "ngram+self", "ngram+auto", "auto")
+
+
+@dataclass
+class Contenders:
+    """Our decoders by method name ("ar" and "spec" required), and HF's models (None: skip HF)."""
+
+    ours: dict[str, SpeculativeDecoder]
+    hf_target: object | None = None
+    hf_draft: object | None = None  # full-vocabulary draft for HF assisted; None: no assisted column
+
+
+def build_contenders(args: argparse.Namespace, target, tokenizer, decoder: SpeculativeDecoder, other_drafts: dict,
+                     stock) -> tuple[Contenders, dict[str, str]]:
+    """Our AR and product decoder, and with --ablations one decoder per lever turned off or swapped;
+    with what each row is, by method name.
+
+    `other_drafts` maps a draft spec to its (drafter, draft model), built on `target`; `stock` is
+    the target as HF users run it (plain weights, HF's forward), needed for the unpacked and
+    HF-forward rows.
+    """
+    import copy
+
+    from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, build_drafter
+    from speccomplete.decoder.gamma import parse_gamma_policy
+    from speccomplete.decoder.kernels import pack_linear_weights
+    from speccomplete.decoder.lean_forward import keep_hf_forward
+
+    packed = "oneDNN-packed" if not args.no_pack else "plain"
+    steps = decoder.steps  # every decoder on the target runs on the product's cache (and compiled graphs)
+    ours = {"ar": SpeculativeDecoder(target, tokenizer, steps=steps), "spec": decoder}
+    doc = {"ar": f"our AR baseline: same engine, {packed} weights, same target steps and cache, γ=0",
+           "spec": f"our speculative decoder: draft {args.draft}, γ {args.gamma}, {packed} weights"}
+    for spec, (drafter, _) in other_drafts.items():
+        ours[f"spec_draft_{spec}"] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(args.gamma),
+                                                        steps=steps)
+        doc[f"spec_draft_{spec}"] = f"draft {spec} instead of {args.draft}"
+    if not args.ablations:
+        return Contenders(ours), doc
+
+    def same_drafter(drafter):  # a drafter of its own (drafters hold a cache) over the same draft model
+        if isinstance(drafter, HybridDrafter):
+            return HybridDrafter(drafter.model and same_drafter(drafter.model))
+        if isinstance(drafter, SelfDrafter):
+            return copy.copy(drafter)  # shares the cut head; its decoder attaches it to the target's steps
+        return ModelDrafter(drafter.model) if isinstance(drafter, ModelDrafter) else type(drafter)()
+
+    def lever_off(name: str, model, lever: str):
+        """AR, and the product's draft, on `model`: the rows with one lever off. Returns the draft model."""
+        drafter, draft_model = build_drafter(args.draft, model, tokenizer, device=args.device, dtype=args.dtype)
+        ours[f"ar_{name}"] = SpeculativeDecoder(model, tokenizer)
+        doc[f"ar_{name}"] = f"lever off: {lever} (AR)"
+        if drafter is not None:
+            ours[f"spec_{name}"] = SpeculativeDecoder(model, tokenizer, drafter, parse_gamma_policy(args.gamma))
+            doc[f"spec_{name}"] = f"lever off: {lever} (speculative)"
+        return draft_model
+
+    # γ only paces a model draft: the rows use the product's, or else the lookup-then-model draft's
+    drafter, spec = decoder.drafter, args.draft
+    if drafter is None or getattr(drafter, "model", True) is None:
+        spec = "ngram+auto"
+        drafter = other_drafts[spec][0] if spec in other_drafts else None
+
+    def paced(name: str, gamma: str, what: str, confidence: float = 0.0):
+        """A row on that draft with its own pacing: a γ policy, and where drafting stops."""
+        ours[name] = SpeculativeDecoder(target, tokenizer, same_drafter(drafter), parse_gamma_policy(gamma),
+                                        draft_confidence=confidence, steps=steps)
+        doc[name] = f"draft {spec}, {what}"
+
+    if drafter is not None:
+        for gamma in [g for g in args.compare_gammas.split(",") if g and g != args.gamma]:
+            paced(f"spec_gamma_{gamma}", gamma, f"γ policy {gamma} instead of {args.gamma}")
+        for threshold in [float(t) for t in args.compare_confidences.split(",") if t]:
+            paced(f"spec_confidence_{threshold:g}", args.gamma, f"γ policy {args.gamma}, and drafting stops where "
+                  f"the draft's top probability is under {threshold:g}", confidence=threshold)
+    if not args.no_pack:
+        # a second packed copy, built from plain weights like the product
+        hf_forward = copy.deepcopy(stock)
+        draft_model = lever_off("hf_forward", hf_forward, "our forward (decoder/lean_forward.py), HF's instead")
+        pack_linear_weights(hf_forward, draft_model)
+        keep_hf_forward(hf_forward)
+        lever_off("unpacked", stock, "packed weights, on the stock nn.Linear / MKL path")
+    return Contenders(ours), doc

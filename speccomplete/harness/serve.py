@@ -1,0 +1,19 @@
+"""`specdec serve`: the language server, as editors start it."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("serve", help="run the language server (stdio unless --tcp)")
+    p.add_argument("--tcp", action="store_true", help="listen on 127.0.0.1 instead of stdio")
+    p.add_argument("--port", type=int, default=2087)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from speccomplete.server.lsp import serve
+
+    serve(tcp=args.tcp, port=args.port)
+    return 0

@@ -1,0 +1,87 @@
+"""The report's PNG plots: α̂ and speedup by language, and the RQ3 γ sweep (speedup heatmap, bursts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .queries import RQ3_GAMMAS
+from .read import LONG_BURST
+
+
+def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups: dict, max_configs: int) -> list[str]:
+    """Write the PNGs into `out`; return their file names."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    group_of = {lang: g for g, members in groups.items() for lang in members}
+    order = [lang for members in groups.values() for lang in members]
+    spec = langs[~langs.is_ar]
+    configs = list(spec.groupby("config").n.sum().sort_values(ascending=False).index[:max_configs])
+    for column, ylabel, name in (("alpha", "per-token acceptance α̂", "alpha_by_language.png"),
+                                 ("speedup", "speedup vs AR", "speedup_by_language.png")):
+        data = spec[spec.config.isin(configs) & spec[column].notna()]
+        if data.empty:
+            continue
+        languages = sorted(set(data.language), key=lambda x: (order.index(x) if x in order else len(order), x))
+        fig, ax = plt.subplots(figsize=(min(16, max(6, 0.35 * len(languages) * len(configs))), 4.5))
+        width = 0.8 / len(configs)
+        for i, config in enumerate(configs):
+            rows = data[data.config == config].set_index("language").reindex(languages)
+            ax.bar(np.arange(len(languages)) + i * width - 0.4 + width / 2, rows[column], width, label=config)
+        ax.set_xticks(np.arange(len(languages)))
+        ax.set_xticklabels([f"{lang}\n({group_of.get(lang, '-')})" for lang in languages], fontsize=8)
+        ax.set_ylabel(ylabel)
+        if column == "speedup":
+            ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.legend(fontsize=7)
+        ax.set_title(f"{ylabel} by language")
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        written.append(name)
+
+    sweep = rq3_table[rq3_table.speedup.notna() & rq3_table.temperature.notna()]
+    if not sweep.empty:
+        drafts = sorted(sweep.draft.unique())
+        fig, axes = plt.subplots(1, len(drafts), figsize=(5.5 * len(drafts), 4), squeeze=False)
+        for ax, draft in zip(axes[0], drafts):
+            grid = sweep[sweep.draft == draft].pivot_table(index="temperature", columns="gamma", values="speedup")
+            image = ax.imshow(grid.to_numpy(), cmap="viridis", aspect="auto", origin="lower")
+            ax.set_xticks(range(len(grid.columns)), [str(g) for g in grid.columns])
+            ax.set_yticks(range(len(grid.index)), [f"{t:g}" for t in grid.index])
+            for (i, j), value in np.ndenumerate(grid.to_numpy()):
+                if np.isfinite(value):
+                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=8)
+            ax.set_xlabel("γ")
+            ax.set_ylabel("temperature")
+            ax.set_title(f"speedup vs AR, draft {draft}")
+            fig.colorbar(image, ax=ax)
+        fig.tight_layout()
+        fig.savefig(out / "rq3_speedup_heatmap.png", dpi=110)
+        plt.close(fig)
+        written.append("rq3_speedup_heatmap.png")
+
+    bursts = rq3_table[rq3_table.mean_burst.notna()]
+    if not bursts.empty:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+        for (draft, temperature), rows in bursts.groupby(["draft", "temperature"], dropna=False):
+            rows = rows.sort_values("gamma")
+            label = f"{draft} T={temperature:g}" if pd.notna(temperature) else draft
+            left.plot(rows.gamma, rows.mean_burst, marker="o", label=label)
+            right.plot(rows.gamma, rows.p_burst_gt10, marker="o", label=label)
+        for ax, ylabel in ((left, "accepted tokens per round"), (right, f"P(burst > {LONG_BURST})")):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(RQ3_GAMMAS, [str(g) for g in RQ3_GAMMAS])
+            ax.set_xlabel("γ")
+            ax.set_ylabel(ylabel)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "rq3_bursts.png", dpi=110)
+        plt.close(fig)
+        written.append("rq3_bursts.png")
+    return written

@@ -1,0 +1,185 @@
+"""The report's aggregations over the `events` table of read.connect: per-language rows, the
+per-case sums the bootstrap resamples, and the pooled RQ1 / RQ3 rows.
+
+DuckDB sums the counts; the ratios and percentiles made of those sums are speccomplete.metrics's
+(α̂, τ, latency percentiles), applied per row in Python: one row per configuration and language.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from speccomplete.metrics import acceptance_rate, mean_accepted_length, percentile
+
+from .groups import NATURAL_LANGUAGE
+
+MAX_BLOCKS = 2000  # above this many cases in a language, cases are resampled in hashed blocks
+RQ3_GAMMAS = (1, 2, 4, 8, 16, 32)
+# The event fields the report reads (read.connect adds the ones every query needs).
+REPORT_COLUMNS = ["language", "generated_tokens", "accepted", "rejected_rounds", "total_ms", "latency_ms",
+                  "target", "device"]
+
+# A configuration is (target, draft, γ policy, temperature); CONFIG_LABEL names one in tables and plots.
+CONFIG = "target, draft, gamma, temperature"
+CONFIG_LABEL = ("concat_ws(' ', coalesce(draft, '?'), 'γ=' || gamma, "
+                "'T=' || coalesce(CAST(temperature AS VARCHAR), '-'), '[' || coalesce(target, '?') || ']')")
+# End-to-end latency where the producer measured it, else the decoder's time.
+LATENCY = "coalesce(nullif(latency_ms, 0), total_ms)"
+
+
+def prepare(con) -> None:
+    """Tables `units` (per config, language, case: sums paired with that case's AR sums) and `blocks`."""
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE cases AS
+        SELECT {CONFIG}, {CONFIG_LABEL} AS config, device, max_new_tokens, coalesce(is_ar, false) AS is_ar,
+               language, unit, run, count(*) AS n, sum(accepted) AS acc, sum(rejected_rounds) AS rej,
+               sum(generated_tokens) AS tokens, sum(total_ms) AS ms
+        FROM events GROUP BY ALL
+    """)
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE units AS
+        WITH ar AS (
+            SELECT target, device, temperature, max_new_tokens, unit, run, sum(tokens) AS ar_tokens, sum(ms) AS ar_ms
+            FROM cases WHERE is_ar GROUP BY ALL
+        )
+        SELECT c.config, any_value(c.is_ar) AS is_ar, c.language, c.unit,
+               sum(c.acc) AS acc, sum(c.rej) AS rej,
+               sum(CASE WHEN ar.unit IS NOT NULL THEN c.tokens ELSE 0 END) AS sp_tokens,
+               sum(CASE WHEN ar.unit IS NOT NULL THEN c.ms ELSE 0 END) AS sp_ms,
+               coalesce(sum(ar.ar_tokens), 0) AS ar_tokens, coalesce(sum(ar.ar_ms), 0) AS ar_ms,
+               bool_or(ar.unit IS NOT NULL) AS paired
+        FROM cases c LEFT JOIN ar
+          ON NOT c.is_ar AND ar.unit = c.unit AND ar.target IS NOT DISTINCT FROM c.target
+         AND ar.device IS NOT DISTINCT FROM c.device AND ar.temperature IS NOT DISTINCT FROM c.temperature
+         AND ar.max_new_tokens IS NOT DISTINCT FROM c.max_new_tokens
+         AND ar.run IS NOT DISTINCT FROM c.run  -- a harness run times spec and AR together; pair within it
+        GROUP BY c.config, c.language, c.unit
+    """)
+    # Resampling units: cases, or MAX_BLOCKS hashed blocks of cases in a language that has more.
+    # Blocks are named by case, not by position, so configurations over the same cases get the
+    # same bootstrap weights (paired differences).
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE blocks AS
+        WITH sizes AS (SELECT language, count(DISTINCT unit) AS n_units FROM units GROUP BY language)
+        SELECT config, language,
+               CASE WHEN n_units <= {MAX_BLOCKS} THEN unit ELSE CAST(hash(unit) % {MAX_BLOCKS} AS VARCHAR) END AS block,
+               sum(acc) AS acc, sum(rej) AS rej, sum(sp_tokens) AS sp_tokens, sum(sp_ms) AS sp_ms,
+               sum(ar_tokens) AS ar_tokens, sum(ar_ms) AS ar_ms
+        FROM units JOIN sizes USING (language) GROUP BY ALL
+    """)
+
+
+def language_table(con) -> pd.DataFrame:
+    """One row per configuration and language: counts, α̂, τ, tokens/s, latency percentiles,
+    user acceptance and paired speedup. Needs `prepare`."""
+    rows = con.execute(f"""
+        SELECT {CONFIG}, {CONFIG_LABEL} AS config, bool_or(coalesce(is_ar, false)) AS is_ar, language,
+               count(*) AS n, count(DISTINCT unit) AS cases,
+               sum(accepted) AS accepted, sum(rejected_rounds) AS rejected_rounds, sum(burst_rounds) AS drafting_rounds,
+               sum(long_bursts) AS long_bursts, sum(generated_tokens) AS generated_tokens, sum(total_ms) AS total_ms,
+               count(*) FILTER (WHERE outcome IN ('accepted', 'partial')) AS user_accepted,
+               count(*) FILTER (WHERE outcome IN ('shown', 'accepted', 'partial', 'rejected')) AS user_shown,
+               count(*) FILTER (WHERE has_feedback) AS with_feedback
+        FROM events GROUP BY ALL ORDER BY config, language
+    """).df()
+    # Sorted in DuckDB, so metrics.percentile's sort is one linear pass over each group.
+    latencies = con.execute(f"""
+        SELECT {CONFIG_LABEL} AS config, language,
+               list({LATENCY} ORDER BY {LATENCY}) FILTER (WHERE {LATENCY} IS NOT NULL)
+        FROM events GROUP BY ALL
+    """).fetchall()
+    latency = pd.DataFrame(
+        [(config, language, percentile(values or [], 50), percentile(values or [], 95))
+         for config, language, values in latencies],
+        columns=["config", "language", "latency_p50_ms", "latency_p95_ms"],
+    ).astype({"latency_p50_ms": float, "latency_p95_ms": float})
+    paired = con.execute("""
+        SELECT config, language, count(*) FILTER (WHERE paired) AS paired_cases,
+               sum(sp_tokens) AS sp_tokens, sum(sp_ms) AS sp_ms, sum(ar_tokens) AS ar_tokens, sum(ar_ms) AS ar_ms
+        FROM units GROUP BY ALL
+    """).df()
+    latency_at = rows.columns.get_loc("total_ms") + 1
+    df = rows.merge(latency, on=["config", "language"], how="left")
+    df = df[[*rows.columns[:latency_at], "latency_p50_ms", "latency_p95_ms", *rows.columns[latency_at:]]]
+    df = df.merge(paired, on=["config", "language"], how="left")
+    df["alpha"] = per_row(acceptance_rate, df.accepted, df.rejected_rounds)
+    df["mean_accepted"] = per_row(mean_accepted_length, df.accepted, df.drafting_rounds)
+    df["p_burst_gt10"] = ratio(df.long_bursts, df.drafting_rounds)
+    df["tokens_per_s"] = ratio(1000 * df.generated_tokens, df.total_ms)
+    df["user_acceptance"] = ratio(df.user_accepted, df.user_shown).where(df.with_feedback > 0)
+    df["speedup"] = speedup(df.sp_tokens, df.sp_ms, df.ar_tokens, df.ar_ms).where(~df.is_ar)
+    return df
+
+
+def pooled(con, where: str, by: dict[str, str]) -> pd.DataFrame:
+    """α̂, burst stats, tokens/s and paired speedup pooled over the events matching `where`, grouped
+    by `by` (column name -> SQL expression). Needs `prepare`."""
+    keys = list(by)
+    select = ", ".join(f"{expr} AS {name}" for name, expr in by.items())
+    stats = con.execute(f"""
+        SELECT {select}, count(*) AS n, sum(accepted) AS accepted, sum(rejected_rounds) AS rejected_rounds,
+               sum(burst_rounds) AS drafting_rounds, sum(long_bursts) AS long_bursts,
+               sum(generated_tokens) AS generated_tokens, sum(total_ms) AS total_ms
+        FROM events WHERE NOT coalesce(is_ar, false) AND ({where}) GROUP BY ALL ORDER BY ALL
+    """).df()
+    paired = con.execute(f"""
+        SELECT {select}, sum(sp_tokens) AS sp_tokens, sum(sp_ms) AS sp_ms, sum(ar_tokens) AS ar_tokens,
+               sum(ar_ms) AS ar_ms, count(*) FILTER (WHERE paired) AS paired_cases
+        FROM units u JOIN (SELECT DISTINCT {CONFIG_LABEL} AS config, {CONFIG} FROM events) USING (config)
+        WHERE NOT u.is_ar AND ({where}) GROUP BY ALL
+    """).df()
+    df = stats.merge(paired, on=keys, how="left")
+    df["alpha"] = per_row(acceptance_rate, df.accepted, df.rejected_rounds)
+    df["mean_burst"] = per_row(mean_accepted_length, df.accepted, df.drafting_rounds)
+    df["p_burst_gt10"] = ratio(df.long_bursts, df.drafting_rounds)
+    df["tokens_per_s"] = ratio(1000 * df.generated_tokens, df.total_ms)
+    df["speedup"] = speedup(df.sp_tokens, df.sp_ms, df.ar_tokens, df.ar_ms)
+    return df
+
+
+def rq1(con, pair: tuple[str, str]) -> pd.DataFrame:
+    """Base vs tuned draft on code and on natural language, per (target, γ, T)."""
+    drafts = ", ".join(f"'{d}'" for d in (_sql_text(pair[0]), _sql_text(pair[1])))
+    domain = f"CASE WHEN language = '{NATURAL_LANGUAGE}' THEN 'natural language' ELSE 'code' END"
+    df = pooled(con, f"draft IN ({drafts})", {"target": "target", "gamma": "gamma", "temperature": "temperature",
+                                               "draft": "draft", "domain": domain})
+    df["role"] = np.where(df.draft == pair[0], "base", "tuned")
+    return df
+
+
+def rq3(con, by_language: bool = False) -> pd.DataFrame:
+    """The fixed-γ sweep: burst length, P(burst > 10), acceptance and speedup per (draft, T, γ)."""
+    gammas = ", ".join(f"'{g}'" for g in RQ3_GAMMAS)
+    by = {"target": "target", "draft": "draft", "temperature": "temperature", "gamma": "CAST(gamma AS INTEGER)"}
+    if by_language:
+        by["language"] = "language"
+    return pooled(con, f"gamma IN ({gammas})", by)
+
+
+def per_row(formula: Callable[..., float | None], *columns: Iterable) -> pd.Series:
+    """A speccomplete.metrics formula applied to each row's sums; its None (nothing to divide) is NaN."""
+    return pd.Series([formula(*values) for values in zip(*columns)], dtype=float)
+
+
+def ratio(num, den) -> pd.Series:
+    """num / den, NaN where den is not positive."""
+    num = np.asarray(num, dtype=float)
+    den = np.asarray(den, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = num / den
+    return pd.Series(np.where(den > 0, out, np.nan))
+
+
+def speedup(sp_tokens, sp_ms, ar_tokens, ar_ms) -> pd.Series:
+    """(spec tokens/s) / (AR tokens/s), NaN where either side is missing."""
+    sp = np.asarray(sp_tokens, dtype=float) / np.where(np.asarray(sp_ms, float) > 0, sp_ms, np.nan)
+    ar = np.asarray(ar_tokens, dtype=float) / np.where(np.asarray(ar_ms, float) > 0, ar_ms, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return pd.Series(np.where(ar > 0, sp / ar, np.nan))
+
+
+def _sql_text(value: str) -> str:
+    return value.replace("'", "''")

@@ -1,0 +1,53 @@
+"""`specdec bench --ablations`: the rows it builds, each one lever turned off or swapped."""
+
+import argparse
+import copy
+
+from conftest import tiny_llama
+from speccomplete.decoder.drafts import build_drafter
+from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.gamma import HeuristicGamma
+from speccomplete.decoder.kernels import pack_linear_weights
+from speccomplete.decoder.lean_forward import supports
+from speccomplete.harness.bench_contenders import build_contenders
+
+
+def test_ablation_rows_each_turn_one_lever(tokenizer):
+    """Each row is token-identical to AR under greedy."""
+    target = tiny_llama(seed=4, layers=3)
+    stock = copy.deepcopy(target)
+    args = argparse.Namespace(draft="ngram+none", gamma="heuristic", ablations=True, no_pack=False,
+                              compare_gammas="heuristic,cost", compare_confidences="0.3,0.6",
+                              device="cpu", dtype="auto")
+    product, _ = build_drafter(args.draft, target, tokenizer)
+    other = {"ngram+auto": build_drafter("ngram+auto", target, tokenizer)}  # 'auto' derives layers 0,1 here
+    pack_linear_weights(target, other["ngram+auto"][1])
+    decoder = SpeculativeDecoder(target, tokenizer, product, HeuristicGamma())
+    contenders, doc = build_contenders(args, target, tokenizer, decoder, other, stock)
+    ours = contenders.ours
+    assert set(ours) == {"ar", "spec", "spec_draft_ngram+auto", "spec_gamma_cost", "spec_confidence_0.3",
+                         "spec_confidence_0.6", "ar_unpacked", "spec_unpacked", "ar_hf_forward",
+                         "spec_hf_forward"}
+    assert set(doc) == set(ours)
+    assert supports(ours["ar"].target) and not supports(ours["ar_hf_forward"].target)  # the one lever it turns
+    # the threshold rows pace the lookup-then-model draft, as the γ rows do, and differ only in it
+    assert [ours[f"spec_confidence_{t}"].draft_confidence for t in ("0.3", "0.6")] == [0.3, 0.6]
+    assert ours["spec_confidence_0.3"].drafter.model is not None
+    assert ours["spec_confidence_0.3"].drafter is not ours["spec_confidence_0.6"].drafter  # each its own cache
+    assert ours["spec_gamma_cost"].draft_confidence == 0.0
+    prompt = "def f(x):\n    return x + 1\n\ndef g(x):\n    return"
+    ar = ours["ar"].generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids
+    for name, row in ours.items():
+        assert row.generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids == ar, name
+
+
+def test_without_ablations_only_the_compared_drafts(tokenizer):
+    target = tiny_llama(seed=4)
+    args = argparse.Namespace(draft="ngram+none", gamma="heuristic", ablations=False, no_pack=True)
+    product, _ = build_drafter(args.draft, target, tokenizer)
+    other = {"ngram+auto": build_drafter("ngram+auto", target, tokenizer)}
+    decoder = SpeculativeDecoder(target, tokenizer, product, HeuristicGamma())
+    contenders, doc = build_contenders(args, target, tokenizer, decoder, other, None)
+    assert set(contenders.ours) == set(doc) == {"ar", "spec", "spec_draft_ngram+auto"}
+    assert contenders.ours["spec"] is decoder and contenders.hf_target is None
+    assert "plain weights" in doc["spec"]

@@ -1,0 +1,61 @@
+"""Reading event files back: globs, directories and rotated siblings, torn lines, outcomes joined."""
+
+import pytest
+
+from speccomplete.telemetry.analysis.read import UnreadableLineWarning, connect, expand_paths, read_events
+from speccomplete.telemetry.events import CompletionEvent
+from speccomplete.telemetry.log import EventLog
+
+
+def _event(**fields) -> CompletionEvent:
+    return CompletionEvent(**({"language": "python", "target": "t", "draft": "d", "generated_tokens": 5} | fields))
+
+
+def test_torn_last_line_is_skipped_with_a_warning_and_the_rest_counted(tmp_path):
+    path = tmp_path / "events.jsonl"
+    with EventLog(path) as log:
+        for i in range(5):
+            log.write(_event(case_id=str(i)))
+    whole = path.read_bytes()
+    path.write_bytes(whole + whole.splitlines(keepends=True)[0][:37])  # a crash in the middle of a write
+    with pytest.warns(UnreadableLineWarning, match="skipped 1 line"):
+        df = read_events([path])
+    assert sorted(df.case_id) == ["0", "1", "2", "3", "4"]
+
+
+def test_a_line_the_writer_ended_after_a_crash_is_skipped(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"schema":1,"language":"py')  # torn by a crash; the next run appends
+    with EventLog(path) as log:
+        log.write(_event(case_id="after"))
+    with pytest.warns(UnreadableLineWarning):
+        df = read_events([path])
+    assert list(df.case_id) == ["after"]
+
+
+def test_a_file_brings_its_rotated_siblings_along(tmp_path):
+    path = tmp_path / "events.jsonl"
+    with EventLog(path, max_bytes=2000) as log:
+        for i in range(20):
+            log.write(_event(case_id=str(i)))
+    assert (tmp_path / "events.2.jsonl").exists()
+    df = read_events([path])
+    assert sorted(df.case_id, key=int) == [str(i) for i in range(20)]
+    assert expand_paths([str(tmp_path / "events*.jsonl")]) == expand_paths([tmp_path])
+    with pytest.raises(FileNotFoundError):
+        expand_paths([tmp_path / "missing.jsonl"])
+
+
+def test_latest_outcome_is_joined_onto_its_event(tmp_path):
+    path = tmp_path / "events.jsonl"
+    with EventLog(path) as log:
+        first, second = _event(), _event()
+        log.write(first)
+        log.write(second)
+        log.update_outcome(first.request_id, "rejected")
+        log.update_outcome(first.request_id, "partial", accepted_chars=7)
+    con = connect([path])
+    rows = dict((r[0], r[1:]) for r in con.execute(
+        "SELECT request_id, outcome, accepted_chars, has_feedback FROM events").fetchall())
+    assert rows[first.request_id] == ("partial", 7, True)
+    assert rows[second.request_id] == ("shown", None, False)
