@@ -5,8 +5,9 @@ element-wise op of a prefill. Workers that sleep between regions (OMP_WAIT_POLIC
 woken for each one, about 110 µs apiece on the 2-core EPYC of docs/benchmarks, longer than a
 small product takes, so `specdec` leaves libgomp's default: workers spin a few ms between regions,
 then sleep. But two workers spinning where another process keeps a core busy starve each other
-(our AR took 206 ms a token instead of 99 under PASSIVE). So a decoder on the CPU takes a thread only for each core left idle, read from
-/proc/stat less this process's own CPU time, and looks again every half second while it decodes.
+(our AR took 206 ms a token instead of 99 under PASSIVE). So a decoder on the CPU takes a thread
+only for each core left idle, read from /proc/stat less this process's own CPU time, and looks
+again every half second while it decodes.
 """
 
 from __future__ import annotations
@@ -69,4 +70,3 @@ class IdleCores:
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         return threads
-

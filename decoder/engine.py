@@ -19,8 +19,9 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol
+from typing import Literal, Protocol
 
 import torch
 
@@ -90,8 +91,15 @@ class SpeculativeDecoder:
     may share one, so a baseline runs on the same cache and compiled graphs as the product.
     """
 
-    def __init__(self, target, tokenizer, drafter: Drafter | None = None, gamma=None,
-                 draft_confidence: float = 0.0, steps: EagerTarget | FixedShapeTarget | None = None):
+    def __init__(
+        self,
+        target,
+        tokenizer,
+        drafter: Drafter | None = None,
+        gamma=None,
+        draft_confidence: float = 0.0,
+        steps: EagerTarget | FixedShapeTarget | None = None,
+    ):
         self.target = target
         self.tokenizer = tokenizer
         self.drafter = drafter
@@ -140,8 +148,9 @@ class SpeculativeDecoder:
                 finish = "cancelled"
                 break
             self._take_idle_cores(stats)
-            new_tokens = self._round(committed, prefill_logits, opts, generator, stats,
-                                     wanted=opts.max_new_tokens - len(generated))
+            new_tokens = self._round(
+                committed, prefill_logits, opts, generator, stats, wanted=opts.max_new_tokens - len(generated)
+            )
             prefill_logits = None
             for token in new_tokens:
                 if token in self.eos:
@@ -205,7 +214,8 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         proposal = (
             self.drafter.propose(committed, gamma, params, generator, self.draft_confidence)
-            if self.drafter is not None else Proposal([], None)
+            if self.drafter is not None
+            else Proposal([], None)
         )
         t1 = time.perf_counter()
         k = len(proposal.tokens)
@@ -240,8 +250,9 @@ class SpeculativeDecoder:
         stats.record_round(k, n, proposal.lookup)
         return proposal.tokens[:n] + [token]
 
-    def fit_prompt(self, ids: list[int], max_new_tokens: int, max_prompt_tokens: int | None = None
-                   ) -> tuple[list[int], int]:
+    def fit_prompt(
+        self, ids: list[int], max_new_tokens: int, max_prompt_tokens: int | None = None
+    ) -> tuple[list[int], int]:
         """Left-truncate prompt ids to fit the limit and the context window; returns (ids, tokens dropped)."""
         if not ids:
             bos = self.tokenizer.bos_token_id
@@ -254,13 +265,15 @@ class SpeculativeDecoder:
             limits.append(self.window - max_new_tokens - round_rows(self.gamma, self.drafter))
         budget = min(limits) if limits else None
         if budget is not None and budget < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in a {self.window}-token context")
+            raise ValueError(
+                f"max_new_tokens={max_new_tokens} leaves no room for a prompt in a {self.window}-token context"
+            )
         if budget is None or len(ids) <= budget:
             return ids, 0
         log.warning("prompt of %d tokens truncated from the left to %d to fit the context", len(ids), budget)
         # keep a leading BOS: models trained with one degrade badly without it
         head = ids[:1] if ids[0] == self.tokenizer.bos_token_id else []
-        return head + ids[len(ids) - budget + len(head):], len(ids) - budget
+        return head + ids[len(ids) - budget + len(head) :], len(ids) - budget
 
 
 def _ms(since: float) -> float:

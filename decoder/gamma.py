@@ -76,8 +76,15 @@ class CostModelGamma:
     rising α is noticed. α̂ = accepted / (accepted + rejections), over recent rounds (decayed).
     """
 
-    def __init__(self, draft_cost: float = 0.2, verify_cost: float = 0.03, max_gamma: int = 8,
-                 prior_alpha: float = 0.5, decay: float = 0.95, probe_after: int = 8):
+    def __init__(
+        self,
+        draft_cost: float = 0.2,
+        verify_cost: float = 0.03,
+        max_gamma: int = 8,
+        prior_alpha: float = 0.5,
+        decay: float = 0.95,
+        probe_after: int = 8,
+    ):
         self.c, self.v, self.max_gamma = draft_cost, verify_cost, max_gamma
         self.accepted, self.rejections = 2 * prior_alpha, 2 * (1 - prior_alpha)  # worth two rounds of evidence
         self.decay = decay

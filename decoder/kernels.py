@@ -34,8 +34,13 @@ class PackedLinear(torch.nn.Module):
         weight = torch.cat([m.weight.detach() for m in linears])
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
         biases = [m.bias for m in linears]
-        self.bias = None if all(b is None for b in biases) else torch.cat([
-            m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears])
+        self.bias = (
+            None
+            if all(b is None for b in biases)
+            else torch.cat(
+                [m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears]
+            )
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
@@ -61,9 +66,12 @@ class PackedGatedMLP(torch.nn.Module):
 def _is_gated_mlp(module: torch.nn.Module) -> bool:
     """The HF MLPs whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x))."""
     linears = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
-    return (type(module).__name__ in _GATED_MLPS and hasattr(module, "act_fn")
-            and all(isinstance(m, torch.nn.Linear) for m in linears)
-            and linears[0].weight.shape == linears[1].weight.shape)
+    return (
+        type(module).__name__ in _GATED_MLPS
+        and hasattr(module, "act_fn")
+        and all(isinstance(m, torch.nn.Linear) for m in linears)
+        and linears[0].weight.shape == linears[1].weight.shape
+    )
 
 
 # Checked against transformers 5: each forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
@@ -71,8 +79,12 @@ _GATED_MLPS = {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Ge
 
 
 def can_pack(model) -> bool:
-    return (model.device.type == "cpu" and model.dtype == torch.float32
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    return (
+        model.device.type == "cpu"
+        and model.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
 
 
 def pack_linear_weights(*models) -> int:

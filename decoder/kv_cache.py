@@ -88,7 +88,9 @@ def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int
     """
     input_ids = _input_ids(model, ids)
     if _runs_lean(model, cache):
-        return head_logits(model, model.get_output_embeddings(), lean_forward.lean_hidden(model, cache, input_ids)[-keep:])
+        return head_logits(
+            model, model.get_output_embeddings(), lean_forward.lean_hidden(model, cache, input_ids)[-keep:]
+        )
     out = model(
         input_ids=input_ids,
         past_key_values=cache,
@@ -114,8 +116,11 @@ def _input_ids(model, ids: list[int] | torch.Tensor) -> torch.Tensor:
 def _runs_lean(model, cache: Cache) -> bool:
     """The lean forward needs layers that hold only real tokens (ours), and eager execution:
     compiled graphs get HF's forward, whose overhead compiling removes anyway."""
-    return (getattr(cache, "layer_class_to_replicate", None) is PreallocatedLayer
-            and not torch.compiler.is_compiling() and lean_forward.supports(model))
+    return (
+        getattr(cache, "layer_class_to_replicate", None) is PreallocatedLayer
+        and not torch.compiler.is_compiling()
+        and lean_forward.supports(model)
+    )
 
 
 def head_logits(model, head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:

@@ -62,7 +62,12 @@ def _replaced_modules(model):
 
 
 _REPLACED = weakref.WeakKeyDictionary()  # model -> its _replaced_modules, which packing leaves in place
-_LAYER_NORMS = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
+_LAYER_NORMS = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "post_feedforward_layernorm",
+)
 
 
 def _customized(module) -> bool:
@@ -110,8 +115,10 @@ def _rms(norm, x: torch.Tensor, gemma: bool) -> torch.Tensor:
 def _rotary_tables(rotary, positions: torch.Tensor) -> dict:
     """cos and sin [T, 1, head_dim] per layer type (None: the model has one kind of layer)."""
     if isinstance(rotary.rope_type, dict):
-        kinds = {kind: (getattr(rotary, f"{kind}_inv_freq"), getattr(rotary, f"{kind}_attention_scaling"))
-                 for kind in rotary.rope_type}
+        kinds = {
+            kind: (getattr(rotary, f"{kind}_inv_freq"), getattr(rotary, f"{kind}_attention_scaling"))
+            for kind in rotary.rope_type
+        }
     else:
         kinds = {None: (rotary.inv_freq, rotary.attention_scaling)}
     tables = {}
@@ -144,7 +151,8 @@ def _attention(attention, cache: Cache, h: torch.Tensor, cos, sin, mask, window:
     q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
     keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], attention.layer_idx)
     if mask is None and window and end > window:  # one row: its window is the last `window` keys
-        keys, values = keys[:, :, end - window:], values[:, :, end - window:]
-    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=mask,
-                                         scale=attention.scaling, enable_gqa=True)
+        keys, values = keys[:, :, end - window :], values[:, :, end - window :]
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], keys, values, attn_mask=mask, scale=attention.scaling, enable_gqa=True
+    )
     return attention.o_proj(out[0].transpose(0, 1).reshape(rows, -1))

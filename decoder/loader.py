@@ -20,19 +20,30 @@ class LoadedDecoder:
     draft_model: object | None  # None for model-free drafts
 
 
-def load_decoder(target: str, draft: str, *, device: str = "auto", dtype: str = "auto", gamma: str = "heuristic",
-                 draft_confidence: float = 0.0, pack: bool = True, steps: str = "auto") -> LoadedDecoder:
+def load_decoder(
+    target: str,
+    draft: str,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    gamma: str = "heuristic",
+    draft_confidence: float = 0.0,
+    pack: bool = True,
+    steps: str = "auto",
+) -> LoadedDecoder:
     """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (use_cpu_kernels);
     `steps` says how the target runs (decoder/target_steps.py)."""
     policy = parse_gamma_policy(gamma)
     target_model, tokenizer = load_model(target, device=device, dtype=dtype)
     drafter, draft_model = build_drafter(draft, target_model, tokenizer, device=device, dtype=dtype)
-    stepper = target_steps(target_model, steps, round_rows(policy, drafter),
-                           hidden=drafter is not None and drafter.drafts_on_the_target)
+    stepper = target_steps(
+        target_model, steps, round_rows(policy, drafter), hidden=drafter is not None and drafter.drafts_on_the_target
+    )
     if pack:
         use_cpu_kernels(stepper, target_model, draft_model)
-    decoder = SpeculativeDecoder(target_model, tokenizer, drafter, policy if drafter else None,
-                                 draft_confidence=draft_confidence, steps=stepper)
+    decoder = SpeculativeDecoder(
+        target_model, tokenizer, drafter, policy if drafter else None, draft_confidence=draft_confidence, steps=stepper
+    )
     return LoadedDecoder(decoder, target_model, tokenizer, draft_model)
 
 

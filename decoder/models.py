@@ -148,8 +148,14 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     try:
-        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-                "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}[dtype]
+        return {
+            "float32": torch.float32,
+            "fp32": torch.float32,
+            "bfloat16": torch.bfloat16,
+            "bf16": torch.bfloat16,
+            "float16": torch.float16,
+            "fp16": torch.float16,
+        }[dtype]
     except KeyError:
         raise ModelError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16") from None
 
@@ -198,9 +204,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto"):
             )
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=dt, use_safetensors=True, trust_remote_code=False
-        )
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, use_safetensors=True, trust_remote_code=False)
     except torch.OutOfMemoryError as e:
         raise OutOfMemoryError(f"out of memory loading {spec} on {dev}: {e}") from e
     except (OSError, ValueError) as e:

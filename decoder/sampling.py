@@ -88,7 +88,8 @@ def accept_sampled(
     # q where the round stopped; past the last draft it is zeros, leaving p for the bonus token
     if q is None:  # one-hot at the drafted token
         q_at = torch.zeros(vocab, device=p.device, dtype=p.dtype).scatter_(
-            0, torch.cat([drafts, drafts.new_zeros(1)])[at], (n < k).to(p.dtype).view(1))
+            0, torch.cat([drafts, drafts.new_zeros(1)])[at], (n < k).to(p.dtype).view(1)
+        )
     else:
         q_at = q[at.clamp_max(k - 1)][0] * (n < k)
     token = sample(residual(p[at][0], q_at), generator)

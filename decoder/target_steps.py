@@ -178,7 +178,9 @@ class FixedShapeTarget:
         input_ids = torch.tensor([ids + ids[-1:] * (rows - n)], device=self.model.device)
         if self.compiled:
             torch.compiler.cudagraph_mark_step_begin()
-        out = padded(input_ids)[n - keep:n].clone()  # a copy: the next replay of a captured graph overwrites its output
+        out = padded(input_ids)[
+            n - keep : n
+        ].clone()  # a copy: the next replay of a captured graph overwrites its output
         self.tokens += ids
         return out
 

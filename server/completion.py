@@ -42,20 +42,33 @@ class Engine:
 
 def load_engine(options: ServerOptions) -> Engine:
     """Load the target and build the drafter; slow (seconds to minutes), so never on the event loop."""
-    loaded = load_decoder(options.target, options.draft, device=options.device, dtype=options.dtype,
-                          gamma=options.gamma, draft_confidence=options.draft_confidence)
+    loaded = load_decoder(
+        options.target,
+        options.draft,
+        device=options.device,
+        dtype=options.dtype,
+        gamma=options.gamma,
+        draft_confidence=options.draft_confidence,
+    )
     decoder, target, tokenizer = loaded.decoder, loaded.target, loaded.tokenizer
     device = f"{target.device} {str(target.dtype).removeprefix('torch.')}"
-    return Engine(decoder, options.target, draft_label(options.draft, target), device,
-                  fim_tokens(tokenizer.get_vocab()))
+    return Engine(
+        decoder, options.target, draft_label(options.draft, target), device, fim_tokens(tokenizer.get_vocab())
+    )
 
 
 def retune(engine: Engine, options: ServerOptions) -> Engine:
     """The same models with a new γ policy and draft confidence (no reload)."""
     old = engine.decoder
     gamma = parse_gamma_policy(options.gamma)
-    decoder = SpeculativeDecoder(old.target, old.tokenizer, old.drafter, gamma if old.drafter else None,
-                                 draft_confidence=options.draft_confidence, steps=old.steps)
+    decoder = SpeculativeDecoder(
+        old.target,
+        old.tokenizer,
+        old.drafter,
+        gamma if old.drafter else None,
+        draft_confidence=options.draft_confidence,
+        steps=old.steps,
+    )
     return dataclasses.replace(engine, decoder=decoder)
 
 
@@ -83,15 +96,20 @@ class Completion:
 def complete(engine: Engine, options: ServerOptions, request: Request, cancel: threading.Event) -> Completion:
     language = detect_language(request.path, request.language_id, request.text)
 
-    def finish(text: str, multiline: bool, stats: GenerationStats, outcome: Outcome,
-               error: Exception | None = None) -> Completion:
+    def finish(
+        text: str, multiline: bool, stats: GenerationStats, outcome: Outcome, error: Exception | None = None
+    ) -> Completion:
         event = _event(engine, options, request, language, multiline, stats, outcome, text)
         return Completion(text, language, multiline, event, error)
 
     text = request.text
     if len(text) > options.max_document_chars:
-        log.warning("%s: %d characters is over maxDocumentChars=%d; no completion",
-                    request.path, len(text), options.max_document_chars)
+        log.warning(
+            "%s: %d characters is over maxDocumentChars=%d; no completion",
+            request.path,
+            len(text),
+            options.max_document_chars,
+        )
         return finish("", False, GenerationStats(), "empty")
     if "\0" in text:
         log.warning("%s: binary content (NUL bytes); no completion", request.path)
@@ -109,14 +127,17 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
         prompt = build_prompt(text, offset, language, options.prompt_budget_chars)
         context = TrimContext.from_prompt(prompt)
         model_input = format_fim(prompt, engine.fim) if engine.fim else prompt.prefix
-        generation = engine.decoder.generate(model_input, DecodeOptions(
-            max_new_tokens=options.max_tokens_multi_line if prompt.multiline else options.max_tokens_single_line,
-            sampling=SamplingParams(temperature=options.temperature),
-            stop_strings=stop_strings(language, prompt.multiline),
-            stop_when=scope_closed(context),
-            cancel=cancel,
-            gamma_group=language,  # γ adapts to each language's own acceptance
-        ))
+        generation = engine.decoder.generate(
+            model_input,
+            DecodeOptions(
+                max_new_tokens=options.max_tokens_multi_line if prompt.multiline else options.max_tokens_single_line,
+                sampling=SamplingParams(temperature=options.temperature),
+                stop_strings=stop_strings(language, prompt.multiline),
+                stop_when=scope_closed(context),
+                cancel=cancel,
+                gamma_group=language,  # γ adapts to each language's own acceptance
+            ),
+        )
         if generation.finish_reason == "cancelled":
             return finish("", prompt.multiline, generation.stats, "cancelled")
         completion = trim(generation.text, context)
@@ -133,13 +154,30 @@ def reuse(engine: Engine, options: ServerOptions, request: Request, previous: Co
     return Completion(rest, previous.language, previous.multiline, event)
 
 
-def _event(engine: Engine, options: ServerOptions, request: Request, language: str, multiline: bool,
-           stats: GenerationStats, outcome: Outcome, text: str) -> CompletionEvent:
+def _event(
+    engine: Engine,
+    options: ServerOptions,
+    request: Request,
+    language: str,
+    multiline: bool,
+    stats: GenerationStats,
+    outcome: Outcome,
+    text: str,
+) -> CompletionEvent:
     return CompletionEvent.from_stats(
-        stats.to_dict(), request_id=request.request_id, language=language, trigger=request.trigger,
-        multiline=multiline, latency_ms=(time.perf_counter() - request.received) * 1000, target=engine.target,
-        draft=engine.draft, device=engine.device, settings=options.settings(), outcome=outcome,
-        source=options.telemetry_source, text=text if options.telemetry_text and text else None,
+        stats.to_dict(),
+        request_id=request.request_id,
+        language=language,
+        trigger=request.trigger,
+        multiline=multiline,
+        latency_ms=(time.perf_counter() - request.received) * 1000,
+        target=engine.target,
+        draft=engine.draft,
+        device=engine.device,
+        settings=options.settings(),
+        outcome=outcome,
+        source=options.telemetry_source,
+        text=text if options.telemetry_text and text else None,
     )
 
 
@@ -152,7 +190,7 @@ def typed_along(previous_prefix: str, previous_suffix: str, completion: str, tex
     prefix = text[:offset]
     if not prefix.startswith(previous_prefix) or text[offset:] != previous_suffix:
         return None
-    typed = prefix[len(previous_prefix):]
+    typed = prefix[len(previous_prefix) :]
     if not typed or len(typed) >= len(completion) or not completion.startswith(typed):
         return None
-    return completion[len(typed):]
+    return completion[len(typed) :]

@@ -169,8 +169,11 @@ class SpecdecServer(LanguageServer):
             log.exception("could not load %s", what)
             if load_id == self.loads:
                 # the message first: a client that sees the error state has the reason already
-                self.window_show_message(types.ShowMessageParams(
-                    type=types.MessageType.Error, message=f"specdec: could not load the models ({what}): {e}"))
+                self.window_show_message(
+                    types.ShowMessageParams(
+                        type=types.MessageType.Error, message=f"specdec: could not load the models ({what}): {e}"
+                    )
+                )
                 self.set_status("error", f"could not load {what}: {e}")
             self.end_progress(token, "failed")
             return
@@ -201,11 +204,15 @@ class SpecdecServer(LanguageServer):
         self.send_status()
 
     def send_status(self) -> None:
-        self.protocol.notify(STATUS, {
-            "state": self.state, "message": self.state_message,
-            "acceptance": sum(self.verdicts) / len(self.verdicts) if self.verdicts else None,
-            "p50_ms": statistics.median(self.latencies) if self.latencies else None,
-        })
+        self.protocol.notify(
+            STATUS,
+            {
+                "state": self.state,
+                "message": self.state_message,
+                "acceptance": sum(self.verdicts) / len(self.verdicts) if self.verdicts else None,
+                "p50_ms": statistics.median(self.latencies) if self.latencies else None,
+            },
+        )
 
     # ------------------------------------------------------------------ completions
 
@@ -222,12 +229,21 @@ class SpecdecServer(LanguageServer):
         if superseded is not None:
             superseded.set()  # its decode stops at the end of its current round
         version = document.version
-        request = Request(uuid.uuid4().hex, document.source, path_of(uri), document.language_id,
-                          position.line, position.character, trigger, time.perf_counter())
+        request = Request(
+            uuid.uuid4().hex,
+            document.source,
+            path_of(uri),
+            document.language_id,
+            position.line,
+            position.character,
+            trigger,
+            time.perf_counter(),
+        )
         rest = self.settle_shown(uri, request)
         if rest is not None:
-            return self.deliver(uri, version, request, reuse(self.engine, self.options, request,
-                                                              self.shown[uri].completion, rest))
+            return self.deliver(
+                uri, version, request, reuse(self.engine, self.options, request, self.shown[uri].completion, rest)
+            )
         cancel = self.running[uri] = threading.Event()
         try:
             if trigger == "automatic" and self.options.debounce_ms:
@@ -279,17 +295,23 @@ class SpecdecServer(LanguageServer):
         self.events.write(event)
         if event.prompt_tokens:  # it decoded: refusals and reuse take no time worth reporting
             self.latencies.append(event.latency_ms)
-        self.protocol.notify(COMPLETED, {"uri": uri, "requestId": event.request_id, "outcome": event.outcome,
-                                         "latencyMs": event.latency_ms})
+        self.protocol.notify(
+            COMPLETED,
+            {"uri": uri, "requestId": event.request_id, "outcome": event.outcome, "latencyMs": event.latency_ms},
+        )
         self.send_status()
         if isinstance(result.error, PositionError):
             raise JsonRpcInvalidParams(str(result.error))
         if event.outcome != "shown":
             return None
         offset = offset_at(request.text, request.line, request.character)
-        shown = Shown(event.request_id, request.text[:offset], request.text[offset:], result, self.options.track_outcomes)
+        shown = Shown(
+            event.request_id, request.text[:offset], request.text[offset:], result, self.options.track_outcomes
+        )
         if shown.tracked:
-            shown.timer = asyncio.get_running_loop().call_later(self.options.reject_after_s, self.resolve, shown, "rejected")
+            shown.timer = asyncio.get_running_loop().call_later(
+                self.options.reject_after_s, self.resolve, shown, "rejected"
+            )
         self.shown[uri] = shown
         return result
 

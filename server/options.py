@@ -56,7 +56,7 @@ NonNegative = Annotated[float, Range(0)]
 @dataclass(frozen=True)
 class ServerOptions:
     target: str = DEFAULT_TARGET  # packaged alias, local directory or HF id
-    draft: str = DEFAULT_DRAFT  # ngram+self (lookup, then the target with a cut head), ngram+none (lookup only), ngram+auto (lookup, then the shipped trained draft), self, auto, layers:0,1, ngram, none, a folder or a model spec
+    draft: str = DEFAULT_DRAFT  # a draft spec: its syntax is in decoder/drafts/spec.py
     device: str = "auto"
     dtype: str = "auto"
     gamma: Annotated[str, parse_gamma_policy] = "heuristic"  # an integer >= 0, heuristic[:START:MAX] or cost[:C:V]
@@ -80,9 +80,14 @@ class ServerOptions:
 
     def settings(self) -> dict:
         """The decoding settings an event records."""
-        return {"gamma": self.gamma, "draft_confidence": self.draft_confidence, "temperature": self.temperature,
-                "max_tokens_single_line": self.max_tokens_single_line,
-                "max_tokens_multi_line": self.max_tokens_multi_line, "prompt_budget_chars": self.prompt_budget_chars}
+        return {
+            "gamma": self.gamma,
+            "draft_confidence": self.draft_confidence,
+            "temperature": self.temperature,
+            "max_tokens_single_line": self.max_tokens_single_line,
+            "max_tokens_multi_line": self.max_tokens_multi_line,
+            "prompt_budget_chars": self.prompt_budget_chars,
+        }
 
 
 def _camel_to_snake(key: str) -> str:
@@ -105,7 +110,9 @@ def describe(hint: Any) -> str:
         ranges = [m.describe() for m in args[1:] if isinstance(m, Range)]
         return " ".join([describe(args[0]), *ranges])
     if origin in (Union, types.UnionType):
-        return " or ".join(describe(a) for a in args if a is not type(None)) + (", or null" if type(None) in args else "")
+        return " or ".join(describe(a) for a in args if a is not type(None)) + (
+            ", or null" if type(None) in args else ""
+        )
     if origin is Literal:
         return " or ".join(repr(a) for a in args)
     if origin is tuple:
@@ -191,4 +198,3 @@ def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOp
 
 def models_changed(old: ServerOptions, new: ServerOptions) -> bool:
     return any(getattr(old, name) != getattr(new, name) for name in MODEL_FIELDS)
-

@@ -73,7 +73,8 @@ def build_prompt(text: str, offset: int, language: str, budget_chars: int = DEFA
     before, after = text[line_start:offset], text[offset:line_end]
     tree = syntax.parse(language, text)
     multiline = _multiline(before, after, language) and (
-        tree is None or not _in_comment_or_string(tree, syntax.byte_len(text[:offset].rstrip(" \t")) - 1))
+        tree is None or not _in_comment_or_string(tree, syntax.byte_len(text[:offset].rstrip(" \t")) - 1)
+    )
     indent = before[: len(before) - len(before.lstrip(" \t"))]
     if len(text) <= budget_chars:
         prefix, suffix = text[:offset], text[offset:]
@@ -109,8 +110,8 @@ def _cut_long_line(before: str, after: str, budget: int) -> tuple[str, str]:
     keep_before = budget * SUFFIX_SHARE // (SUFFIX_SHARE + 1)
     head = before
     if len(before) > keep_before:
-        head = before[len(before) - keep_before:]
-        head = head[m.end():] if (m := re.search(r"\W", head)) else head
+        head = before[len(before) - keep_before :]
+        head = head[m.end() :] if (m := re.search(r"\W", head)) else head
     tail = after[: budget - len(head)]
     if len(tail) < len(after) and (cut := max(tail.rfind(" "), tail.rfind("\t"))) > 0:
         tail = tail[:cut]
@@ -140,7 +141,9 @@ class _Rows:
         taking SUFFIX_SHARE ranges before for one after; a side stops at its first range that does not fit."""
         i = j = 0
         while i < len(before) or j < len(after):
-            take_before = j >= len(after) or (i < len(before) and first - before[i][1] <= SUFFIX_SHARE * (after[j][0] - last))
+            take_before = j >= len(after) or (
+                i < len(before) and first - before[i][1] <= SUFFIX_SHARE * (after[j][0] - last)
+            )
             side = before if take_before else after
             k = i if take_before else j
             if not self.add(*side[k]):
@@ -163,13 +166,17 @@ def _fit(text: str, offset: int, language: str, tree: Tree | None, budget: int) 
         _add_header(kept, None, row, language, budget)
     _bridge_blank_lines(kept)
     reach = budget - kept.used  # every line costs at least its newline
-    kept.add_nearest([(r, r) for r in range(row - 1, max(-1, row - 1 - reach), -1)],
-                     [(r, r) for r in range(row + 1, min(len(lines), row + 1 + reach))], row, row)
+    kept.add_nearest(
+        [(r, r) for r in range(row - 1, max(-1, row - 1 - reach), -1)],
+        [(r, r) for r in range(row + 1, min(len(lines), row + 1 + reach))],
+        row,
+        row,
+    )
     rows = sorted(kept.rows)
     line_start = text.rfind("\n", 0, offset) + 1
     prefix = "".join(lines[r] + "\n" for r in rows if r < row) + text[line_start:offset]
     line_end = text.find("\n", offset)
-    suffix = text[offset: len(text) if line_end < 0 else line_end] + "".join("\n" + lines[r] for r in rows if r > row)
+    suffix = text[offset : len(text) if line_end < 0 else line_end] + "".join("\n" + lines[r] for r in rows if r > row)
     return prefix, suffix
 
 

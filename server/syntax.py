@@ -23,9 +23,28 @@ log = logging.getLogger(__name__)
 MAX_PARSE_CHARS = 300_000
 
 # Nodes whose children are statements or declarations, one after another (the root is one too).
-CONTAINERS = frozenset({"block", "Block", "ContainerDecl", "body", "body_statement", "chunk", "compound_statement",
-                        "declaration_list", "field_declaration_list", "statement_list", "statement_block",
-                        "then", "else", "do", "do_group", "declarations", "local_binds", "structure"})
+CONTAINERS = frozenset(
+    {
+        "block",
+        "Block",
+        "ContainerDecl",
+        "body",
+        "body_statement",
+        "chunk",
+        "compound_statement",
+        "declaration_list",
+        "field_declaration_list",
+        "statement_list",
+        "statement_block",
+        "then",
+        "else",
+        "do",
+        "do_group",
+        "declarations",
+        "local_binds",
+        "structure",
+    }
+)
 CONTAINER_SUFFIXES = ("_block", "_body", "_declarations")  # do_block, class_body, class_declarations, ...
 
 _local = threading.local()  # a Parser is not thread-safe: decodes run off the event loop

@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in manifests and model cards
     if not os.environ.get("OMP_NUM_THREADS"):  # one thread per core unless told otherwise
         torch.set_num_threads(os.cpu_count() or 1)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return args.run(args)
     except (ModelError, ValueError, OSError) as e:

@@ -39,7 +39,7 @@ def rotated_paths(path: str | Path) -> list[Path]:
     path = Path(path)
     found = []
     for sibling in path.parent.glob(f"{path.stem}.*{path.suffix}"):
-        middle = sibling.name[len(path.stem) + 1: len(sibling.name) - len(path.suffix)]
+        middle = sibling.name[len(path.stem) + 1 : len(sibling.name) - len(path.suffix)]
         if middle.isdigit():
             found.append((int(middle), sibling))
     return [p for _, p in sorted(found)]
@@ -54,8 +54,13 @@ class EventLog:
     Write errors (disk full, permissions) are logged, never raised: telemetry must not break a completion.
     """
 
-    def __init__(self, path: str | Path | None = None, enabled: bool = True,
-                 max_bytes: int = DEFAULT_MAX_BYTES, fsync: bool = False):
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        enabled: bool = True,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        fsync: bool = False,
+    ):
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
         self.enabled = enabled and telemetry_allowed()
@@ -73,8 +78,16 @@ class EventLog:
         """Record the editor's verdict; the analysis joins the latest outcome per request_id."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
-        return self._append({"schema": SCHEMA, "record": "outcome", "time": time.time(),
-                             "request_id": request_id, "outcome": outcome, "accepted_chars": accepted_chars})
+        return self._append(
+            {
+                "schema": SCHEMA,
+                "record": "outcome",
+                "time": time.time(),
+                "request_id": request_id,
+                "outcome": outcome,
+                "accepted_chars": accepted_chars,
+            }
+        )
 
     def close(self) -> None:
         with self._lock:

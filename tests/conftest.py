@@ -83,21 +83,51 @@ def _build(config, seed: int):
     return model.eval().requires_grad_(False)
 
 
-def tiny_llama(seed: int = 0, vocab: int = BYTE_VOCAB, layers: int = 2, hidden: int = 32,
-               init: float = 0.02, max_pos: int = 512, eos: int | None = EOS, bos: int | None = BOS):
+def tiny_llama(
+    seed: int = 0,
+    vocab: int = BYTE_VOCAB,
+    layers: int = 2,
+    hidden: int = 32,
+    init: float = 0.02,
+    max_pos: int = 512,
+    eos: int | None = EOS,
+    bos: int | None = BOS,
+):
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_pos,
-        bos_token_id=bos, eos_token_id=eos, pad_token_id=None, initializer_range=init,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_pos,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=None,
+        initializer_range=init,
     )
     return _build(config, seed)
 
 
-def tiny_gpt2(seed: int = 0, vocab: int = BYTE_VOCAB, layers: int = 2, hidden: int = 32,
-              init: float = 0.2, max_pos: int = 512, eos: int | None = EOS, bos: int | None = BOS):
+def tiny_gpt2(
+    seed: int = 0,
+    vocab: int = BYTE_VOCAB,
+    layers: int = 2,
+    hidden: int = 32,
+    init: float = 0.2,
+    max_pos: int = 512,
+    eos: int | None = EOS,
+    bos: int | None = BOS,
+):
     config = GPT2Config(
-        vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=4, n_positions=max_pos,
-        bos_token_id=bos, eos_token_id=eos, initializer_range=init,
+        vocab_size=vocab,
+        n_embd=hidden,
+        n_layer=layers,
+        n_head=4,
+        n_positions=max_pos,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        initializer_range=init,
     )
     return _build(config, seed)
 
@@ -107,10 +137,20 @@ GEMMA_LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention",
 
 def tiny_gemma3(seed: int = 0, sliding_window: int = 8, init: float = 0.05, max_pos: int = 512):
     config = Gemma3TextConfig(
-        vocab_size=BYTE_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=max_pos,
-        sliding_window=sliding_window, layer_types=list(GEMMA_LAYER_TYPES),
-        bos_token_id=BOS, eos_token_id=EOS, pad_token_id=None, initializer_range=init,
+        vocab_size=BYTE_VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=max_pos,
+        sliding_window=sliding_window,
+        layer_types=list(GEMMA_LAYER_TYPES),
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=None,
+        initializer_range=init,
     )
     return _build(config, seed)
 
@@ -128,8 +168,10 @@ def noisy_copy(model, layers: int, noise: float, seed: int = 7):
     draft = _build(config, seed)
     state = {k: v for k, v in model.state_dict().items() if k in draft.state_dict()}
     gen = torch.Generator().manual_seed(seed)
-    state = {k: v + noise * v.std().nan_to_num(0.0) * torch.randn(v.shape, generator=gen) if v.numel() > 1 else v
-             for k, v in state.items()}
+    state = {
+        k: v + noise * v.std().nan_to_num(0.0) * torch.randn(v.shape, generator=gen) if v.numel() > 1 else v
+        for k, v in state.items()
+    }
     draft.load_state_dict(state, strict=False)
     return draft.eval().requires_grad_(False)
 

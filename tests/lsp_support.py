@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 
 import torch
+from conftest import make_byte_tokenizer, tiny_llama
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import make_test_lsp_client
-
-from conftest import make_byte_tokenizer, tiny_llama
 
 SERVER_COMMAND = [sys.executable, "-m", "speccomplete", "serve"]
 REPO = Path(__file__).resolve().parent.parent
@@ -92,16 +91,22 @@ async def wait_for_state(client: LanguageClient, state: str, timeout: float = 12
 
 
 def open_document(client: LanguageClient, uri: str, text: str, language_id: str, version: int = 1) -> None:
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=uri, language_id=language_id, version=version, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=uri, language_id=language_id, version=version, text=text)
+        )
+    )
 
 
 def insert_text(client: LanguageClient, uri: str, version: int, line: int, character: int, text: str) -> None:
     """An incremental change: `text` typed at (line, character), making the document `version`."""
     at = types.Position(line, character)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(at, at), text=text)]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(at, at), text=text)],
+        )
+    )
 
 
 def configure(client: LanguageClient, **settings) -> None:
@@ -116,12 +121,15 @@ def close_document(client: LanguageClient, uri: str) -> None:
 def inline_params(uri: str, line: int, character: int, invoked: bool = True) -> types.InlineCompletionParams:
     kind = types.InlineCompletionTriggerKind.Invoked if invoked else types.InlineCompletionTriggerKind.Automatic
     return types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri), position=types.Position(line, character),
-        context=types.InlineCompletionContext(trigger_kind=kind))
+        text_document=types.TextDocumentIdentifier(uri),
+        position=types.Position(line, character),
+        context=types.InlineCompletionContext(trigger_kind=kind),
+    )
 
 
-async def inline(client: LanguageClient, uri: str, line: int, character: int,
-                 invoked: bool = True) -> list[types.InlineCompletionItem]:
+async def inline(
+    client: LanguageClient, uri: str, line: int, character: int, invoked: bool = True
+) -> list[types.InlineCompletionItem]:
     result = await client.text_document_inline_completion_async(inline_params(uri, line, character, invoked))
     return list(result.items if isinstance(result, types.InlineCompletionList) else (result or []))
 

@@ -54,8 +54,10 @@ def check_accepted(work: Path, cases: list[dict], languages: list[str]) -> None:
     accepted = accepted_events(events_path)
     for case, language in zip(cases, languages, strict=True):
         matches = [e for e in accepted if e["language"] == language and e["text"] == case["text"]]
-        assert matches, (f"{case['file']}: inserted {case['text']!r}, but no accepted {language} event has that "
-                         f"text; accepted: {[(e['language'], e['text']) for e in accepted]}")
+        assert matches, (
+            f"{case['file']}: inserted {case['text']!r}, but no accepted {language} event has that "
+            f"text; accepted: {[(e['language'], e['text']) for e in accepted]}"
+        )
         assert matches[0]["source"] == "editor"
 
 
@@ -72,8 +74,15 @@ def save_artifacts(name: str, work: Path, output: str) -> Path:
 
 def run_driver(name: str, cmd: list[str], env: dict[str, str], work: Path) -> dict | list:
     # Its own process group, so a timeout also ends the editor, browser and server it started.
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -91,10 +100,23 @@ def run_driver(name: str, cmd: list[str], env: dict[str, str], work: Path) -> di
 def test_neovim_accepts_completion(editors, version, tmp_path):
     nvim = editors["NVIM_07"] if version == "0.7.2" else editors["NVIM_011"]
     assert subprocess.run([nvim, "--version"], capture_output=True, text=True).stdout.startswith(f"NVIM v{version}")
-    cmd = [nvim, "--headless", "-u", "NONE", "-i", "NONE", "--cmd", "set rtp^=clients/neovim",
-           "-c", "luafile clients/tests/neovim_test.lua"]
-    env = {"SPECDEC_TEST_DIR": str(tmp_path), "SPECDEC_TEST_CMD": json.dumps([str(SPECDEC), "serve"]),
-           "SPECDEC_TEST_TIMEOUT_MS": str((TIMEOUT_S - 60) * 1000)}
+    cmd = [
+        nvim,
+        "--headless",
+        "-u",
+        "NONE",
+        "-i",
+        "NONE",
+        "--cmd",
+        "set rtp^=clients/neovim",
+        "-c",
+        "luafile clients/tests/neovim_test.lua",
+    ]
+    env = {
+        "SPECDEC_TEST_DIR": str(tmp_path),
+        "SPECDEC_TEST_CMD": json.dumps([str(SPECDEC), "serve"]),
+        "SPECDEC_TEST_TIMEOUT_MS": str((TIMEOUT_S - 60) * 1000),
+    }
     results = run_driver(f"neovim-{version}", cmd, env, tmp_path)
     assert [r["file"] for r in results] == ["greet.py", "greet.lua"]
     for r in results:
@@ -104,10 +126,14 @@ def test_neovim_accepts_completion(editors, version, tmp_path):
 
 def test_vscode_accepts_ghost_text(editors, tmp_path):
     assert VSIX.exists(), f"{VSIX} is missing: run `npm run package` in clients/vscode"
-    env = {"CODE_SERVER": editors["CODE_SERVER"], "VSIX": str(VSIX), "SPECDEC": str(SPECDEC),
-           "WORK": str(tmp_path),
-           "PATH": f"{editors['NODE24']}/bin:{os.environ['PATH']}",
-           "TIMEOUT_MS": str((TIMEOUT_S - 120) * 1000)}
+    env = {
+        "CODE_SERVER": editors["CODE_SERVER"],
+        "VSIX": str(VSIX),
+        "SPECDEC": str(SPECDEC),
+        "WORK": str(tmp_path),
+        "PATH": f"{editors['NODE24']}/bin:{os.environ['PATH']}",
+        "TIMEOUT_MS": str((TIMEOUT_S - 120) * 1000),
+    }
     if os.environ.get("SPECDEC_SCREENSHOT"):
         env["SCREENSHOT"] = os.environ["SPECDEC_SCREENSHOT"]
     node = f"{editors['NODE24']}/bin/node"

@@ -23,7 +23,18 @@ from .spec import DraftSpec, parse_draft_spec
 from .trained import SHIPPED_DRAFTS, DraftLoadError
 
 __all__ = [
-    "SHIPPED_DRAFTS", "DraftLoadError", "DraftSpec", "Drafter", "HybridDrafter", "ModelDrafter", "NgramDrafter",
-    "Proposal", "SelfDrafter", "build_drafter", "default_draft_for", "derive_draft", "draft_label",
+    "SHIPPED_DRAFTS",
+    "DraftLoadError",
+    "DraftSpec",
+    "Drafter",
+    "HybridDrafter",
+    "ModelDrafter",
+    "NgramDrafter",
+    "Proposal",
+    "SelfDrafter",
+    "build_drafter",
+    "default_draft_for",
+    "derive_draft",
+    "draft_label",
     "parse_draft_spec",
 ]

@@ -48,8 +48,14 @@ class Drafter(Protocol):
         """Start a request; the first `reused` prompt tokens are those the last request began with."""
         ...
 
-    def propose(self, committed: list[int], gamma: int, params: SamplingParams, generator: torch.Generator | None,
-                min_confidence: float = 0.0) -> Proposal:
+    def propose(
+        self,
+        committed: list[int],
+        gamma: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+        min_confidence: float = 0.0,
+    ) -> Proposal:
         """Up to `gamma` drafts (up to `lookup_tokens` for a copy) after `committed`; a model draft
         stops early where its own top probability is under `min_confidence`."""
         ...

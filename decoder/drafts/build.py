@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 
 def default_draft_for(target) -> TrainedDraft | LayersDraft:
-    """What 'auto' is for `target`: the shipped trained draft made for a target of this shape, else its first two layers."""
+    """What 'auto' is for `target`: the shipped trained draft made for a target of this shape, else its
+    first two layers."""
     for folder in sorted(SHIPPED_DRAFTS.glob("*/")):
         try:
             check_target(folder, target)
@@ -49,8 +50,9 @@ def draft_label(spec: str | DraftSpec, target) -> str:
     return spec.folder.name if isinstance(spec, TrainedDraft) else str(spec)
 
 
-def build_drafter(spec: str | DraftSpec, target, tokenizer, device: str = "auto", dtype: str = "auto"
-                  ) -> tuple[Drafter | None, object | None]:
+def build_drafter(
+    spec: str | DraftSpec, target, tokenizer, device: str = "auto", dtype: str = "auto"
+) -> tuple[Drafter | None, object | None]:
     """The drafter for a spec (a string is parsed first), or None for 'none'; and the draft model it
     runs, or None for drafts without one of their own (that model is what HF assisted generation needs)."""
     spec = parse_draft_spec(spec) if isinstance(spec, str) else spec
@@ -70,8 +72,9 @@ def build_drafter(spec: str | DraftSpec, target, tokenizer, device: str = "auto"
     return _model_drafter(spec, target, tokenizer, device, dtype)
 
 
-def _model_drafter(spec: ModelDraftSpec, target, tokenizer, device: str, dtype: str
-                   ) -> tuple[ModelDrafter | SelfDrafter | None, object | None]:
+def _model_drafter(
+    spec: ModelDraftSpec, target, tokenizer, device: str, dtype: str
+) -> tuple[ModelDrafter | SelfDrafter | None, object | None]:
     if isinstance(spec, AutoDraft):
         spec = default_draft_for(target)
     if isinstance(spec, NoDraft):
@@ -84,8 +87,10 @@ def _model_drafter(spec: ModelDraftSpec, target, tokenizer, device: str, dtype: 
         if folder is None:
             shipped = default_draft_for(target)
             if not isinstance(shipped, TrainedDraft):
-                raise DraftLoadError(f"draft spec {str(spec)!r}: no trained draft ships for this target to take a "
-                                     "reduced vocabulary from; name one as self:FOLDER")
+                raise DraftLoadError(
+                    f"draft spec {str(spec)!r}: no trained draft ships for this target to take a "
+                    "reduced vocabulary from; name one as self:FOLDER"
+                )
             folder = shipped.folder
         vocab_ids = draft_vocabulary(folder, target)
         texts = tokenizer.batch_decode([[i] for i in vocab_ids.tolist()])

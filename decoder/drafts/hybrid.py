@@ -19,8 +19,9 @@ class HybridDrafter(Drafter):
     SelfDrafter, the lookup is asked again after each of its drafts, and a copy ends that round.
     """
 
-    def __init__(self, model: ModelDrafter | SelfDrafter | None, lookup_tokens: int = 16, min_ngram: int = 2,
-                 max_ngram: int = 4):
+    def __init__(
+        self, model: ModelDrafter | SelfDrafter | None, lookup_tokens: int = 16, min_ngram: int = 2, max_ngram: int = 4
+    ):
         self.model = model
         self.lookup = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.lookup_tokens = lookup_tokens  # the most one copy proposes
@@ -50,8 +51,14 @@ class HybridDrafter(Drafter):
         if self.model is None:
             return Proposal([], None)
         if isinstance(self.model, SelfDrafter):  # a round of the target's own drafts ends in a copy where one matches
-            return self.model.propose(committed, gamma, params, generator, min_confidence,
-                                      lookup=lambda drafts: self._copy(committed, drafts, params, generator))
+            return self.model.propose(
+                committed,
+                gamma,
+                params,
+                generator,
+                min_confidence,
+                lookup=lambda drafts: self._copy(committed, drafts, params, generator),
+            )
         return self.model.propose(committed, gamma, params, generator, min_confidence)
 
     def _copy(self, committed, drafts, params, generator) -> list[int]:

@@ -40,7 +40,7 @@ class ModelDrafter(Drafter):
         """
         keep_first(self.cache, len(committed) - 1)  # the last committed token is always fed
         # catch up on everything committed since the last round
-        feed: list[int] | torch.Tensor = committed[self.cache.get_seq_length():]
+        feed: list[int] | torch.Tensor = committed[self.cache.get_seq_length() :]
         tokens: list[torch.Tensor] = []  # drafted ids, on the device
         qs: list[torch.Tensor] = []
         for _ in range(gamma):

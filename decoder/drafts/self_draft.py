@@ -61,8 +61,15 @@ class SelfDrafter(Drafter):
     def reset(self, prompt: list[int], reused: int = 0) -> None:
         pass
 
-    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0,
-                lookup: Callable[[list[int]], list[int]] | None = None) -> Proposal:
+    def propose(
+        self,
+        committed,
+        gamma,
+        params,
+        generator,
+        min_confidence: float = 0.0,
+        lookup: Callable[[list[int]], list[int]] | None = None,
+    ) -> Proposal:
         """Feed the last committed token and then each draft, one at a time, each chosen by the cut head.
 
         lookup: asked after each draft with the drafts so far; tokens it returns (a prompt lookup's
@@ -96,8 +103,11 @@ class SelfDrafter(Drafter):
             if copied:
                 tokens += copied
                 if qs:  # a copy is a deterministic draft: q is one-hot at each copied token
-                    qs += list(torch.nn.functional.one_hot(torch.tensor(copied, device=qs[0].device),
-                                                           self.target_vocab).to(qs[0].dtype))
+                    qs += list(
+                        torch.nn.functional.one_hot(torch.tensor(copied, device=qs[0].device), self.target_vocab).to(
+                            qs[0].dtype
+                        )
+                    )
                 break
             if tokens[-1] in self.line_ends:
                 break
@@ -113,7 +123,11 @@ def _check_logits_are_the_head(target) -> None:
     probe = torch.tensor([[1, 2, 3]], device=target.device)
     with torch.inference_mode():
         want = target(input_ids=probe, use_cache=False).logits[0]
-        got = head_logits(target, target.get_output_embeddings(), target.base_model(input_ids=probe).last_hidden_state[0])
+        got = head_logits(
+            target, target.get_output_embeddings(), target.base_model(input_ids=probe).last_hidden_state[0]
+        )
     if not torch.allclose(want, got, rtol=1e-4, atol=1e-4):
-        raise ValueError(f"{type(target).__name__} makes its logits otherwise than by its head over its last "
-                         "hidden states, so the self draft cannot verify with the head alone")
+        raise ValueError(
+            f"{type(target).__name__} makes its logits otherwise than by its head over its last "
+            "hidden states, so the self draft cannot verify with the head alone"
+        )

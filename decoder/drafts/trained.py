@@ -84,8 +84,12 @@ def is_trained_draft(path: str | Path) -> bool:
 def target_signature(target) -> dict[str, Any]:
     """What a trained draft must match in its target."""
     c = target.config
-    return {"model_type": c.model_type, "hidden_size": c.hidden_size, "vocab_size": c.vocab_size,
-            "num_hidden_layers": c.num_hidden_layers}
+    return {
+        "model_type": c.model_type,
+        "hidden_size": c.hidden_size,
+        "vocab_size": c.vocab_size,
+        "num_hidden_layers": c.num_hidden_layers,
+    }
 
 
 def draft_with_own_layers(target, layers: list[int], vocab_ids: torch.Tensor | None = None):
@@ -153,8 +157,9 @@ def load_draft(path: str | Path, target):
     with torch.no_grad():
         for name, p in owned.items():
             if p.shape != tensors[name].shape:
-                raise DraftLoadError(f"draft {folder}: {name} has shape {tuple(tensors[name].shape)}, "
-                                     f"expected {tuple(p.shape)}")
+                raise DraftLoadError(
+                    f"draft {folder}: {name} has shape {tuple(tensors[name].shape)}, expected {tuple(p.shape)}"
+                )
             p.copy_(tensors[name])
     return draft
 
@@ -174,8 +179,10 @@ def check_target(path: str | Path, target) -> DraftMeta:
     actual = target_signature(target)
     for key, value in meta.target_config.items():
         if actual.get(key) != value:
-            raise DraftLoadError(f"draft {Path(path)} was trained for a target with {key}={value}, "
-                                 f"but this target has {key}={actual.get(key)}")
+            raise DraftLoadError(
+                f"draft {Path(path)} was trained for a target with {key}={value}, "
+                f"but this target has {key}={actual.get(key)}"
+            )
     return meta
 
 

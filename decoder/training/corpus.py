@@ -21,9 +21,9 @@ import json
 import logging
 import os
 import random
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -216,8 +216,13 @@ def build_corpus(
     shards = []
     for n, start in enumerate(range(0, len(order), shard_sequences)):
         name = f"shard-{n:05d}.safetensors"
-        save_file({"tokens": tokens[start : start + shard_sequences].contiguous(),
-                   "language": language_ids[start : start + shard_sequences].contiguous()}, str(out / name))
+        save_file(
+            {
+                "tokens": tokens[start : start + shard_sequences].contiguous(),
+                "language": language_ids[start : start + shard_sequences].contiguous(),
+            },
+            str(out / name),
+        )
         shards.append(name)
     manifest = {
         "format": "specdec-corpus",
@@ -232,8 +237,13 @@ def build_corpus(
         "sequences": len(order),
         "tokens": len(order) * seq_len,
         "per_language": {
-            lang: {"documents": s.documents, "tokens": s.tokens, "sequences": s.sequences,
-                   "budget": budgets.get(lang, budgets.get("*", 0)), "sources": sorted(s.sources)}
+            lang: {
+                "documents": s.documents,
+                "tokens": s.tokens,
+                "sequences": s.sequences,
+                "budget": budgets.get(lang, budgets.get("*", 0)),
+                "sources": sorted(s.sources),
+            }
             for lang, s in stats.items()
         },
     }
@@ -261,7 +271,7 @@ class Shards:
     manifest: dict
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Shards":
+    def load(cls, directory: str | Path) -> Shards:
         directory = Path(directory)
         manifest_path = directory / "manifest.json"
         if not manifest_path.exists():
@@ -281,6 +291,7 @@ class Shards:
 
 def parse_budgets(spec: str, languages: list[str]) -> dict[str, int]:
     """'200k' (every language), or 'python=1M,zig=100k,*=200k'. Suffixes k and M."""
+
     def number(s: str) -> int:
         s = s.strip()
         scale = {"k": 1_000, "K": 1_000, "m": 1_000_000, "M": 1_000_000}.get(s[-1:], 1)

@@ -6,7 +6,7 @@ Following the multilingual-drafter recipe, each prompt is continued at several t
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -14,8 +14,16 @@ from .corpus import Document
 
 
 @torch.inference_mode()
-def self_distilled(model, tokenizer, documents: Iterable[Document], temperatures: list[float],
-                   prompts: int, new_tokens: int, prompt_tokens: int = 256, seed: int = 0) -> Iterator[Document]:
+def self_distilled(
+    model,
+    tokenizer,
+    documents: Iterable[Document],
+    temperatures: list[float],
+    prompts: int,
+    new_tokens: int,
+    prompt_tokens: int = 256,
+    seed: int = 0,
+) -> Iterator[Document]:
     """Yield prompt + target continuation documents: `prompts` documents x each temperature."""
     generator_seed = seed
     for n, doc in enumerate(documents):
@@ -27,8 +35,12 @@ def self_distilled(model, tokenizer, documents: Iterable[Document], temperatures
             torch.manual_seed(generator_seed)
             generator_seed += 1
             out = model.generate(
-                ids, max_new_tokens=new_tokens, do_sample=temperature > 0,
-                temperature=temperature if temperature > 0 else None, top_p=None, top_k=None,
+                ids,
+                max_new_tokens=new_tokens,
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None,
+                top_p=None,
+                top_k=None,
                 pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
             )
             text = tokenizer.decode(out[0], skip_special_tokens=True)

@@ -20,8 +20,9 @@ def draft_fitness(target, draft, ids: list[int]) -> dict[str, float]:
     return fitness_from_logits(p_logits, q_logits, getattr(draft, "vocab_ids", None))
 
 
-def fitness_from_logits(p_logits: torch.Tensor, q_logits: torch.Tensor,
-                        vocab_ids: torch.Tensor | None = None) -> dict[str, float]:
+def fitness_from_logits(
+    p_logits: torch.Tensor, q_logits: torch.Tensor, vocab_ids: torch.Tensor | None = None
+) -> dict[str, float]:
     """Fitness from [positions, V] target logits and [positions, V'] draft logits.
 
     q covers target ids `vocab_ids` (a sub-vocabulary head), or ids 0..V'-1 (a head no wider than

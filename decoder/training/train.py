@@ -20,9 +20,9 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -246,8 +246,14 @@ def learning_rate(cfg: TrainConfig, tokens_seen: int, total: int) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def train(target, draft, params: dict[str, torch.nn.Parameter], cfg: TrainConfig,
-          progress: Callable[[dict], None] | None = None, resume: bool = True) -> dict:
+def train(
+    target,
+    draft,
+    params: dict[str, torch.nn.Parameter],
+    cfg: TrainConfig,
+    progress: Callable[[dict], None] | None = None,
+    resume: bool = True,
+) -> dict:
     """Train `params` of `draft` toward `target` over the phases; returns the final state.
 
     `progress` receives a record after every optimizer step (tokens, loss, tok/s, phase).
@@ -297,9 +303,14 @@ def train(target, draft, params: dict[str, torch.nn.Parameter], cfg: TrainConfig
                 state["tokens"] += step_tokens
                 state["phase_tokens"] += step_tokens
                 elapsed = time.perf_counter() - started
-                record = {"step": state["step"], "phase": phase_index, "tokens": state["tokens"], "lr": lr,
-                          "tokens_per_s": (state["tokens"] - tokens_at_start) / elapsed if elapsed else 0.0,
-                          **parts_sum}
+                record = {
+                    "step": state["step"],
+                    "phase": phase_index,
+                    "tokens": state["tokens"],
+                    "lr": lr,
+                    "tokens_per_s": (state["tokens"] - tokens_at_start) / elapsed if elapsed else 0.0,
+                    **parts_sum,
+                }
                 log_file.write(json.dumps(record) + "\n")
                 if progress:
                     progress(record)
@@ -318,7 +329,9 @@ def train(target, draft, params: dict[str, torch.nn.Parameter], cfg: TrainConfig
     return state
 
 
-def _evaluate(target, draft, dev: Shards, cfg: TrainConfig, sampler: BatchSampler | None, state: dict, log_file) -> None:
+def _evaluate(
+    target, draft, dev: Shards, cfg: TrainConfig, sampler: BatchSampler | None, state: dict, log_file
+) -> None:
     draft.eval()
     fitness = dev_fitness(target, draft, dev, cfg.eval_sequences, cfg.eval_tokens)
     draft.train()
@@ -329,5 +342,9 @@ def _evaluate(target, draft, dev: Shards, cfg: TrainConfig, sampler: BatchSample
     log_file.write(json.dumps(entry) + "\n")
     log_file.flush()
     if "all" in fitness:
-        log.info("step %d: dev expected acceptance %.3f, top-1 %.3f", state["step"],
-                 fitness["all"]["expected_acceptance"], fitness["all"]["top1_agreement"])
+        log.info(
+            "step %d: dev expected acceptance %.3f, top-1 %.3f",
+            state["step"],
+            fitness["all"]["expected_acceptance"],
+            fitness["all"]["top1_agreement"],
+        )

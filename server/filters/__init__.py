@@ -10,14 +10,33 @@ returning where to end the completion (None: keep it all), applied in this order
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from speccomplete.server.filters import (brackets, control_chars, decode_stops, indentation, rest_of_line, self_repeat,
-                            suffix_repeat, syntax_scope, trailing_blank)
+from speccomplete.server.filters import (
+    brackets,
+    control_chars,
+    decode_stops,
+    indentation,
+    rest_of_line,
+    self_repeat,
+    suffix_repeat,
+    syntax_scope,
+    trailing_blank,
+)
 from speccomplete.server.filters.context import TrimContext
 from speccomplete.server.filters.decode_stops import stop_strings
 
-FILTERS = (control_chars, decode_stops, self_repeat, suffix_repeat, rest_of_line, syntax_scope, brackets, indentation, trailing_blank)
+FILTERS = (
+    control_chars,
+    decode_stops,
+    self_repeat,
+    suffix_repeat,
+    rest_of_line,
+    syntax_scope,
+    brackets,
+    indentation,
+    trailing_blank,
+)
 # What can end a decode early: a loop, the next existing line, or the scope closing.
 EARLY_STOPS = (self_repeat, suffix_repeat, syntax_scope, indentation)
 

@@ -23,7 +23,7 @@ class TrimContext:
     @property
     def line_before(self) -> str:
         """The cursor line up to the cursor."""
-        return self.prefix[self.prefix.rfind("\n") + 1:]
+        return self.prefix[self.prefix.rfind("\n") + 1 :]
 
     @property
     def rest_of_line(self) -> str:

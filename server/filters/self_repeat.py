@@ -13,10 +13,10 @@ def cut(completion: str, ctx: TrimContext) -> int | None:
     for line in completion.split("\n"):
         starts.append(starts[-1] + len(line) + 1)
     for i, line in enumerate(lines):
-        if line.strip() and lines[i + 1: i + 3] == [line, line]:
+        if line.strip() and lines[i + 1 : i + 3] == [line, line]:
             return starts[i + 1] - 1
         for size in range(2, (len(lines) - i) // 2 + 1):
-            block = lines[i: i + size]
-            if lines[i + size] == line and lines[i + size: i + 2 * size] == block and any(s.strip() for s in block):
+            block = lines[i : i + size]
+            if lines[i + size] == line and lines[i + size : i + 2 * size] == block and any(s.strip() for s in block):
                 return starts[i + size] - 1
     return None

@@ -25,10 +25,12 @@ def cut(completion: str, ctx: TrimContext) -> int | None:
         return None
     data = syntax.encode(text)
     start = syntax.byte_len(ctx.prefix)
-    node = _scope(tree.root_node, ctx, start, start + syntax.byte_len(completion) - syntax.byte_len(completion.lstrip()))
+    node = _scope(
+        tree.root_node, ctx, start, start + syntax.byte_len(completion) - syntax.byte_len(completion.lstrip())
+    )
     if node is None or node.has_error or node.end_byte <= start or not _closed(node, data):
         return None
-    return len(data[start: node.end_byte].decode("utf-8", "surrogatepass"))
+    return len(data[start : node.end_byte].decode("utf-8", "surrogatepass"))
 
 
 def _scope(root: Node, ctx: TrimContext, start: int, first: int) -> Node | None:
@@ -47,10 +49,14 @@ def _scope(root: Node, ctx: TrimContext, start: int, first: int) -> Node | None:
 
 
 def _closed(node: Node, data: bytes) -> bool:
-    if data[node.end_byte:].strip():
+    if data[node.end_byte :].strip():
         return True
     leaf = node
     while leaf.child_count:
         leaf = leaf.children[-1]
-    return (not leaf.is_named and not leaf.is_missing and leaf.type in CLOSERS
-            and (leaf.parent == node or syntax.is_container(leaf.parent)))
+    return (
+        not leaf.is_named
+        and not leaf.is_missing
+        and leaf.type in CLOSERS
+        and (leaf.parent == node or syntax.is_container(leaf.parent))
+    )

@@ -56,10 +56,14 @@ class CaseRuns:
 def hf_generate(model, ids: list[int], max_new_tokens: int, **kwargs) -> list[int]:
     input_ids = torch.tensor([ids], device=model.device)
     out = model.generate(
-        input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False, max_new_tokens=max_new_tokens,
-        pad_token_id=model.generation_config.eos_token_id, **kwargs,
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=model.generation_config.eos_token_id,
+        **kwargs,
     )
-    tokens = out[0, len(ids):].tolist()
+    tokens = out[0, len(ids) :].tolist()
     eos = model.generation_config.eos_token_id
     eos = {eos} if isinstance(eos, int) else set(eos or ())
     return [t for t in tokens if t not in eos]  # ours never returns the EOS token either
@@ -77,19 +81,22 @@ def assisted(target, draft, ids, max_new_tokens, gamma: int | None) -> list[int]
 def build_methods(contenders: Contenders, max_new_tokens: int, hf_gammas: list[int], prompt_lookup: int | None):
     methods = {}
     for name, decoder in contenders.ours.items():
-        methods[name] = lambda ids, group, decoder=decoder: _ours(decoder, ids, DecodeOptions(
-            max_new_tokens=max_new_tokens, gamma_group=group))
+        methods[name] = lambda ids, group, decoder=decoder: _ours(
+            decoder, ids, DecodeOptions(max_new_tokens=max_new_tokens, gamma_group=group)
+        )
     target, draft = contenders.hf_target, contenders.hf_draft
     if target is not None and draft is not None:
         methods["hf_assisted_default"] = lambda ids, group: _timed(assisted, target, draft, ids, max_new_tokens, None)
         for g in hf_gammas:
-            methods[f"hf_assisted_const{g}"] = (
-                lambda ids, group, g=g: _timed(assisted, target, draft, ids, max_new_tokens, g))
+            methods[f"hf_assisted_const{g}"] = lambda ids, group, g=g: _timed(
+                assisted, target, draft, ids, max_new_tokens, g
+            )
     if target is not None:
         methods["hf_greedy"] = lambda ids, group: _timed(hf_generate, target, ids, max_new_tokens)
         if prompt_lookup:  # HF's assisted generation with its prompt-lookup candidate generator
             methods["hf_assisted_lookup"] = lambda ids, group: _timed(
-                hf_generate, target, ids, max_new_tokens, prompt_lookup_num_tokens=prompt_lookup)
+                hf_generate, target, ids, max_new_tokens, prompt_lookup_num_tokens=prompt_lookup
+            )
     return methods
 
 
@@ -119,8 +126,16 @@ def _followup(spec: SpeculativeDecoder, ids: list[int], accepted: list[int]) -> 
     return out
 
 
-def run_bench(cases: list[Case], contenders: Contenders, *, max_new_tokens: int, max_prompt_tokens: int,
-              hf_gammas: list[int] = (), prompt_lookup: int | None = None, progress=None) -> list[CaseRuns]:
+def run_bench(
+    cases: list[Case],
+    contenders: Contenders,
+    *,
+    max_new_tokens: int,
+    max_prompt_tokens: int,
+    hf_gammas: list[int] = (),
+    prompt_lookup: int | None = None,
+    progress=None,
+) -> list[CaseRuns]:
     methods = build_methods(contenders, max_new_tokens, list(hf_gammas), prompt_lookup)
     names = list(methods)
     ar, spec = contenders.ours["ar"], contenders.ours["spec"]
@@ -130,7 +145,7 @@ def run_bench(cases: list[Case], contenders: Contenders, *, max_new_tokens: int,
     results = []
     for i, (case, ids) in enumerate(zip(cases, prompts)):
         result = CaseRuns(case)
-        for name in names[i % len(names):] + names[: i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             result.runs[name] = methods[name](ids, case.language)
         result.followup = _followup(spec, ids, result.runs["spec"].tokens[:8])
         results.append(result)
@@ -139,7 +154,7 @@ def run_bench(cases: list[Case], contenders: Contenders, *, max_new_tokens: int,
     return results
 
 
-def memory_bandwidth_gbs(device: torch.device = torch.device("cpu"), megabytes: int = 512, repeats: int = 5) -> float:
+def memory_bandwidth_gbs(device: torch.device | str = "cpu", megabytes: int = 512, repeats: int = 5) -> float:
     """Read bandwidth of the device's memory as torch sees it: the median time to sum a large buffer."""
     buffer = torch.ones(megabytes * 2**20 // 4, device=device)
     times = []
@@ -196,8 +211,9 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
             "alpha": acceptance_rate(accepted, rejected),
             "mean_accepted": mean_accepted_length(accepted, drafting_rounds),
             "lookup_share": sum(s.lookup_accepted for s in stats) / accepted if accepted else None,
-            "identical_to_ar": all(r.runs[n].tokens == r.runs["ar"].tokens for r in rows for n in names
-                                   if n.startswith(("spec", "ar_"))),
+            "identical_to_ar": all(
+                r.runs[n].tokens == r.runs["ar"].tokens for r in rows for n in names if n.startswith(("spec", "ar_"))
+            ),
             "drafted_per_token": sum(s.drafted for s in stats) / max(1, sum(s.new_tokens for s in stats)),
             "next_line_exact": sum(_next_line_exact(r, tokenizer) for r in rows) / len(rows) if tokenizer else None,
             "cases": len(rows),
@@ -216,24 +232,32 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
         }
     followups = [r.followup for r in results if r.followup]
     # IdleCores gives up a core another process keeps busy, and fewer threads decode slower: say where it happened.
-    threads = {name: dict(sorted(Counter(r.runs[name].stats.threads for r in results).items(), reverse=True))
-               for name in names if results[0].runs[name].stats is not None and results[0].runs[name].stats.threads}
+    threads = {
+        name: dict(sorted(Counter(r.runs[name].stats.threads for r in results).items(), reverse=True))
+        for name in names
+        if results[0].runs[name].stats is not None and results[0].runs[name].stats.threads
+    }
     return {
         "assisted_method": best_assisted,
         "overall": row(results),
         "median_over_languages": {
             key: statistics.median(v[key] for v in code)
-            for key in ("speedup_vs_ar", "decode_speedup_vs_ar", "speedup_vs_assisted") if code[0][key] is not None
+            for key in ("speedup_vs_ar", "decode_speedup_vs_ar", "speedup_vs_assisted")
+            if code[0][key] is not None
         },
-        "min_over_languages": {"speedup_vs_ar": min(v["speedup_vs_ar"] for v in code),
-                               "decode_speedup_vs_ar": min(v["decode_speedup_vs_ar"] for v in code)},
+        "min_over_languages": {
+            "speedup_vs_ar": min(v["speedup_vs_ar"] for v in code),
+            "decode_speedup_vs_ar": min(v["decode_speedup_vs_ar"] for v in code),
+        },
         "languages": languages,
         "methods": methods,
         "threads": threads,
         "followup": {
             key: statistics.median(f[key] for f in followups)
             for key in ("warm", "cold", "warm_prefilled_tokens", "cold_prefilled_tokens")
-        } if followups else None,
+        }
+        if followups
+        else None,
     }
 
 
@@ -244,21 +268,36 @@ def _next_line_exact(result: CaseRuns, tokenizer) -> bool:
     return bool(expected) and text.split("\n", 1)[0].strip() == expected
 
 
-def report(results, tokenizer, *, device, dtype, target, draft, gamma, max_new_tokens,
-           bandwidth_gbs: float | None = None, weight_bytes: int | None = None, methods_doc=None) -> dict:
+def report(
+    results,
+    tokenizer,
+    *,
+    device,
+    dtype,
+    target,
+    draft,
+    gamma,
+    max_new_tokens,
+    bandwidth_gbs: float | None = None,
+    weight_bytes: int | None = None,
+    methods_doc=None,
+) -> dict:
     summary = summarize_runs(results, tokenizer)
     bound = None
     if bandwidth_gbs and weight_bytes:
         ar_decode = summary["methods"]["ar"]["decode_tokens_per_s"]
-        bound = {"bandwidth_gb_per_s": bandwidth_gbs, "weight_bytes_per_token": weight_bytes,
-                 "bound_tokens_per_s": bandwidth_gbs * 1e9 / weight_bytes,
-                 "ar_decode_tokens_per_s": ar_decode,
-                 "ar_fraction_of_bound": ar_decode * weight_bytes / (bandwidth_gbs * 1e9)}
+        bound = {
+            "bandwidth_gb_per_s": bandwidth_gbs,
+            "weight_bytes_per_token": weight_bytes,
+            "bound_tokens_per_s": bandwidth_gbs * 1e9 / weight_bytes,
+            "ar_decode_tokens_per_s": ar_decode,
+            "ar_fraction_of_bound": ar_decode * weight_bytes / (bandwidth_gbs * 1e9),
+        }
     return {
         "device": device,
         "dtype": dtype,
         "host": f"{platform.processor() or platform.machine()} {torch.get_num_threads()} threads, "
-                f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, torch {torch.__version__}",
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, torch {torch.__version__}",
         "date": datetime.date.today().isoformat(),
         "target": target,
         "draft": draft,
@@ -269,23 +308,42 @@ def report(results, tokenizer, *, device, dtype, target, draft, gamma, max_new_t
         "bandwidth_bound": bound,
         **summary,
         "per_case": [
-            {"id": r.case.id, "language": r.case.language, "next_line_exact": _next_line_exact(r, tokenizer),
-             **{f"{name}_tokens": len(run.tokens) for name, run in r.runs.items()},
-             **{f"{name}_s": round(run.seconds, 4) for name, run in r.runs.items()},
-             "followup": r.followup,
-             "spec_stats": r.runs["spec"].stats.to_dict()}
+            {
+                "id": r.case.id,
+                "language": r.case.language,
+                "next_line_exact": _next_line_exact(r, tokenizer),
+                **{f"{name}_tokens": len(run.tokens) for name, run in r.runs.items()},
+                **{f"{name}_s": round(run.seconds, 4) for name, run in r.runs.items()},
+                "followup": r.followup,
+                "spec_stats": r.runs["spec"].stats.to_dict(),
+            }
             for r in results
         ],
     }
 
 
 def format_table(data: dict) -> str:
-    cols = [("lang", 11), ("n", 3), ("AR t/s", 8), ("spec t/s", 9), ("xAR", 6), ("xAR dec", 8), ("HF asst", 8),
-            ("xHF", 6), ("HF grdy", 8), ("alpha", 6), ("acc/rd", 6), ("lookup", 6), ("same", 5)]
-    lines = [f"device={data['device']} dtype={data['dtype']} host={data['host']} date={data['date']}",
-             f"target={data['target']} draft={data['draft']} gamma={data['gamma']} "
-             f"max_new_tokens={data['max_new_tokens']} cases={data['cases']} assisted={data['assisted_method']}",
-             " ".join(name.rjust(w) for name, w in cols)]
+    cols = [
+        ("lang", 11),
+        ("n", 3),
+        ("AR t/s", 8),
+        ("spec t/s", 9),
+        ("xAR", 6),
+        ("xAR dec", 8),
+        ("HF asst", 8),
+        ("xHF", 6),
+        ("HF grdy", 8),
+        ("alpha", 6),
+        ("acc/rd", 6),
+        ("lookup", 6),
+        ("same", 5),
+    ]
+    lines = [
+        f"device={data['device']} dtype={data['dtype']} host={data['host']} date={data['date']}",
+        f"target={data['target']} draft={data['draft']} gamma={data['gamma']} "
+        f"max_new_tokens={data['max_new_tokens']} cases={data['cases']} assisted={data['assisted_method']}",
+        " ".join(name.rjust(w) for name, w in cols),
+    ]
 
     def fmt(value, width, digits=2):
         if value is None:
@@ -296,39 +354,66 @@ def format_table(data: dict) -> str:
 
     rows = list(data["languages"].items()) + [("OVERALL", data["overall"])]
     for name, r in rows:
-        lines.append(" ".join([
-            name.rjust(11), str(r["cases"]).rjust(3), fmt(r["ar_tokens_per_s"], 8, 1), fmt(r["spec_tokens_per_s"], 9, 1),
-            fmt(r["speedup_vs_ar"], 6), fmt(r["decode_speedup_vs_ar"], 8), fmt(r["assisted_tokens_per_s"], 8, 1),
-            fmt(r["speedup_vs_assisted"], 6), fmt(r["hf_greedy_tokens_per_s"], 8, 1), fmt(r["alpha"], 6),
-            fmt(r["mean_accepted"], 6), fmt(r["lookup_share"], 6), fmt(r["identical_to_ar"], 5),
-        ]))
+        lines.append(
+            " ".join(
+                [
+                    name.rjust(11),
+                    str(r["cases"]).rjust(3),
+                    fmt(r["ar_tokens_per_s"], 8, 1),
+                    fmt(r["spec_tokens_per_s"], 9, 1),
+                    fmt(r["speedup_vs_ar"], 6),
+                    fmt(r["decode_speedup_vs_ar"], 8),
+                    fmt(r["assisted_tokens_per_s"], 8, 1),
+                    fmt(r["speedup_vs_assisted"], 6),
+                    fmt(r["hf_greedy_tokens_per_s"], 8, 1),
+                    fmt(r["alpha"], 6),
+                    fmt(r["mean_accepted"], 6),
+                    fmt(r["lookup_share"], 6),
+                    fmt(r["identical_to_ar"], 5),
+                ]
+            )
+        )
     med, low = data["median_over_languages"], data["min_over_languages"]
-    lines.append("median over code languages: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items())
-                 + f"; slowest language: {low['speedup_vs_ar']:.2f}x end to end, {low['decode_speedup_vs_ar']:.2f}x decode")
+    lines.append(
+        "median over code languages: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in med.items())
+        + f"; slowest language: {low['speedup_vs_ar']:.2f}x end to end, {low['decode_speedup_vs_ar']:.2f}x decode"
+    )
     lines.append("")
     lines.append(f"{'method':>22} {'t/s':>7} {'dec t/s':>8} {'vs ar':>6} {'same':>5}  what")
     for name, m in data["methods"].items():
-        lines.append(f"{name:>22} {m['tokens_per_s']:7.1f} {fmt(m['decode_tokens_per_s'], 8, 1)} "
-                     f"{m['vs_ar']:6.2f} {fmt(m['identical_to_ar'], 5)}  {data['methods_doc'].get(name, '')}")
+        lines.append(
+            f"{name:>22} {m['tokens_per_s']:7.1f} {fmt(m['decode_tokens_per_s'], 8, 1)} "
+            f"{m['vs_ar']:6.2f} {fmt(m['identical_to_ar'], 5)}  {data['methods_doc'].get(name, '')}"
+        )
     if data.get("bandwidth_bound"):
         b = data["bandwidth_bound"]
-        lines.append(f"{'bandwidth bound':>22} {b['bound_tokens_per_s']:7.1f} {'':8} {'':6} {'':5}  "
-                     f"{b['weight_bytes_per_token'] / 1e6:.0f} MB of weights per token at {b['bandwidth_gb_per_s']:.1f} GB/s; "
-                     f"our AR decodes at {b['ar_fraction_of_bound']:.2f} of it")
+        lines.append(
+            f"{'bandwidth bound':>22} {b['bound_tokens_per_s']:7.1f} {'':8} {'':6} {'':5}  "
+            f"{b['weight_bytes_per_token'] / 1e6:.0f} MB of weights per token at {b['bandwidth_gb_per_s']:.1f} GB/s; "
+            f"our AR decodes at {b['ar_fraction_of_bound']:.2f} of it"
+        )
     if data.get("threads"):
-        lines.append("requests by the fewest CPU threads they ran with: " + "; ".join(
-            f"{name} " + ", ".join(f"{count} on {n}" for n, count in counts.items())
-            for name, counts in data["threads"].items()))
+        lines.append(
+            "requests by the fewest CPU threads they ran with: "
+            + "; ".join(
+                f"{name} " + ", ".join(f"{count} on {n}" for n, count in counts.items())
+                for name, counts in data["threads"].items()
+            )
+        )
     if data.get("followup"):
         f = data["followup"]
-        lines.append(f"follow-up request (first 8 tokens accepted), median time to first token: "
-                     f"warm {f['warm']:.0f} ms ({f['warm_prefilled_tokens']:.0f} tokens prefilled) vs "
-                     f"cold {f['cold']:.0f} ms ({f['cold_prefilled_tokens']:.0f})")
+        lines.append(
+            f"follow-up request (first 8 tokens accepted), median time to first token: "
+            f"warm {f['warm']:.0f} ms ({f['warm_prefilled_tokens']:.0f} tokens prefilled) vs "
+            f"cold {f['cold']:.0f} ms ({f['cold_prefilled_tokens']:.0f})"
+        )
     return "\n".join(lines)
 
 
-def bench_events(results: list[CaseRuns], *, target: str, draft: str, device: str, gamma: str,
-                 max_new_tokens: int) -> list[CompletionEvent]:
+def bench_events(
+    results: list[CaseRuns], *, target: str, draft: str, device: str, gamma: str, max_new_tokens: int
+) -> list[CompletionEvent]:
     """One event per case for our AR and our speculative runs (HF methods keep no decoder stats).
 
     Their settings share one run id, so the report pairs the speculative runs with this run's AR.
@@ -338,12 +423,21 @@ def bench_events(results: list[CaseRuns], *, target: str, draft: str, device: st
     for r in results:
         for name, run_draft, run_gamma in (("ar", "none", "0"), ("spec", draft, gamma)):
             run = r.runs[name]
-            events.append(CompletionEvent.from_stats(
-                run.stats.to_dict(), language=r.case.language, trigger="invoked", multiline=True,
-                latency_ms=1000 * run.seconds, target=target, draft=run_draft, device=device,
-                settings={"gamma": run_gamma, "temperature": 0.0, "max_new_tokens": max_new_tokens, "run": run_id},
-                case_id=r.case.id, source="bench",
-            ))
+            events.append(
+                CompletionEvent.from_stats(
+                    run.stats.to_dict(),
+                    language=r.case.language,
+                    trigger="invoked",
+                    multiline=True,
+                    latency_ms=1000 * run.seconds,
+                    target=target,
+                    draft=run_draft,
+                    device=device,
+                    settings={"gamma": run_gamma, "temperature": 0.0, "max_new_tokens": max_new_tokens, "run": run_id},
+                    case_id=r.case.id,
+                    source="bench",
+                )
+            )
     return events
 
 
@@ -362,14 +456,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--hf-gammas", default="1", help="constant γ values to try for HF assisted (besides its default)")
     p.add_argument("--no-hf", action="store_true", help="time only our decoders")
     p.add_argument("--ablations", action="store_true", help="also time our decoder with each lever turned off")
-    p.add_argument("--compare-drafts", default=None,
-                   help="drafts timed beside the product's, comma-separated (spec_draft_* rows); "
-                        "default: none, or " + ",".join(ABLATION_DRAFTS) + " with --ablations")
+    p.add_argument(
+        "--compare-drafts",
+        default=None,
+        help="drafts timed beside the product's, comma-separated (spec_draft_* rows); "
+        "default: none, or " + ",".join(ABLATION_DRAFTS) + " with --ablations",
+    )
     p.add_argument("--compare-gammas", default="heuristic,cost", help="γ policies for the ablation rows")
-    p.add_argument("--compare-confidences", default="0.4",
-                   help="draft confidence thresholds for the ablation rows (HF's default is 0.4)")
-    p.add_argument("--prompt-lookup", type=int, default=10,
-                   help="HF assisted with prompt lookup, this many tokens per round (0: skip)")
+    p.add_argument(
+        "--compare-confidences",
+        default="0.4",
+        help="draft confidence thresholds for the ablation rows (HF's default is 0.4)",
+    )
+    p.add_argument(
+        "--prompt-lookup",
+        type=int,
+        default=10,
+        help="HF assisted with prompt lookup, this many tokens per round (0: skip)",
+    )
     p.add_argument("--events", help="also append one completion event per case for AR and spec (JSONL)")
     add_model_args(p)
     return p
@@ -386,14 +490,28 @@ def run(args: argparse.Namespace) -> int:
     cases = read_cases(args.cases)
     if args.limit:
         cases = cases[: args.limit]
-    loaded = load_decoder(args.target, args.draft, device=args.device, dtype=args.dtype, gamma=args.gamma,
-                          draft_confidence=args.draft_confidence, pack=False, steps=args.steps)
+    loaded = load_decoder(
+        args.target,
+        args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        gamma=args.gamma,
+        draft_confidence=args.draft_confidence,
+        pack=False,
+        steps=args.steps,
+    )
     target, tokenizer, decoder = loaded.target, loaded.tokenizer, loaded.decoder
     # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.
-    compared = args.compare_drafts.split(",") if args.compare_drafts is not None else (
-        ABLATION_DRAFTS if args.ablations else ())
-    other_drafts = {spec: build_drafter(spec, target, tokenizer, device=args.device, dtype=args.dtype)
-                    for spec in compared if spec and spec != args.draft}
+    compared = (
+        args.compare_drafts.split(",")
+        if args.compare_drafts is not None
+        else (ABLATION_DRAFTS if args.ablations else ())
+    )
+    other_drafts = {
+        spec: build_drafter(spec, target, tokenizer, device=args.device, dtype=args.dtype)
+        for spec in compared
+        if spec and spec != args.draft
+    }
     weight_bytes = weight_bytes_per_token(target)  # before packing: a packed linear keeps no .weight
     if not args.no_pack:
         use_cpu_kernels(decoder.steps, target, loaded.draft_model, *(model for _, model in other_drafts.values()))
@@ -409,8 +527,12 @@ def run(args: argparse.Namespace) -> int:
         contenders.hf_draft = with_full_vocab_head(stock_draft) if stock_draft is not None else None
     bar = tqdm(total=len(cases), desc="bench", unit="case")
     results = run_bench(
-        cases, contenders, max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
-        hf_gammas=[int(g) for g in args.hf_gammas.split(",") if g], prompt_lookup=args.prompt_lookup or None,
+        cases,
+        contenders,
+        max_new_tokens=args.max_new_tokens,
+        max_prompt_tokens=args.max_prompt_tokens,
+        hf_gammas=[int(g) for g in args.hf_gammas.split(",") if g],
+        prompt_lookup=args.prompt_lookup or None,
         progress=lambda r: bar.update(1),
     )
     bar.close()
@@ -419,12 +541,28 @@ def run(args: argparse.Namespace) -> int:
         from speccomplete.telemetry.log import EventLog
 
         with EventLog(args.events) as log:
-            for event in bench_events(results, target=args.target, draft=draft_label(args.draft, target), device=device,
-                                      gamma=args.gamma, max_new_tokens=args.max_new_tokens):
+            for event in bench_events(
+                results,
+                target=args.target,
+                draft=draft_label(args.draft, target),
+                device=device,
+                gamma=args.gamma,
+                max_new_tokens=args.max_new_tokens,
+            ):
                 log.write(event)
-    data = report(results, tokenizer, device=device, dtype=str(target.dtype).replace("torch.", ""),
-                  target=args.target, draft=args.draft, gamma=args.gamma, max_new_tokens=args.max_new_tokens,
-                  bandwidth_gbs=memory_bandwidth_gbs(target.device), weight_bytes=weight_bytes, methods_doc=doc)
+    data = report(
+        results,
+        tokenizer,
+        device=device,
+        dtype=str(target.dtype).replace("torch.", ""),
+        target=args.target,
+        draft=args.draft,
+        gamma=args.gamma,
+        max_new_tokens=args.max_new_tokens,
+        bandwidth_gbs=memory_bandwidth_gbs(target.device),
+        weight_bytes=weight_bytes,
+        methods_doc=doc,
+    )
     table = format_table(data)
     print(table)
     if args.json:

@@ -22,8 +22,9 @@ class Contenders:
     hf_draft: object | None = None  # full-vocabulary draft for HF assisted; None: no assisted column
 
 
-def build_contenders(args: argparse.Namespace, target, tokenizer, decoder: SpeculativeDecoder, other_drafts: dict,
-                     stock) -> tuple[Contenders, dict[str, str]]:
+def build_contenders(
+    args: argparse.Namespace, target, tokenizer, decoder: SpeculativeDecoder, other_drafts: dict, stock
+) -> tuple[Contenders, dict[str, str]]:
     """Our AR and product decoder, and with --ablations one decoder per lever turned off or swapped;
     with what each row is, by method name.
 
@@ -41,11 +42,14 @@ def build_contenders(args: argparse.Namespace, target, tokenizer, decoder: Specu
     packed = "oneDNN-packed" if not args.no_pack else "plain"
     steps = decoder.steps  # every decoder on the target runs on the product's cache (and compiled graphs)
     ours = {"ar": SpeculativeDecoder(target, tokenizer, steps=steps), "spec": decoder}
-    doc = {"ar": f"our AR baseline: same engine, {packed} weights, same target steps and cache, γ=0",
-           "spec": f"our speculative decoder: draft {args.draft}, γ {args.gamma}, {packed} weights"}
+    doc = {
+        "ar": f"our AR baseline: same engine, {packed} weights, same target steps and cache, γ=0",
+        "spec": f"our speculative decoder: draft {args.draft}, γ {args.gamma}, {packed} weights",
+    }
     for spec, (drafter, _) in other_drafts.items():
-        ours[f"spec_draft_{spec}"] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(args.gamma),
-                                                        steps=steps)
+        ours[f"spec_draft_{spec}"] = SpeculativeDecoder(
+            target, tokenizer, drafter, parse_gamma_policy(args.gamma), steps=steps
+        )
         doc[f"spec_draft_{spec}"] = f"draft {spec} instead of {args.draft}"
     if not args.ablations:
         return Contenders(ours), doc
@@ -75,16 +79,26 @@ def build_contenders(args: argparse.Namespace, target, tokenizer, decoder: Specu
 
     def paced(name: str, gamma: str, what: str, confidence: float = 0.0):
         """A row on that draft with its own pacing: a γ policy, and where drafting stops."""
-        ours[name] = SpeculativeDecoder(target, tokenizer, same_drafter(drafter), parse_gamma_policy(gamma),
-                                        draft_confidence=confidence, steps=steps)
+        ours[name] = SpeculativeDecoder(
+            target,
+            tokenizer,
+            same_drafter(drafter),
+            parse_gamma_policy(gamma),
+            draft_confidence=confidence,
+            steps=steps,
+        )
         doc[name] = f"draft {spec}, {what}"
 
     if drafter is not None:
         for gamma in [g for g in args.compare_gammas.split(",") if g and g != args.gamma]:
             paced(f"spec_gamma_{gamma}", gamma, f"γ policy {gamma} instead of {args.gamma}")
         for threshold in [float(t) for t in args.compare_confidences.split(",") if t]:
-            paced(f"spec_confidence_{threshold:g}", args.gamma, f"γ policy {args.gamma}, and drafting stops where "
-                  f"the draft's top probability is under {threshold:g}", confidence=threshold)
+            paced(
+                f"spec_confidence_{threshold:g}",
+                args.gamma,
+                f"γ policy {args.gamma}, and drafting stops where the draft's top probability is under {threshold:g}",
+                confidence=threshold,
+            )
     if not args.no_pack:
         # a second packed copy, built from plain weights like the product
         hf_forward = copy.deepcopy(stock)

@@ -62,8 +62,9 @@ def write_cases(cases: list[Case], path: str | Path) -> None:
             f.write(json.dumps(case.__dict__) + "\n")
 
 
-def sample_cases(splits_dir: str | Path, per_language: int, seed: int = 0, split: str = "dev",
-                 nl_roots: list[str] | None = None) -> list[Case]:
+def sample_cases(
+    splits_dir: str | Path, per_language: int, seed: int = 0, split: str = "dev", nl_roots: list[str] | None = None
+) -> list[Case]:
     """Pick files from `<lang>.<split>.txt` lists and a cursor inside each, deterministically.
 
     With `nl_roots`, also natural-language cases (READMEs and docs under those package roots, the
@@ -85,8 +86,15 @@ def sample_cases(splits_dir: str | Path, per_language: int, seed: int = 0, split
     return cases
 
 
-def _pick(files: list[str], label: str, language: str, count: int, rng: random.Random,
-          max_prefix_chars: int = 3000, min_line_chars: int = 10) -> list[Case]:
+def _pick(
+    files: list[str],
+    label: str,
+    language: str,
+    count: int,
+    rng: random.Random,
+    max_prefix_chars: int = 3000,
+    min_line_chars: int = 10,
+) -> list[Case]:
     """Up to `count` cases from `files` in `language`, the cursor after the indentation of a real line."""
     cases: list[Case] = []
     for file in files:
@@ -110,8 +118,9 @@ def _pick(files: list[str], label: str, language: str, count: int, rng: random.R
         number = rng.choice(candidates)
         row = lines[number]
         indent = row[: len(row) - len(row.lstrip())]
-        cases.append(Case(f"{label}-{len(cases)}", file, text, number, utf16_len(indent),
-                          label if label != language else ""))
+        cases.append(
+            Case(f"{label}-{len(cases)}", file, text, number, utf16_len(indent), label if label != language else "")
+        )
     return cases
 
 

@@ -10,8 +10,17 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from speccomplete.decoder.training.corpus import (NL, CorpusError, build_corpus, local_documents, nl_documents,
-                                                  package_roots, parse_budgets, split_lists, stack_documents)
+from speccomplete.decoder.training.corpus import (
+    NL,
+    CorpusError,
+    build_corpus,
+    local_documents,
+    nl_documents,
+    package_roots,
+    parse_budgets,
+    split_lists,
+    stack_documents,
+)
 
 from .model_args import add_model_args
 
@@ -31,8 +40,11 @@ def add_corpus_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tokenizer", default="gemma3-270m", help="model spec whose tokenizer to use")
-    p.add_argument("--self-distill", action="store_true",
-                   help="replace each document by target continuations (the tokenizer's model) of its prompts")
+    p.add_argument(
+        "--self-distill",
+        action="store_true",
+        help="replace each document by target continuations (the tokenizer's model) of its prompts",
+    )
     p.add_argument("--temperatures", default="0,0.3,0.7,1.0", help="self-distillation temperatures")
     p.add_argument("--distill-prompts", type=int, default=8, help="prompts per language for self-distillation")
     p.add_argument("--distill-new-tokens", type=int, default=128)
@@ -63,15 +75,26 @@ def cmd_corpus(args) -> int:
 
         model, tokenizer = load_model(args.tokenizer)
         temperatures = [float(t) for t in args.temperatures.split(",")]
-        documents = {lang: self_distilled(model, tokenizer, docs, temperatures, args.distill_prompts,
-                                          args.distill_new_tokens, seed=args.seed)
-                     for lang, docs in documents.items()}
+        documents = {
+            lang: self_distilled(
+                model, tokenizer, docs, temperatures, args.distill_prompts, args.distill_new_tokens, seed=args.seed
+            )
+            for lang, docs in documents.items()
+        }
     else:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(resolve(args.tokenizer), trust_remote_code=False)
-    manifest = build_corpus(documents, tokenizer, args.out, budgets, args.seq_len, args.seed,
-                            tokenizer_name=args.tokenizer, command="specdec " + shlex.join(args.argv))
+    manifest = build_corpus(
+        documents,
+        tokenizer,
+        args.out,
+        budgets,
+        args.seq_len,
+        args.seed,
+        tokenizer_name=args.tokenizer,
+        command="specdec " + shlex.join(args.argv),
+    )
     print(f"{'language':>11}{'docs':>8}{'tokens':>10}")
     for lang, row in manifest["per_language"].items():
         print(f"{lang:>11}{row['documents']:8d}{row['tokens']:10d}")
@@ -87,11 +110,18 @@ def add_finetune_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--pretrain-tokens", default="0")
     p.add_argument("--dev", help="dev corpus directory for periodic per-language fitness")
     p.add_argument("--out", required=True, help="output folder: the draft, its model card, log and checkpoint")
-    p.add_argument("--init", default="derived",
-                   help="derived (copies of target layers), scratch (fresh layers), or model:SPEC (an HF model)")
+    p.add_argument(
+        "--init",
+        default="derived",
+        help="derived (copies of target layers), scratch (fresh layers), or model:SPEC (an HF model)",
+    )
     p.add_argument("--layers", default="0,1", help="target layers the draft is made of (derived/scratch)")
-    p.add_argument("--draft-vocab", type=int, default=32768,
-                   help="restrict the draft head to this many frequent tokens (0: the target's full head)")
+    p.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=32768,
+        help="restrict the draft head to this many frequent tokens (0: the target's full head)",
+    )
     p.add_argument("--objective", default="kd", help="ce, kd or ce+kd")
     p.add_argument("--kd-topk", type=int, default=0, help="KL on the teacher's top-k only (0: full)")
     p.add_argument("--balance", default="natural", help="natural, uniform, or scdf (upweight worst-fitting languages)")
@@ -99,8 +129,11 @@ def add_finetune_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--warmup-tokens", default="100k")
-    p.add_argument("--precision", default="auto",
-                   help="auto (bf16 autocast on CUDA, fp32 on CPU: bf16 measured 3-30x slower on CPUs without AMX), fp32, bf16")
+    p.add_argument(
+        "--precision",
+        default="auto",
+        help="auto (bf16 autocast on CUDA, fp32 on CPU: bf16 measured 3-30x slower on CPUs without AMX), fp32, bf16",
+    )
     p.add_argument("--eval-every", type=int, default=200)
     p.add_argument("--eval-sequences", type=int, default=4, help="dev sequences per language")
     p.add_argument("--eval-tokens", type=int, default=256, help="positions scored per dev sequence")
@@ -122,15 +155,18 @@ def cmd_finetune(args) -> int:
     if objective is None:
         raise ValueError(f"--objective must be ce, kd or ce+kd, got {args.objective!r}")
     phases = ([Phase(args.pretrain, _tokens(args.pretrain_tokens))] if args.pretrain else []) + [
-        Phase(args.data, _tokens(args.tokens))]
+        Phase(args.data, _tokens(args.tokens))
+    ]
     target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
     data = Shards.load(args.data)
     if data.manifest["vocab_size"] != len(tokenizer):
-        raise ValueError(f"corpus {args.data} was tokenized with a {data.manifest['vocab_size']}-token vocabulary, "
-                         f"the target has {len(tokenizer)}")
+        raise ValueError(
+            f"corpus {args.data} was tokenized with a {data.manifest['vocab_size']}-token vocabulary, "
+            f"the target has {len(tokenizer)}"
+        )
     layers = [int(x) for x in args.layers.split(",")]
     if args.init.startswith("model:"):
-        draft, draft_tokenizer = load_model(args.init[len("model:"):], device=args.device, dtype=args.dtype)
+        draft, draft_tokenizer = load_model(args.init[len("model:") :], device=args.device, dtype=args.dtype)
         check_same_vocabulary(tokenizer, draft_tokenizer)
         params = {n: p for n, p in draft.named_parameters() if p is not draft.get_input_embeddings().weight}
         for p in params.values():
@@ -138,18 +174,31 @@ def cmd_finetune(args) -> int:
     else:
         vocab_ids = None
         if args.draft_vocab:
-            vocab_ids = frequent_token_ids(data.tokens, args.draft_vocab, sorted(_special_ids(tokenizer)),
-                                           target.config.vocab_size)
+            vocab_ids = frequent_token_ids(
+                data.tokens, args.draft_vocab, sorted(_special_ids(tokenizer)), target.config.vocab_size
+            )
         draft = build_draft(target, layers, args.init, vocab_ids)
         params = owned_parameters(draft)
     # master weights in fp32 even when the target runs in bf16: AdamW updates are too small for bf16
     for p in params.values():
         p.data = p.data.float()
     cfg = TrainConfig(
-        phases=phases, out=args.out, dev=args.dev, ce_weight=objective[0], kd_weight=objective[1],
-        kd_topk=args.kd_topk, balance=args.balance, batch_size=args.batch_size, grad_accum=args.grad_accum,
-        lr=args.lr, warmup_tokens=_tokens(args.warmup_tokens), bf16=_use_bf16(args.precision, target.device), seed=args.seed,
-        eval_every=args.eval_every, eval_sequences=args.eval_sequences, eval_tokens=args.eval_tokens,
+        phases=phases,
+        out=args.out,
+        dev=args.dev,
+        ce_weight=objective[0],
+        kd_weight=objective[1],
+        kd_topk=args.kd_topk,
+        balance=args.balance,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        warmup_tokens=_tokens(args.warmup_tokens),
+        bf16=_use_bf16(args.precision, target.device),
+        seed=args.seed,
+        eval_every=args.eval_every,
+        eval_sequences=args.eval_sequences,
+        eval_tokens=args.eval_tokens,
         checkpoint_every=args.checkpoint_every,
     )
     bar = tqdm(total=sum(p.tokens for p in phases), unit="tok", unit_scale=True, desc="finetune")
@@ -167,15 +216,27 @@ def cmd_finetune(args) -> int:
         tokenizer.save_pretrained(args.out)
     else:
         meta = DraftMeta(
-            target_config=target_signature(target), layers=layers, target=args.target, init=args.init,
-            draft_vocab=args.draft_vocab or target.config.vocab_size, objective=args.objective,
-            kd_topk=args.kd_topk, balance=args.balance, tokens_seen=state["tokens"], steps=state["step"],
+            target_config=target_signature(target),
+            layers=layers,
+            target=args.target,
+            init=args.init,
+            draft_vocab=args.draft_vocab or target.config.vocab_size,
+            objective=args.objective,
+            kd_topk=args.kd_topk,
+            balance=args.balance,
+            tokens_seen=state["tokens"],
+            steps=state["step"],
             corpus=[{"data": p.data, "tokens": p.tokens} for p in phases],
-            dev_fitness=state["evals"][-1]["dev"] if state["evals"] else None, command=command,
+            dev_fitness=state["evals"][-1]["dev"] if state["evals"] else None,
+            command=command,
         )
         save_draft(draft, args.out, meta)
-        write_model_card(Path(args.out), meta, [Shards.load(p.data).manifest for p in phases],
-                         state["evals"][0]["dev"] if state["evals"] and state["evals"][0]["step"] == 0 else None)
+        write_model_card(
+            Path(args.out),
+            meta,
+            [Shards.load(p.data).manifest for p in phases],
+            state["evals"][0]["dev"] if state["evals"] and state["evals"][0]["step"] == 0 else None,
+        )
     print(f"trained {state['tokens']} tokens in {state['step']} steps; draft in {args.out}")
     if state["evals"]:
         print(json.dumps(state["evals"][-1]["dev"].get("all", {})))
@@ -199,31 +260,44 @@ def _special_ids(tokenizer) -> set[int]:
 
 def write_model_card(folder: Path, meta: DraftMeta, manifests: list[dict], first_eval: dict | None) -> None:
     lines = [
-        f"# Draft for `{meta.target}`", "",
+        f"# Draft for `{meta.target}`",
+        "",
         f"- Base target: `{meta.target}` ({meta.target_config})",
         f"- Draft: target layers {meta.layers} (init `{meta.init}`), the target's embeddings (shared), "
         f"its own final norm, a head over the {meta.draft_vocab} most frequent corpus tokens",
-        f"- Objective: `{meta.objective}`" + (f", KD on top-{meta.kd_topk}" if meta.kd_topk else "")
+        f"- Objective: `{meta.objective}`"
+        + (f", KD on top-{meta.kd_topk}" if meta.kd_topk else "")
         + f"; language sampling `{meta.balance}`",
         f"- Tokens seen: {meta.tokens_seen:,} in {meta.steps} optimizer steps",
         "- Weights: `model.safetensors` (bf16, the draft's own layers and norm, plus `vocab_ids`); no optimizer state",
-        "", "## Corpus and language mix", "",
+        "",
+        "## Corpus and language mix",
+        "",
     ]
     for phase, manifest in zip(meta.corpus, manifests):
-        lines.append(f"Phase `{phase['data']}`: {phase['tokens']:,} tokens trained; corpus seq_len "
-                     f"{manifest['seq_len']}, seed {manifest['seed']}, built with `{manifest.get('command', '')}`")
+        lines.append(
+            f"Phase `{phase['data']}`: {phase['tokens']:,} tokens trained; corpus seq_len "
+            f"{manifest['seq_len']}, seed {manifest['seed']}, built with `{manifest.get('command', '')}`"
+        )
         lines += ["", "| language | documents | corpus tokens |", "|---|---|---|"]
-        lines += [f"| {lang} | {row['documents']} | {row['tokens']:,} |" for lang, row in manifest["per_language"].items()]
+        lines += [
+            f"| {lang} | {row['documents']} | {row['tokens']:,} |" for lang, row in manifest["per_language"].items()
+        ]
         lines.append("")
     if meta.dev_fitness:
-        lines += ["## Dev fitness (teacher-forced, per language)", "",
-                  "| language | expected acceptance Σmin(p,q) | top-1 agreement | CE vs target (nats) |"
-                  + (" untrained exp. acc. |" if first_eval else ""),
-                  "|---|---|---|---|" + ("---|" if first_eval else "")]
+        lines += [
+            "## Dev fitness (teacher-forced, per language)",
+            "",
+            "| language | expected acceptance Σmin(p,q) | top-1 agreement | CE vs target (nats) |"
+            + (" untrained exp. acc. |" if first_eval else ""),
+            "|---|---|---|---|" + ("---|" if first_eval else ""),
+        ]
         for lang, row in meta.dev_fitness.items():
             before = first_eval.get(lang, {}).get("expected_acceptance") if first_eval else None
-            lines.append(f"| {lang} | {row['expected_acceptance']:.3f} | {row['top1_agreement']:.3f} | "
-                         f"{row['cross_entropy']:.3f} |" + (f" {before:.3f} |" if first_eval and before is not None else ""))
+            lines.append(
+                f"| {lang} | {row['expected_acceptance']:.3f} | {row['top1_agreement']:.3f} | "
+                f"{row['cross_entropy']:.3f} |" + (f" {before:.3f} |" if first_eval and before is not None else "")
+            )
         lines.append("")
     lines += ["## Reproduce", "", "```bash", meta.command, "```", ""]
     (folder / "README.md").write_text("\n".join(lines))

@@ -100,8 +100,11 @@ async def start_session(command: list[str], init_options: dict, ready_timeout: f
 
     await client.start_io(*command)
     session.tasks.append(asyncio.create_task(_drain_stderr(session)))
-    await client.initialize_async(types.InitializeParams(
-        capabilities=types.ClientCapabilities(), process_id=os.getpid(), initialization_options=init_options))
+    await client.initialize_async(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(), process_id=os.getpid(), initialization_options=init_options
+        )
+    )
     client.initialized(types.InitializedParams())
     status = await asyncio.wait_for(ready, ready_timeout)
     if status["state"] != "ready":
@@ -144,8 +147,11 @@ async def run_case(session: Session, index: int, case: Case, timeout: float) -> 
     language = detect_language(case.path, text=case.text)
     uri = f"file:///specdec-eval/{index}/{Path(case.path).name or 'document'}"
     session.completed[uri] = asyncio.get_running_loop().create_future()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        types.TextDocumentItem(uri=uri, language_id=language, version=1, text=case.text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=uri, language_id=language, version=1, text=case.text)
+        )
+    )
     params = types.InlineCompletionParams(
         text_document=types.TextDocumentIdentifier(uri),
         position=types.Position(case.line, case.character),
@@ -155,7 +161,8 @@ async def run_case(session: Session, index: int, case: Case, timeout: float) -> 
     start = time.perf_counter()
     try:
         answer = await asyncio.wait_for(
-            client.protocol.send_request_async(types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=msg_id), timeout)
+            client.protocol.send_request_async(types.TEXT_DOCUMENT_INLINE_COMPLETION, params, msg_id=msg_id), timeout
+        )
         latency = (time.perf_counter() - start) * 1000
         note = await asyncio.wait_for(session.completed[uri], 10)  # sent before the answer, so already here
         items = (answer.items if isinstance(answer, types.InlineCompletionList) else answer) or []
@@ -178,9 +185,15 @@ async def run_case(session: Session, index: int, case: Case, timeout: float) -> 
             client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
 
 
-async def run_eval(cases: list[Case], init_options: dict, command: list[str] | None = None,
-                   concurrency: int = 1, timeout: float = 300.0, ready_timeout: float = 900.0,
-                   progress=None) -> list[CaseAnswer]:
+async def run_eval(
+    cases: list[Case],
+    init_options: dict,
+    command: list[str] | None = None,
+    concurrency: int = 1,
+    timeout: float = 300.0,
+    ready_timeout: float = 900.0,
+    progress=None,
+) -> list[CaseAnswer]:
     """Run every case through the server, restarting it after a crash."""
     command = command or server_command()
     session = await start_session(command, init_options, ready_timeout)
@@ -211,11 +224,20 @@ async def run_eval(cases: list[Case], init_options: dict, command: list[str] | N
 def init_options(args, telemetry_path: str) -> dict:
     """The server settings for a headless run: the CLI's model options, every event to one file, no debounce."""
     return {
-        "target": args.target, "draft": args.draft, "device": args.device, "dtype": args.dtype,
-        "gamma": args.gamma, "draftConfidence": args.draft_confidence,
-        "maxTokensSingleLine": args.max_tokens_single_line, "maxTokensMultiLine": args.max_tokens_multi_line,
-        "temperature": args.temperature, "debounceMs": 0,
-        "telemetry": True, "telemetryPath": telemetry_path, "telemetrySource": "eval", "trackOutcomes": False,
+        "target": args.target,
+        "draft": args.draft,
+        "device": args.device,
+        "dtype": args.dtype,
+        "gamma": args.gamma,
+        "draftConfidence": args.draft_confidence,
+        "maxTokensSingleLine": args.max_tokens_single_line,
+        "maxTokensMultiLine": args.max_tokens_multi_line,
+        "temperature": args.temperature,
+        "debounceMs": 0,
+        "telemetry": True,
+        "telemetryPath": telemetry_path,
+        "telemetrySource": "eval",
+        "trackOutcomes": False,
     }
 
 
@@ -258,30 +280,40 @@ def summarize_answers(answers: list[CaseAnswer], events: list[CompletionEvent]) 
         single = [e.latency_ms for e in ev if not e.multiline]
         multi = [e.latency_ms for e in ev if e.multiline]
         accepted = sum(e.accepted for e in ev)
-        rows.append({
-            "language": language, "cases": len(mine), "events": len(ev),
-            "single": len(single), "multi": len(multi),
-            "p50_ms": percentile(single + multi, 50), "p95_ms": percentile(single + multi, 95),
-            "p50_single_ms": percentile(single, 50), "p50_multi_ms": percentile(multi, 50),
-            "alpha": acceptance_rate(accepted, sum(e.rejected_rounds for e in ev)),
-            "tokens": sum(e.generated_tokens for e in ev),
-            "scope_stops": sum(1 for e in ev if e.finish_reason == "predicate"),
-            "empty": sum(1 for r in mine if r.status == "ok" and not r.completion),
-            "errors": sum(1 for r in mine if r.status == "error"),
-            "timeouts": sum(1 for r in mine if r.status == "timeout"),
-            "crashes": sum(1 for r in mine if r.status == "crash"),
-        })
+        rows.append(
+            {
+                "language": language,
+                "cases": len(mine),
+                "events": len(ev),
+                "single": len(single),
+                "multi": len(multi),
+                "p50_ms": percentile(single + multi, 50),
+                "p95_ms": percentile(single + multi, 95),
+                "p50_single_ms": percentile(single, 50),
+                "p50_multi_ms": percentile(multi, 50),
+                "alpha": acceptance_rate(accepted, sum(e.rejected_rounds for e in ev)),
+                "tokens": sum(e.generated_tokens for e in ev),
+                "scope_stops": sum(1 for e in ev if e.finish_reason == "predicate"),
+                "empty": sum(1 for r in mine if r.status == "ok" and not r.completion),
+                "errors": sum(1 for r in mine if r.status == "error"),
+                "timeouts": sum(1 for r in mine if r.status == "timeout"),
+                "crashes": sum(1 for r in mine if r.status == "crash"),
+            }
+        )
     return rows
 
 
 def format_summary(rows: list[dict]) -> str:
     """The table; `scope` counts completions the syntax check ended inside the decode loop."""
+
     def num(value, digits=0):
         return "-" if value is None else f"{value:.{digits}f}"
 
-    header = (f"{'language':<11}{'n':>4}{'1-line':>7}{'multi':>6}{'p50 ms':>9}{'p95 ms':>9}"
-              f"{'p50 1-line':>11}{'p50 multi':>10}{'alpha':>7}{'tokens':>7}{'scope':>6}{'empty':>6}{'err':>5}{'t/o':>5}"
-              f"{'crash':>6}")
+    header = (
+        f"{'language':<11}{'n':>4}{'1-line':>7}{'multi':>6}{'p50 ms':>9}{'p95 ms':>9}"
+        f"{'p50 1-line':>11}{'p50 multi':>10}{'alpha':>7}{'tokens':>7}{'scope':>6}{'empty':>6}{'err':>5}{'t/o':>5}"
+        f"{'crash':>6}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         if r["language"] == "all":
@@ -289,7 +321,8 @@ def format_summary(rows: list[dict]) -> str:
         lines.append(
             f"{r['language']:<11}{r['cases']:>4}{r['single']:>7}{r['multi']:>6}{num(r['p50_ms']):>9}{num(r['p95_ms']):>9}"
             f"{num(r['p50_single_ms']):>11}{num(r['p50_multi_ms']):>10}{num(r['alpha'], 2):>7}{r['tokens']:>7}"
-            f"{r['scope_stops']:>6}{r['empty']:>6}{r['errors']:>5}{r['timeouts']:>5}{r['crashes']:>6}")
+            f"{r['scope_stops']:>6}{r['empty']:>6}{r['errors']:>5}{r['timeouts']:>5}{r['crashes']:>6}"
+        )
     return "\n".join(lines)
 
 
@@ -307,8 +340,15 @@ def evaluate(cases: list[Case], args, progress=None) -> tuple[list[CaseAnswer], 
     """Run the cases; write the tagged events to args.telemetry and, if asked, the completions to args.results."""
     with tempfile.TemporaryDirectory(prefix="specdec-eval-") as tmp:
         server_log = os.path.join(tmp, "events.jsonl")
-        answers = asyncio.run(run_eval(cases, init_options(args, server_log), concurrency=args.concurrency,
-                                       timeout=args.timeout, progress=progress))
+        answers = asyncio.run(
+            run_eval(
+                cases,
+                init_options(args, server_log),
+                concurrency=args.concurrency,
+                timeout=args.timeout,
+                progress=progress,
+            )
+        )
         events = tag_events(answers, read_server_events(server_log))
     with EventLog(args.telemetry) as out:
         for event in events:
@@ -317,8 +357,18 @@ def evaluate(cases: list[Case], args, progress=None) -> tuple[list[CaseAnswer], 
         with open(args.results, "w") as f:
             for r in answers:
                 latency = r.latency_ms if r.latency_ms is None else round(r.latency_ms, 1)
-                f.write(json.dumps({"id": r.case.id, "language": r.language, "completion": r.completion,
-                                    "latency_ms": latency, "status": r.status}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "id": r.case.id,
+                            "language": r.language,
+                            "completion": r.completion,
+                            "latency_ms": latency,
+                            "status": r.status,
+                        }
+                    )
+                    + "\n"
+                )
     return answers, events
 
 
@@ -348,8 +398,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:
         bar.close()
-    print(f"target={args.target} draft={args.draft} gamma={args.gamma} cases={args.cases} "
-          f"(latency: server-side, from request to trimmed completion)")
+    print(
+        f"target={args.target} draft={args.draft} gamma={args.gamma} cases={args.cases} "
+        f"(latency: server-side, from request to trimmed completion)"
+    )
     print(format_summary(summarize_answers(answers, events)))
     if failures := format_failures(answers):
         print(failures)

@@ -11,28 +11,52 @@ from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, STEPS
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="packaged alias, local directory or HF id")
-    p.add_argument("--draft", default=DEFAULT_DRAFT,
-                   help="draft spec (default: %(default)s): its syntax is documented once, in "
-                        "speccomplete.decoder.drafts.spec (decoder/drafts/spec.py)")
+    p.add_argument(
+        "--draft",
+        default=DEFAULT_DRAFT,
+        help="draft spec (default: %(default)s): its syntax is documented once, in "
+        "speccomplete.decoder.drafts.spec (decoder/drafts/spec.py)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
-    p.add_argument("--gamma", default="heuristic", help="an integer >= 0 (fixed), heuristic[:START:MAX] or cost[:C:V] (cost model)")
-    p.add_argument("--draft-confidence", type=float, default=0.0,
-                   help="stop drafting when the draft's top probability falls below this")
-    p.add_argument("--no-pack", action="store_true",
-                   help="keep the stock nn.Linear weights on the CPU (no oneDNN packing, decoder/kernels.py)")
-    p.add_argument("--steps", default="auto", choices=STEPS,
-                   help="how the target runs: eager (input-shaped forwards, a growing cache), fixed (a few padded "
-                        "shapes, a fixed-address cache), compiled (fixed, under torch.compile: CUDA graphs on CUDA); "
-                        "auto: compiled on CUDA, eager on the CPU (decoder/target_steps.py)")
+    p.add_argument(
+        "--gamma", default="heuristic", help="an integer >= 0 (fixed), heuristic[:START:MAX] or cost[:C:V] (cost model)"
+    )
+    p.add_argument(
+        "--draft-confidence",
+        type=float,
+        default=0.0,
+        help="stop drafting when the draft's top probability falls below this",
+    )
+    p.add_argument(
+        "--no-pack",
+        action="store_true",
+        help="keep the stock nn.Linear weights on the CPU (no oneDNN packing, decoder/kernels.py)",
+    )
+    p.add_argument(
+        "--steps",
+        default="auto",
+        choices=STEPS,
+        help="how the target runs: eager (input-shaped forwards, a growing cache), fixed (a few padded "
+        "shapes, a fixed-address cache), compiled (fixed, under torch.compile: CUDA graphs on CUDA); "
+        "auto: compiled on CUDA, eager on the CPU (decoder/target_steps.py)",
+    )
 
 
 def load(args: argparse.Namespace):
     """(target, tokenizer, draft model or None, decoder) as the model arguments describe them."""
     from speccomplete.decoder.loader import load_decoder
 
-    loaded = load_decoder(args.target, args.draft, device=args.device, dtype=args.dtype, gamma=args.gamma,
-                          draft_confidence=args.draft_confidence, pack=not args.no_pack, steps=args.steps)
+    loaded = load_decoder(
+        args.target,
+        args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        gamma=args.gamma,
+        draft_confidence=args.draft_confidence,
+        pack=not args.no_pack,
+        steps=args.steps,
+    )
     return loaded.target, loaded.tokenizer, loaded.draft_model, loaded.decoder
 
 

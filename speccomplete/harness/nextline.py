@@ -18,11 +18,15 @@ from speccomplete.decoder.models import DEFAULT_TARGET
 from .cases import Case
 
 
-def next_line_quality(decoder: SpeculativeDecoder, cases: list[Case], max_new_tokens: int = 32,
-                      max_prompt_tokens: int = 1024) -> dict:
+def next_line_quality(
+    decoder: SpeculativeDecoder, cases: list[Case], max_new_tokens: int = 32, max_prompt_tokens: int = 1024
+) -> dict:
     per_language = defaultdict(lambda: {"exact": 0, "similarity": 0.0, "cases": 0, "tokens": 0, "seconds": 0.0})
-    options = DecodeOptions(max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens,
-                            stop_when=lambda text: "\n" in text.lstrip("\n"))
+    options = DecodeOptions(
+        max_new_tokens=max_new_tokens,
+        max_prompt_tokens=max_prompt_tokens,
+        stop_when=lambda text: "\n" in text.lstrip("\n"),
+    )
     for case in cases:
         line_start = case.prefix.rfind("\n") + 1
         start = time.perf_counter()
@@ -38,8 +42,15 @@ def next_line_quality(decoder: SpeculativeDecoder, cases: list[Case], max_new_to
         row["seconds"] += seconds
     total = {k: sum(r[k] for r in per_language.values()) for k in ("exact", "similarity", "cases", "tokens", "seconds")}
     rows = dict(sorted(per_language.items())) | {"OVERALL": total}
-    return {name: {"exact_match": r["exact"] / r["cases"], "similarity": r["similarity"] / r["cases"],
-                   "cases": r["cases"], "tokens_per_s": r["tokens"] / r["seconds"]} for name, r in rows.items()}
+    return {
+        name: {
+            "exact_match": r["exact"] / r["cases"],
+            "similarity": r["similarity"] / r["cases"],
+            "cases": r["cases"],
+            "tokens_per_s": r["tokens"] / r["seconds"],
+        }
+        for name, r in rows.items()
+    }
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -61,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
     rows = next_line_quality(SpeculativeDecoder(model, tokenizer), read_cases(args.cases), args.max_new_tokens)
-    print(f"target={args.target} device={model.device} dtype={model.dtype} (greedy next line, prompt cut at line start)")
+    print(
+        f"target={args.target} device={model.device} dtype={model.dtype} (greedy next line, prompt cut at line start)"
+    )
     print("language".rjust(11) + "n".rjust(4) + "exact".rjust(8) + "similar".rjust(9) + "tok/s".rjust(8))
     for name, r in rows.items():
         print(f"{name:>11}{r['cases']:4d}{r['exact_match']:8.2f}{r['similarity']:9.2f}{r['tokens_per_s']:8.1f}")

@@ -15,8 +15,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="tables and plots from completion events")
     p.add_argument("events", nargs="+", help="event files, globs or directories")
     p.add_argument("--out", required=True, help="directory for report.md, report.json, CSVs and PNGs")
-    p.add_argument("--groups", action="append",
-                   help="a language group, name=lang1,lang2 (repeat, or join with ';'); replaces the defaults")
+    p.add_argument(
+        "--groups",
+        action="append",
+        help="a language group, name=lang1,lang2 (repeat, or join with ';'); replaces the defaults",
+    )
     p.add_argument("--base", help="the base draft for base-vs-tuned tables (default: the draft seen first)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--seed", type=int, default=0)
@@ -34,11 +37,20 @@ def run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as e:
         if e.name not in ANALYSIS_LIBRARIES:
             raise
-        print(f"specdec report: {e.name} is missing: install the analysis extra, "
-              "pip install 'speccomplete[analysis]'", file=sys.stderr)
+        print(
+            f"specdec report: {e.name} is missing: install the analysis extra, pip install 'speccomplete[analysis]'",
+            file=sys.stderr,
+        )
         return 2
 
-    data = build_report(args.events, args.out, groups=parse_groups(args.groups), base_draft=args.base,
-                        reps=args.bootstrap, seed=args.seed, command=" ".join(["specdec", *args.argv]))
+    data = build_report(
+        args.events,
+        args.out,
+        groups=parse_groups(args.groups),
+        base_draft=args.base,
+        reps=args.bootstrap,
+        seed=args.seed,
+        command=" ".join(["specdec", *args.argv]),
+    )
     print(f"{data['events']} events -> {os.path.join(args.out, 'report.md')} ({len(data['plots'])} plots)")
     return 0

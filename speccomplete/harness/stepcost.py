@@ -14,9 +14,9 @@ import time
 
 import torch
 
-from speccomplete.decoder.models import DEFAULT_TARGET
 from speccomplete.decoder.drafts import derive_draft
 from speccomplete.decoder.kv_cache import forward_logits, new_cache
+from speccomplete.decoder.models import DEFAULT_TARGET
 
 
 def _prefilled(model, prompt: list[int], cache_factory=new_cache):
@@ -37,8 +37,9 @@ def _median_ms(model, cache, feed: list[int], repeats: int) -> float:
 
 
 @torch.inference_mode()
-def step_costs(model, prompt: list[int], widths=(1, 2, 3, 5, 9), draft_layers=(0, 1), repeats: int = 7,
-               cache_factory=new_cache) -> dict:
+def step_costs(
+    model, prompt: list[int], widths=(1, 2, 3, 5, 9), draft_layers=(0, 1), repeats: int = 7, cache_factory=new_cache
+) -> dict:
     """Median ms per forward of each width, with the decoder's cache unless `cache_factory` says otherwise."""
     cache = _prefilled(model, prompt, cache_factory)
     row = {f"target_{w}_ms": _median_ms(model, cache, prompt[-w:], repeats) for w in widths}
@@ -82,12 +83,22 @@ def run(args: argparse.Namespace) -> int:
         del model
     keys = list(next(iter(rows.values())))
     threads = f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"
-    print(f"target={args.target} device={args.device} prompt_tokens={args.prompt_tokens} {threads} "
-          "(median ms; ratios to 1 token)")
+    print(
+        f"target={args.target} device={args.device} prompt_tokens={args.prompt_tokens} {threads} "
+        "(median ms; ratios to 1 token)"
+    )
     print("weights".ljust(22) + "".join(k.rjust(15) for k in keys))
     for name, row in rows.items():
         print(name.ljust(22) + "".join(f"{row[k]:15.2f}" for k in keys))
     if args.json:
-        write_json({"target": args.target, "device": args.device, "prompt_tokens": args.prompt_tokens,
-                    "threads": threads, "weights": rows}, args.json)
+        write_json(
+            {
+                "target": args.target,
+                "device": args.device,
+                "prompt_tokens": args.prompt_tokens,
+                "threads": threads,
+                "weights": rows,
+            },
+            args.json,
+        )
     return 0

@@ -36,9 +36,23 @@ def grid_settings(gammas: list[int], temperatures: list[float]) -> list[tuple[in
     return [(gamma, t) for t in temperatures for gamma in [0] + [g for g in gammas if g != 0]]
 
 
-def run_sweep(cases: list[Case], target, tokenizer, drafter, log: EventLog, *, gammas: list[int],
-              temperatures: list[float], max_new_tokens: int, max_prompt_tokens: int, target_name: str,
-              draft_name: str, device: str, seed: int = 0, progress=None) -> int:
+def run_sweep(
+    cases: list[Case],
+    target,
+    tokenizer,
+    drafter,
+    log: EventLog,
+    *,
+    gammas: list[int],
+    temperatures: list[float],
+    max_new_tokens: int,
+    max_prompt_tokens: int,
+    target_name: str,
+    draft_name: str,
+    device: str,
+    seed: int = 0,
+    progress=None,
+) -> int:
     """Decode every case at every grid point and write one event per run; returns the number of runs."""
     if drafter is None and any(gammas):
         raise ValueError("a γ sweep needs a draft (--draft is 'none')")
@@ -53,18 +67,31 @@ def run_sweep(cases: list[Case], target, tokenizer, drafter, log: EventLog, *, g
         decoders[gamma].generate(prompts[0][-64:], DecodeOptions(max_new_tokens=4))
     runs = 0
     for i, (case, ids) in enumerate(zip(cases, prompts)):
-        for gamma, temperature in grid[i % len(grid):] + grid[: i % len(grid)]:
+        for gamma, temperature in grid[i % len(grid) :] + grid[: i % len(grid)]:
             options = DecodeOptions(max_new_tokens=max_new_tokens, sampling=SamplingParams(temperature), seed=seed)
             start = time.perf_counter()
             generation = decoders[gamma].generate(ids, options)
             latency_ms = 1000 * (time.perf_counter() - start)
-            log.write(CompletionEvent.from_stats(
-                generation.stats.to_dict(), language=case.language, trigger="invoked", multiline=True,
-                latency_ms=latency_ms, target=target_name, draft=draft_name if gamma else "none", device=device,
-                settings={"gamma": str(gamma), "temperature": temperature, "max_new_tokens": max_new_tokens,
-                          "seed": seed},
-                case_id=case.id, source="sweep",
-            ))
+            log.write(
+                CompletionEvent.from_stats(
+                    generation.stats.to_dict(),
+                    language=case.language,
+                    trigger="invoked",
+                    multiline=True,
+                    latency_ms=latency_ms,
+                    target=target_name,
+                    draft=draft_name if gamma else "none",
+                    device=device,
+                    settings={
+                        "gamma": str(gamma),
+                        "temperature": temperature,
+                        "max_new_tokens": max_new_tokens,
+                        "seed": seed,
+                    },
+                    case_id=case.id,
+                    source="sweep",
+                )
+            )
             runs += 1
             if progress:
                 progress(case, gamma, temperature)
@@ -107,13 +134,26 @@ def run(args: argparse.Namespace) -> int:
     if not log.enabled:
         raise ValueError("SPECDEC_TELEMETRY turns event writing off; unset it to run a sweep")
     with log, tqdm(total=runs, desc="sweep", unit="run") as bar:
+
         def progress(case, gamma, temperature):
             bar.set_postfix_str(f"{case.id} γ={gamma} T={temperature:g}")
             bar.update(1)
 
-        run_sweep(cases, target, tokenizer, decoder.drafter, log, gammas=gammas, temperatures=temperatures,
-                  max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
-                  target_name=args.target, draft_name=draft_label(args.draft, target), device=device_name(target),
-                  seed=args.seed, progress=progress)
+        run_sweep(
+            cases,
+            target,
+            tokenizer,
+            decoder.drafter,
+            log,
+            gammas=gammas,
+            temperatures=temperatures,
+            max_new_tokens=args.max_new_tokens,
+            max_prompt_tokens=args.max_prompt_tokens,
+            target_name=args.target,
+            draft_name=draft_label(args.draft, target),
+            device=device_name(target),
+            seed=args.seed,
+            progress=progress,
+        )
     print(f"wrote {runs} events to {args.events}")
     return 0

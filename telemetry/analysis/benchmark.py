@@ -1,6 +1,6 @@
 """How long `specdec report` takes on N synthetic events: prints a table and writes JSON.
 
-    python -m speccomplete.telemetry.analysis.benchmark --events 1000000 --json docs/benchmarks/telemetry_report.json
+python -m speccomplete.telemetry.analysis.benchmark --events 1000000 --json docs/benchmarks/telemetry_report.json
 """
 
 from __future__ import annotations
@@ -39,9 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     build_report([path], os.path.join(workdir, "report"))
     report_s = time.perf_counter() - start
-    row = {"events": n, "file_mb": round(os.path.getsize(path) / 2**20, 1), "read_s": round(read_s, 2),
-           "report_s": round(report_s, 2), "cpus": os.cpu_count(), "host": platform.machine(),
-           "load_avg_1m": round(os.getloadavg()[0], 2), "date": datetime.date.today().isoformat()}
+    row = {
+        "events": n,
+        "file_mb": round(os.path.getsize(path) / 2**20, 1),
+        "read_s": round(read_s, 2),
+        "report_s": round(report_s, 2),
+        "cpus": os.cpu_count(),
+        "host": platform.machine(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "date": datetime.date.today().isoformat(),
+    }
     print(f"{'events':>9} {'MB':>7} {'read s':>7} {'report s':>9} {'cpus':>5} {'load':>5}")
     print(f"{n:>9} {row['file_mb']:>7} {read_s:>7.1f} {report_s:>9.1f} {row['cpus']:>5} {row['load_avg_1m']:>5}")
     if args.json:

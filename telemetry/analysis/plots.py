@@ -14,6 +14,7 @@ from .read import LONG_BURST
 def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups: dict, max_configs: int) -> list[str]:
     """Write the PNGs into `out`; return their file names."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -22,8 +23,10 @@ def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups:
     order = [lang for members in groups.values() for lang in members]
     spec = langs[~langs.is_ar]
     configs = list(spec.groupby("config").n.sum().sort_values(ascending=False).index[:max_configs])
-    for column, ylabel, name in (("alpha", "per-token acceptance α̂", "alpha_by_language.png"),
-                                 ("speedup", "speedup vs AR", "speedup_by_language.png")):
+    for column, ylabel, name in (
+        ("alpha", "per-token acceptance α̂", "alpha_by_language.png"),
+        ("speedup", "speedup vs AR", "speedup_by_language.png"),
+    ):
         data = spec[spec.config.isin(configs) & spec[column].notna()]
         if data.empty:
             continue

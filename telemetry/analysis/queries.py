@@ -19,13 +19,23 @@ from .groups import NATURAL_LANGUAGE
 MAX_BLOCKS = 2000  # above this many cases in a language, cases are resampled in hashed blocks
 RQ3_GAMMAS = (1, 2, 4, 8, 16, 32)
 # The event fields the report reads (read.connect adds the ones every query needs).
-REPORT_COLUMNS = ["language", "generated_tokens", "accepted", "rejected_rounds", "total_ms", "latency_ms",
-                  "target", "device"]
+REPORT_COLUMNS = [
+    "language",
+    "generated_tokens",
+    "accepted",
+    "rejected_rounds",
+    "total_ms",
+    "latency_ms",
+    "target",
+    "device",
+]
 
 # A configuration is (target, draft, γ policy, temperature); CONFIG_LABEL names one in tables and plots.
 CONFIG = "target, draft, gamma, temperature"
-CONFIG_LABEL = ("concat_ws(' ', coalesce(draft, '?'), 'γ=' || gamma, "
-                "'T=' || coalesce(CAST(temperature AS VARCHAR), '-'), '[' || coalesce(target, '?') || ']')")
+CONFIG_LABEL = (
+    "concat_ws(' ', coalesce(draft, '?'), 'γ=' || gamma, "
+    "'T=' || coalesce(CAST(temperature AS VARCHAR), '-'), '[' || coalesce(target, '?') || ']')"
+)
 # End-to-end latency where the producer measured it, else the decoder's time.
 LATENCY = "coalesce(nullif(latency_ms, 0), total_ms)"
 
@@ -92,8 +102,10 @@ def language_table(con) -> pd.DataFrame:
         FROM events GROUP BY ALL
     """).fetchall()
     latency = pd.DataFrame(
-        [(config, language, percentile(values or [], 50), percentile(values or [], 95))
-         for config, language, values in latencies],
+        [
+            (config, language, percentile(values or [], 50), percentile(values or [], 95))
+            for config, language, values in latencies
+        ],
         columns=["config", "language", "latency_p50_ms", "latency_p95_ms"],
     ).astype({"latency_p50_ms": float, "latency_p95_ms": float})
     paired = con.execute("""
@@ -144,8 +156,11 @@ def rq1(con, pair: tuple[str, str]) -> pd.DataFrame:
     """Base vs tuned draft on code and on natural language, per (target, γ, T)."""
     drafts = ", ".join(f"'{d}'" for d in (_sql_text(pair[0]), _sql_text(pair[1])))
     domain = f"CASE WHEN language = '{NATURAL_LANGUAGE}' THEN 'natural language' ELSE 'code' END"
-    df = pooled(con, f"draft IN ({drafts})", {"target": "target", "gamma": "gamma", "temperature": "temperature",
-                                               "draft": "draft", "domain": domain})
+    df = pooled(
+        con,
+        f"draft IN ({drafts})",
+        {"target": "target", "gamma": "gamma", "temperature": "temperature", "draft": "draft", "domain": domain},
+    )
     df["role"] = np.where(df.draft == pair[0], "base", "tuned")
     return df
 

@@ -26,16 +26,40 @@ LONG_BURST = 10  # a drafting round that accepted more than this many drafts is 
 
 # Columns read from every line; keys a newer writer adds are ignored, missing ones are NULL.
 COLUMNS = {
-    "schema": "INTEGER", "record": "VARCHAR", "time": "DOUBLE", "request_id": "VARCHAR",
-    "language": "VARCHAR", "trigger": "VARCHAR", "multiline": "BOOLEAN",
-    "prompt_tokens": "BIGINT", "prompt_truncated_tokens": "BIGINT", "prompt_reused_tokens": "BIGINT",
-    "generated_tokens": "BIGINT", "drafted": "BIGINT", "accepted": "BIGINT", "rounds": "BIGINT",
-    "rejected_rounds": "BIGINT", "lookup_drafted": "BIGINT", "lookup_accepted": "BIGINT",
-    "gammas": "BIGINT[]", "accepted_histogram": "BIGINT[]",
-    "draft_ms": "DOUBLE", "verify_ms": "DOUBLE", "prefill_ms": "DOUBLE", "total_ms": "DOUBLE",
-    "ttft_ms": "DOUBLE", "latency_ms": "DOUBLE", "finish_reason": "VARCHAR",
-    "target": "VARCHAR", "draft": "VARCHAR", "device": "VARCHAR", "settings": "JSON",
-    "outcome": "VARCHAR", "accepted_chars": "BIGINT", "case_id": "VARCHAR", "source": "VARCHAR",
+    "schema": "INTEGER",
+    "record": "VARCHAR",
+    "time": "DOUBLE",
+    "request_id": "VARCHAR",
+    "language": "VARCHAR",
+    "trigger": "VARCHAR",
+    "multiline": "BOOLEAN",
+    "prompt_tokens": "BIGINT",
+    "prompt_truncated_tokens": "BIGINT",
+    "prompt_reused_tokens": "BIGINT",
+    "generated_tokens": "BIGINT",
+    "drafted": "BIGINT",
+    "accepted": "BIGINT",
+    "rounds": "BIGINT",
+    "rejected_rounds": "BIGINT",
+    "lookup_drafted": "BIGINT",
+    "lookup_accepted": "BIGINT",
+    "gammas": "BIGINT[]",
+    "accepted_histogram": "BIGINT[]",
+    "draft_ms": "DOUBLE",
+    "verify_ms": "DOUBLE",
+    "prefill_ms": "DOUBLE",
+    "total_ms": "DOUBLE",
+    "ttft_ms": "DOUBLE",
+    "latency_ms": "DOUBLE",
+    "finish_reason": "VARCHAR",
+    "target": "VARCHAR",
+    "draft": "VARCHAR",
+    "device": "VARCHAR",
+    "settings": "JSON",
+    "outcome": "VARCHAR",
+    "accepted_chars": "BIGINT",
+    "case_id": "VARCHAR",
+    "source": "VARCHAR",
     "text": "VARCHAR",
 }
 
@@ -64,8 +88,9 @@ def expand_paths(paths: Sequence[str | Path]) -> list[str]:
     return unique
 
 
-def connect(paths: Sequence[str | Path], columns: list[str] | None = None,
-            con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    paths: Sequence[str | Path], columns: list[str] | None = None, con: duckdb.DuckDBPyConnection | None = None
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection holding table `events`: one row per completion, latest outcome joined.
 
     Derived columns: gamma (the settings' gamma policy, as text), temperature, max_new_tokens,
@@ -85,7 +110,8 @@ def connect(paths: Sequence[str | Path], columns: list[str] | None = None,
     spec = "{" + ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS.items() if k in read) + "}"
     # Derived columns are computed while reading, so the wide settings and histogram columns
     # are only materialized when asked for.
-    con.execute(f"""
+    con.execute(
+        f"""
         CREATE OR REPLACE TEMP TABLE raw AS
         SELECT {", ".join(k for k in COLUMNS if k in keep and k != "record")}, record, filename,
                coalesce(settings->>'gamma', '') AS gamma,
@@ -98,11 +124,16 @@ def connect(paths: Sequence[str | Path], columns: list[str] | None = None,
                CAST(coalesce(list_sum(accepted_histogram[{LONG_BURST + 2}:]), 0) AS BIGINT) AS long_bursts
         FROM read_json(?, format='newline_delimited', ignore_errors=true, columns={spec}, filename=true,
                        maximum_object_size=67108864)
-    """, [files])
+    """,
+        [files],
+    )
     bad = con.execute("SELECT filename, count(*) FROM raw WHERE schema IS NULL GROUP BY filename").fetchall()
     for filename, count in bad:
-        warnings.warn(f"{filename}: skipped {count} line(s) that are not complete JSON records "
-                      "(a torn last line from a crash?)", UnreadableLineWarning, stacklevel=2)
+        warnings.warn(
+            f"{filename}: skipped {count} line(s) that are not complete JSON records (a torn last line from a crash?)",
+            UnreadableLineWarning,
+            stacklevel=2,
+        )
     con.execute("""
         CREATE OR REPLACE TEMP TABLE events AS
         WITH outcomes AS (

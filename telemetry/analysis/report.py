@@ -29,9 +29,16 @@ from .read import connect
 from .statistics import U_DEFINITION, bootstrap, ci, delta_disparity, disparity, u_replicates
 
 
-def build_report(paths: Sequence[str | Path], out: str | Path, groups: dict[str, list[str]] | None = None,
-                 base_draft: str | None = None, reps: int = 1000, seed: int = 0,
-                 max_plot_configs: int = 6, command: str | None = None) -> dict:
+def build_report(
+    paths: Sequence[str | Path],
+    out: str | Path,
+    groups: dict[str, list[str]] | None = None,
+    base_draft: str | None = None,
+    reps: int = 1000,
+    seed: int = 0,
+    max_plot_configs: int = 6,
+    command: str | None = None,
+) -> dict:
     """Read events, write report.md, report.json, CSV tables and PNG plots into `out`; return the JSON."""
     groups = groups or default_groups()
     out = Path(out)
@@ -56,14 +63,21 @@ def build_report(paths: Sequence[str | Path], out: str | Path, groups: dict[str,
     disp = disparity(langs, replicates, groups)
     first_seen = dict(con.execute("SELECT draft, min(time) FROM events GROUP BY draft").fetchall())
     pair = pick_drafts(langs, first_seen, base_draft)
-    delta = (delta_disparity(disp, u_replicates(langs, replicates, groups), pair) if pair and len(disp)
-             else pd.DataFrame())
+    delta = (
+        delta_disparity(disp, u_replicates(langs, replicates, groups), pair) if pair and len(disp) else pd.DataFrame()
+    )
     rq1_table = rq1(con, pair) if pair else pd.DataFrame()
     rq3_table = rq3(con)
     rq3_langs = rq3(con, by_language=True)
 
-    tables = {"languages": langs.drop(columns=["sp_tokens", "sp_ms", "ar_tokens", "ar_ms"]), "disparity": disp,
-              "delta_disparity": delta, "rq1": rq1_table, "rq3": rq3_table, "rq3_by_language": rq3_langs}
+    tables = {
+        "languages": langs.drop(columns=["sp_tokens", "sp_ms", "ar_tokens", "ar_ms"]),
+        "disparity": disp,
+        "delta_disparity": delta,
+        "rq1": rq1_table,
+        "rq3": rq3_table,
+        "rq3_by_language": rq3_langs,
+    }
     for name, table in tables.items():
         if len(table):
             table.to_csv(out / f"{name}.csv", index=False)
@@ -73,11 +87,12 @@ def build_report(paths: Sequence[str | Path], out: str | Path, groups: dict[str,
         "files": [str(p) for p in paths],
         "command": command,
         "groups": groups,
-        "definitions": {"U": U_DEFINITION, "alpha": "Σ accepted / (Σ accepted + Σ rejected_rounds)",
-                        "speedup": "spec tokens/s ÷ AR tokens/s over cases with both "
-                                   "(same target, device, T, max_new_tokens)",
-                        "bootstrap": f"{reps} Poisson-bootstrap resamples of cases within each language; "
-                                     "95% percentile intervals"},
+        "definitions": {
+            "U": U_DEFINITION,
+            "alpha": "Σ accepted / (Σ accepted + Σ rejected_rounds)",
+            "speedup": "spec tokens/s ÷ AR tokens/s over cases with both (same target, device, T, max_new_tokens)",
+            "bootstrap": f"{reps} Poisson-bootstrap resamples of cases within each language; 95% percentile intervals",
+        },
         "base_tuned": list(pair) if pair else None,
         "plots": plots,
         **{name: _records(table) for name, table in tables.items()},

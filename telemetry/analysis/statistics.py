@@ -32,6 +32,7 @@ U_DEFINITION = (
 @dataclass
 class Replicates:
     """Bootstrap replicates per language of one configuration: arrays of shape (B,)."""
+
     alpha: dict[str, np.ndarray]
     speedup: dict[str, np.ndarray]
 
@@ -54,7 +55,8 @@ def bootstrap(blocks: pd.DataFrame, reps: int, seed: int) -> dict[str, Replicate
             sums = weights[:, codes[index]] @ values[index]  # (reps, 6)
             replicates = out.setdefault(config, Replicates({}, {}))
             replicates.alpha[language] = np.array(
-                [acceptance_rate(accepted, rejected) for accepted, rejected in sums[:, :2].tolist()], dtype=float)
+                [acceptance_rate(accepted, rejected) for accepted, rejected in sums[:, :2].tolist()], dtype=float
+            )
             with np.errstate(divide="ignore", invalid="ignore"):
                 replicates.speedup[language] = (sums[:, 2] / sums[:, 3]) / (sums[:, 4] / sums[:, 5])
     return out
@@ -87,8 +89,13 @@ def disparity(langs: pd.DataFrame, replicates: dict[str, Replicates], groups: di
         for group, members in group_members(groups, list(frame.language)).items():
             with_alpha = [m for m in members if np.isfinite(point_alpha[m])]
             with_speedup = [m for m in members if np.isfinite(point_speedup[m])]
-            row = {"config": config, **_config_columns(frame), "group": group,
-                   "languages": len(members), "language_list": ",".join(members)}
+            row = {
+                "config": config,
+                **_config_columns(frame),
+                "group": group,
+                "languages": len(members),
+                "language_list": ",".join(members),
+            }
             row |= _stat("U", mean_abs_dev, with_alpha, point_alpha, reps.alpha)
             row |= _stat("U_std", np.std, with_alpha, point_alpha, reps.alpha)
             row |= _stat("alpha_min", np.min, with_alpha, point_alpha, reps.alpha, minimum=1)
@@ -139,9 +146,19 @@ def delta_disparity(disp: pd.DataFrame, replicates_u: dict, pair: tuple[str, str
         if key not in keyed.index:
             continue
         t = keyed.loc[key]
-        row = {"target": target, "gamma": gamma, "temperature": temperature, "group": group,
-               "languages": b.languages, "base": base, "tuned": tuned,
-               "U_base": b.U, "U_tuned": t.U, "speedup_cv_base": b.speedup_cv, "speedup_cv_tuned": t.speedup_cv}
+        row = {
+            "target": target,
+            "gamma": gamma,
+            "temperature": temperature,
+            "group": group,
+            "languages": b.languages,
+            "base": base,
+            "tuned": tuned,
+            "U_base": b.U,
+            "U_tuned": t.U,
+            "speedup_cv_base": b.speedup_cv,
+            "speedup_cv_tuned": t.speedup_cv,
+        }
         if b.U is not None and t.U is not None and pd.notna(b.U) and pd.notna(t.U):
             row["delta_U"] = t.U - b.U
             row["delta_U_pct"] = 100 * (t.U - b.U) / b.U if b.U else None

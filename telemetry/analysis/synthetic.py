@@ -13,13 +13,34 @@ import numpy as np
 
 # A fixed workload, so timings stay comparable from one run to the next: the languages of the report's
 # default groups, and natural language.
-LANGUAGES = ["python", "cpp", "java", "c", "javascript", "go", "lua", "haskell", "ruby", "rust",
-             "typescript", "zig", "elixir", "ocaml", "nl"]
+LANGUAGES = [
+    "python",
+    "cpp",
+    "java",
+    "c",
+    "javascript",
+    "go",
+    "lua",
+    "haskell",
+    "ruby",
+    "rust",
+    "typescript",
+    "zig",
+    "elixir",
+    "ocaml",
+    "nl",
+]
 
 
-def write_synthetic(path: str, n: int, seed: int = 0, gammas=(0, 1, 2, 4, 8, 16, 32),
-                    temperatures=(0.0, 0.5, 1.0), drafts=("layers:0,1", "tuned"),
-                    cases_per_language: int = 200) -> None:
+def write_synthetic(
+    path: str,
+    n: int,
+    seed: int = 0,
+    gammas=(0, 1, 2, 4, 8, 16, 32),
+    temperatures=(0.0, 0.5, 1.0),
+    drafts=("layers:0,1", "tuned"),
+    cases_per_language: int = 200,
+) -> None:
     """n events over languages × cases × (AR + drafts × γ × T); one in ten gets an outcome record."""
     rng = np.random.default_rng(seed)
     alpha = {lang: a for lang, a in zip(LANGUAGES, np.linspace(0.85, 0.45, len(LANGUAGES)))}
@@ -42,19 +63,50 @@ def write_synthetic(path: str, n: int, seed: int = 0, gammas=(0, 1, 2, 4, 8, 16,
             total_ms = rounds * (100 + 10 * gamma) + rng.normal(0, 5)
             request_id = uuid.uuid4().hex
             event = {
-                "schema": 1, "time": 1.7e9 + i, "request_id": request_id, "language": lang, "trigger": "automatic",
-                "multiline": bool(i % 2), "prompt_tokens": 500, "prompt_truncated_tokens": 0,
-                "generated_tokens": tokens, "drafted": gamma * rounds, "accepted": accepted, "rounds": rounds,
-                "rejected_rounds": rejected, "gammas": [gamma] * rounds, "accepted_histogram": hist if gamma else [],
-                "draft_ms": 10.0 * gamma * rounds, "verify_ms": 100.0 * rounds, "prefill_ms": 50.0,
-                "total_ms": total_ms, "ttft_ms": 150.0, "latency_ms": total_ms + 5, "finish_reason": "length",
-                "target": "gemma3-270m", "draft": draft, "device": "cpu",
+                "schema": 1,
+                "time": 1.7e9 + i,
+                "request_id": request_id,
+                "language": lang,
+                "trigger": "automatic",
+                "multiline": bool(i % 2),
+                "prompt_tokens": 500,
+                "prompt_truncated_tokens": 0,
+                "generated_tokens": tokens,
+                "drafted": gamma * rounds,
+                "accepted": accepted,
+                "rounds": rounds,
+                "rejected_rounds": rejected,
+                "gammas": [gamma] * rounds,
+                "accepted_histogram": hist if gamma else [],
+                "draft_ms": 10.0 * gamma * rounds,
+                "verify_ms": 100.0 * rounds,
+                "prefill_ms": 50.0,
+                "total_ms": total_ms,
+                "ttft_ms": 150.0,
+                "latency_ms": total_ms + 5,
+                "finish_reason": "length",
+                "target": "gemma3-270m",
+                "draft": draft,
+                "device": "cpu",
                 "settings": {"gamma": str(gamma), "temperature": temperature, "max_new_tokens": 64},
-                "outcome": "shown", "accepted_chars": None, "case_id": f"{lang}-{rng.integers(cases_per_language)}",
-                "source": "sweep", "text": None,
+                "outcome": "shown",
+                "accepted_chars": None,
+                "case_id": f"{lang}-{rng.integers(cases_per_language)}",
+                "source": "sweep",
+                "text": None,
             }
             f.write(json.dumps(event, separators=(",", ":")) + "\n")
             if i % 10 == 0:
-                f.write(json.dumps({"schema": 1, "record": "outcome", "time": 1.7e9 + i + 1, "request_id": request_id,
-                                    "outcome": "accepted" if rng.random() < a else "rejected",
-                                    "accepted_chars": None}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "schema": 1,
+                            "record": "outcome",
+                            "time": 1.7e9 + i + 1,
+                            "request_id": request_id,
+                            "outcome": "accepted" if rng.random() < a else "rejected",
+                            "accepted_chars": None,
+                        }
+                    )
+                    + "\n"
+                )

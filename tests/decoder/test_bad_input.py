@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import huggingface_hub.constants
 import pytest
 import torch
 import transformers
+from conftest import BOS, EOS, generate, make_byte_tokenizer, tiny_gpt2, tiny_llama
 
 import speccomplete.decoder.models as models
-from conftest import BOS, EOS, generate, make_byte_tokenizer, tiny_gpt2, tiny_llama
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, build_drafter, derive_draft
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma, parse_gamma_policy
@@ -28,8 +29,10 @@ from speccomplete.decoder.sampling import SamplingParams
 
 
 def test_empty_prompt_starts_from_bos(llama, tokenizer):
-    for dec in (SpeculativeDecoder(llama, tokenizer),
-                SpeculativeDecoder(llama, tokenizer, ModelDrafter(derive_draft(llama, [0])), FixedGamma(2))):
+    for dec in (
+        SpeculativeDecoder(llama, tokenizer),
+        SpeculativeDecoder(llama, tokenizer, ModelDrafter(derive_draft(llama, [0])), FixedGamma(2)),
+    ):
         from_text = generate(dec, "", max_new_tokens=8)
         from_ids = generate(dec, [], max_new_tokens=8)
         from_bos = generate(dec, [BOS], max_new_tokens=8)
@@ -78,7 +81,7 @@ def test_long_prompt_truncated_from_the_left(short_llama, tokenizer, caplog, wit
     assert g.stats.prompt_tokens == budget
     assert any("truncated" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     # the result is what the kept tokens alone give: a leading BOS plus the newest tokens
-    kept = ([BOS] + body[-(budget - 1):]) if with_bos else body[-budget:]
+    kept = ([BOS] + body[-(budget - 1) :]) if with_bos else body[-budget:]
     assert len(kept) == budget
     assert generate(dec, kept, max_new_tokens=8).token_ids == g.token_ids
     assert len(g.token_ids) == 8
@@ -107,7 +110,7 @@ def test_generation_fills_the_window_without_overflow(short_gpt2, tokenizer, pol
         dec = SpeculativeDecoder(short_gpt2, tokenizer, drafter, policy)
         g = generate(dec, prompt, max_new_tokens=20)  # would raise IndexError past position 63
         assert len(g.token_ids) == 20 and g.stats.prompt_truncated_tokens > 0
-        ar = generate(SpeculativeDecoder(short_gpt2, tokenizer), prompt[-g.stats.prompt_tokens:], max_new_tokens=20)
+        ar = generate(SpeculativeDecoder(short_gpt2, tokenizer), prompt[-g.stats.prompt_tokens :], max_new_tokens=20)
         assert ar.token_ids == g.token_ids
 
 
@@ -133,8 +136,22 @@ def test_negative_gamma_raises():
         HeuristicGamma(start=8, max_gamma=4)
 
 
-@pytest.mark.parametrize("spec", ["abc", "1.5", "", " ", "heuristic:x", "heuristic:8:4", "heuristic:",
-                                  "cost:0.2", "cost:a:b", "cost:-1:0.1", "cost:1..2:0"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "abc",
+        "1.5",
+        "",
+        " ",
+        "heuristic:x",
+        "heuristic:8:4",
+        "heuristic:",
+        "cost:0.2",
+        "cost:a:b",
+        "cost:-1:0.1",
+        "cost:1..2:0",
+    ],
+)
 def test_bad_gamma_specs_raise_value_error(spec):
     with pytest.raises(ValueError):
         parse_gamma_policy(spec)
@@ -174,9 +191,16 @@ def test_max_new_tokens_below_one_raises(llama, tokenizer, n):
         dec.generate("x", DecodeOptions(max_new_tokens=n))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"temperature": -0.1}, {"top_k": -1}, {"top_p": 0.0}, {"top_p": -0.5}, {"top_p": 1.01},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"temperature": -0.1},
+        {"top_k": -1},
+        {"top_p": 0.0},
+        {"top_p": -0.5},
+        {"top_p": 1.01},
+    ],
+)
 def test_bad_sampling_params(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
@@ -187,7 +211,7 @@ def test_good_sampling_params():
     assert SamplingParams(temperature=0.0, top_k=5).greedy
     p = SamplingParams(temperature=0.7, top_k=0, top_p=1.0)
     assert not p.greedy
-    with pytest.raises(Exception):  # frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
         p.temperature = 1.0  # type: ignore[misc]
 
 

@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 import torch
-
 from conftest import generate
+
 from speccomplete.decoder import cpu_threads
 from speccomplete.decoder.cpu_threads import IdleCores
 from speccomplete.decoder.engine import SpeculativeDecoder

@@ -7,14 +7,14 @@ import threading
 
 import pytest
 import torch
+from conftest import EOS, byte_ids, check_stats, generate, random_prompts
 from transformers import DynamicCache
 
 import speccomplete.decoder.target_steps as target_steps
-from conftest import EOS, byte_ids, check_stats, generate, random_prompts
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
-from speccomplete.decoder.kv_cache import forward_logits
 from speccomplete.decoder.engine import SpeculativeDecoder, context_window, eos_ids
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma
+from speccomplete.decoder.kv_cache import forward_logits
 from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.stats import GenerationStats
 from speccomplete.decoder.text import REPLACEMENT, TextStream
@@ -85,7 +85,7 @@ def test_caches_after_rejections_equal_a_fresh_prefill(which, sampled, request, 
         held = drafter.cache.get_seq_length()
         assert held <= len(committed) - 1
         assert_cache_is_fresh_prefill(draft_model, drafter.cache, committed[:held])
-        assert gen.token_ids == committed[len(decoder.encode(prompt)):][: len(gen.token_ids)]
+        assert gen.token_ids == committed[len(decoder.encode(prompt)) :][: len(gen.token_ids)]
     assert rejections > 0
 
 
@@ -420,8 +420,10 @@ def test_generation_streams_multibyte_text(llama, tokenizer, monkeypatch):
 
     scripted.prompt_len = 1
     monkeypatch.setitem(llama.__dict__, "forward", scripted)  # an instance attribute, removed afterwards
-    for dec in (SpeculativeDecoder(llama, tokenizer),
-                SpeculativeDecoder(llama, tokenizer, ModelDrafter(derive_draft(llama, [0])), FixedGamma(3))):
+    for dec in (
+        SpeculativeDecoder(llama, tokenizer),
+        SpeculativeDecoder(llama, tokenizer, ModelDrafter(derive_draft(llama, [0])), FixedGamma(3)),
+    ):
         chunks = []
         g = generate(dec, [byte_ids("#")[0]], max_new_tokens=len(target), on_text=chunks.append)
         assert g.token_ids == target

@@ -10,8 +10,8 @@ import copy
 
 import pytest
 import torch
-
 from conftest import EOS, check_stats, generate, random_prompts
+
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, build_drafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma
@@ -113,10 +113,14 @@ def test_draft_with_skipped_layers_and_confidence_cutoff(llama, tokenizer, refer
     """A derived draft from non-contiguous layers [0, 2], drafting only while its confidence is high."""
     draft_model = derive_draft(llama, [0, 2])
     with torch.inference_mode():  # a threshold at the median of the draft's top probabilities
-        tops = torch.cat([
-            torch.softmax(draft_model(torch.tensor([tokenizer(p)["input_ids"]]), use_cache=False).logits[0], -1)
-            .max(-1).values for p in PROMPTS[:20]
-        ])
+        tops = torch.cat(
+            [
+                torch.softmax(draft_model(torch.tensor([tokenizer(p)["input_ids"]]), use_cache=False).logits[0], -1)
+                .max(-1)
+                .values
+                for p in PROMPTS[:20]
+            ]
+        )
     threshold = float(tops.median())
     decoder = SpeculativeDecoder(llama, tokenizer, ModelDrafter(draft_model), FixedGamma(6), draft_confidence=threshold)
     gens = [generate(decoder, p, max_new_tokens=MAX_NEW) for p in FEW]
@@ -130,9 +134,15 @@ def test_ar_matches_hf_generate(targets, reference, tokenizer):
         for i in range(0, len(PROMPTS), 10):
             ids = tokenizer(PROMPTS[i])["input_ids"]
             x = torch.tensor([ids])
-            out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=MAX_NEW,
-                                 eos_token_id=None, pad_token_id=0)
-            assert out[0, len(ids):].tolist() == reference[name][i].token_ids, (name, PROMPTS[i])
+            out = model.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                do_sample=False,
+                max_new_tokens=MAX_NEW,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+            assert out[0, len(ids) :].tolist() == reference[name][i].token_ids, (name, PROMPTS[i])
 
 
 def test_eos_finish_matches_ar(llama, llama_other, tokenizer, reference, monkeypatch):
@@ -168,8 +178,9 @@ def test_eos_finish_matches_ar(llama, llama_other, tokenizer, reference, monkeyp
 @pytest.mark.parametrize("target", ["llama", "gpt2"])
 def test_hybrid_drafter_matches_ar(targets, reference, tokenizer, target):
     model, _ = targets[target]
-    decoder = SpeculativeDecoder(model, tokenizer, HybridDrafter(ModelDrafter(derive_draft(model, [0]))),
-                                 HeuristicGamma(start=2, max_gamma=6))
+    decoder = SpeculativeDecoder(
+        model, tokenizer, HybridDrafter(ModelDrafter(derive_draft(model, [0]))), HeuristicGamma(start=2, max_gamma=6)
+    )
     gens = [generate(decoder, p, max_new_tokens=MAX_NEW) for p in PROMPTS]
     _assert_same(gens, reference[target])
     lookup = sum(g.stats.lookup_drafted for g in gens)
@@ -194,12 +205,13 @@ def test_lookup_only_hybrid_matches_ar(llama, reference, tokenizer):
 def _extensions(prompts):
     """Request sequences an editor makes: the same file grown, edited mid-way, and a different one."""
     for p in prompts:
-        yield [p, p + "xy", p + "xy z", p[: len(p) // 2] + "Q" + p[len(p) // 2:], p[::-1]]
+        yield [p, p + "xy", p + "xy z", p[: len(p) // 2] + "Q" + p[len(p) // 2 :], p[::-1]]
 
 
 @pytest.mark.parametrize("kind", ["none", "derived"])
 def test_prefix_reuse_between_requests_matches_fresh(llama, tokenizer, kind):
     """A decoder kept across requests gives what a fresh one gives, prefilling only what changed."""
+
     def fresh():
         drafter = ModelDrafter(derive_draft(llama, [0])) if kind == "derived" else None
         return SpeculativeDecoder(llama, tokenizer, drafter, FixedGamma(3) if drafter else None)
@@ -253,8 +265,10 @@ def test_gemma_config_really_slides(gemma3, tokenizer, gemma_reference):
     wide = type(gemma3)(config).eval()
     wide.load_state_dict(gemma3.state_dict())
     wide_ar = SpeculativeDecoder(wide, tokenizer)
-    differs = sum(generate(wide_ar, p, max_new_tokens=GEMMA_NEW).token_ids != r.token_ids
-                  for p, r in zip(GEMMA_PROMPTS, gemma_reference))
+    differs = sum(
+        generate(wide_ar, p, max_new_tokens=GEMMA_NEW).token_ids != r.token_ids
+        for p, r in zip(GEMMA_PROMPTS, gemma_reference)
+    )
     assert differs >= len(GEMMA_PROMPTS) // 2
 
 
@@ -264,9 +278,15 @@ def test_gemma_ar_matches_cache_free_and_hf(gemma3, tokenizer, gemma_reference):
         assert r.token_ids == _greedy_no_cache(gemma3, ids, GEMMA_NEW), p
         if i % 4 == 0:
             x = torch.tensor([ids])
-            out = gemma3.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
-                                  max_new_tokens=GEMMA_NEW, eos_token_id=None, pad_token_id=0)
-            assert out[0, len(ids):].tolist() == r.token_ids, p
+            out = gemma3.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                do_sample=False,
+                max_new_tokens=GEMMA_NEW,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+            assert out[0, len(ids) :].tolist() == r.token_ids, p
 
 
 @pytest.mark.parametrize(("layers", "gamma"), [([0, 1], 1), ([0, 1], 2), ([0, 1], 4), ([0, 1], 8), ([0], 3)])

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from conftest import generate, random_prompts
+
 from speccomplete.decoder.drafts import ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
@@ -84,5 +84,3 @@ def test_compiled_steps_keep_the_stock_linears(llama):
     assert not any(isinstance(m, PackedLinear) for m in model.modules())
     use_cpu_kernels(SimpleNamespace(compiled=False), model)
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
-
-

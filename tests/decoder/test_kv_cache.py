@@ -13,8 +13,14 @@ def test_growth_and_crops_match_dynamic_cache(gemma3):
     ours, theirs = new_cache(), DynamicCache()
     with torch.inference_mode():
         # prefill past the first capacity (512), then decode, verify and roll back as the engine does
-        steps = [(ids[:300], 0), (ids[300:600], 0), (ids[600:605], -3), (ids[603:604], 0), (ids[604:640], -20),
-                 (ids[620:700], 0)]
+        steps = [
+            (ids[:300], 0),
+            (ids[300:600], 0),
+            (ids[600:605], -3),
+            (ids[603:604], 0),
+            (ids[604:640], -20),
+            (ids[620:700], 0),
+        ]
         for feed, crop in steps:
             got = forward_logits(gemma3, ours, feed, keep=len(feed))
             want = forward_logits(gemma3, theirs, feed, keep=len(feed))
@@ -25,7 +31,9 @@ def test_growth_and_crops_match_dynamic_cache(gemma3):
             assert ours.get_seq_length() == theirs.get_seq_length()
     layer = ours.layers[0]
     assert isinstance(layer, PreallocatedLayer) and layer._key_buffer.shape[-2] >= 700
-    assert layer.keys.shape[-2] == ours.get_seq_length() > 512 and layer.keys.data_ptr() == layer._key_buffer.data_ptr()  # a view
+    assert (
+        layer.keys.shape[-2] == ours.get_seq_length() > 512 and layer.keys.data_ptr() == layer._key_buffer.data_ptr()
+    )  # a view
 
 
 def test_crop_takes_a_negative_count(gemma3):

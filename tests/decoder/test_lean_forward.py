@@ -1,4 +1,5 @@
-"""The lean forward (decoder/lean_forward.py) computes what HF's forward computes, step for step as decoding feeds it."""
+"""The lean forward (decoder/lean_forward.py) computes what HF's forward computes, step for step as
+decoding feeds it."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import copy
 
 import pytest
 import torch
+from conftest import tiny_gemma3, tiny_llama
 from transformers import DynamicCache
 
-from conftest import tiny_gemma3, tiny_llama
 from speccomplete.decoder import lean_forward
 from speccomplete.decoder.drafts import derive_draft
 from speccomplete.decoder.kernels import pack_linear_weights
@@ -29,8 +30,15 @@ def _uneven_norms(model):
 
 def _feeds(ids: list[int]):
     """A prefill, one-token steps, verifies of several tokens, and rollbacks: (feed, tokens to crop after)."""
-    return [(ids[:40], 0), (ids[40:41], 0), (ids[41:46], -3), (ids[43:44], 0), (ids[44:53], -9), (ids[44:45], 0),
-            (ids[45:70], 0)]
+    return [
+        (ids[:40], 0),
+        (ids[40:41], 0),
+        (ids[41:46], -3),
+        (ids[43:44], 0),
+        (ids[44:53], -9),
+        (ids[44:45], 0),
+        (ids[45:70], 0),
+    ]
 
 
 @pytest.mark.parametrize("family", ["gemma3", "llama"])
@@ -67,7 +75,9 @@ def test_same_hidden_states_as_hf_for_a_derived_draft(gemma3):
     with torch.inference_mode():
         for feed in (ids[:20], ids[20:21], ids[21:25]):
             got = forward_hidden(draft, ours, feed)
-            want = draft.base_model(input_ids=torch.tensor([feed]), past_key_values=hfs, use_cache=True).last_hidden_state[0]
+            want = draft.base_model(
+                input_ids=torch.tensor([feed]), past_key_values=hfs, use_cache=True
+            ).last_hidden_state[0]
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import make_byte_tokenizer, tiny_llama
 from scipy import stats
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import speccomplete.decoder.sampling as sampling
-from conftest import make_byte_tokenizer, tiny_llama
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, SelfDrafter
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
@@ -223,8 +223,14 @@ def test_same_seed_same_sample(temperature_one_decoder):
     a = temperature_one_decoder.generate(PROMPT, opts)
     b = temperature_one_decoder.generate(PROMPT, opts)
     assert a.token_ids == b.token_ids
-    many = {tuple(temperature_one_decoder.generate(PROMPT, DecodeOptions(
-        max_new_tokens=8, sampling=SamplingParams(temperature=1.0), seed=s)).token_ids) for s in range(10)}
+    many = {
+        tuple(
+            temperature_one_decoder.generate(
+                PROMPT, DecodeOptions(max_new_tokens=8, sampling=SamplingParams(temperature=1.0), seed=s)
+            ).token_ids
+        )
+        for s in range(10)
+    }
     assert len(many) > 5  # and different seeds give different samples
 
 
@@ -427,8 +433,9 @@ class _CountHostReads(TorchDispatchMode):
 def test_a_round_reads_nothing_back_but_its_result(target, draft, small_tokenizer, temperature, with_draft):
     """Drafting, verifying and accepting stay on the device; the host reads each round's outcome once
     (and a model draft's tokens once), with `.tolist()`. No other op in a generation reads a value."""
-    decoder = SpeculativeDecoder(target, small_tokenizer, ModelDrafter(draft) if with_draft else None,
-                                 FixedGamma(3) if with_draft else None)
+    decoder = SpeculativeDecoder(
+        target, small_tokenizer, ModelDrafter(draft) if with_draft else None, FixedGamma(3) if with_draft else None
+    )
     opts = DecodeOptions(max_new_tokens=12, sampling=SamplingParams(temperature=temperature), seed=0)
     with _CountHostReads() as reads:
         g = decoder.generate([1, 2, 3], opts)

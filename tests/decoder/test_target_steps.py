@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._dynamo.utils
-
 from conftest import generate, random_prompts, tiny_llama
+
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, SelfDrafter
 from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
 from speccomplete.decoder.gamma import FixedGamma
@@ -38,7 +38,7 @@ def test_fixed_shapes_give_eager_logits_through_feeds_and_rollbacks(name, reques
     held = 20
     # feeds of every row count and one past them (eager at its own shape), each rolled back a little
     for feed, keep_back in [(3, 1), (1, 0), (5, 2), (2, 0), (4, 4), (9, 3), (5, 0), (1, 1)]:
-        chunk = ids[held:held + feed]
+        chunk = ids[held : held + feed]
         assert torch.allclose(eager.forward(chunk, feed), fixed.forward(chunk, feed), atol=1e-5), (feed, held)
         held += feed - keep_back
         eager.truncate(held)
@@ -69,8 +69,12 @@ def test_fixed_cache_refuses_what_does_not_fit(llama, tokenizer):
 def test_speculation_on_fixed_shapes_is_eager_ar_token_for_token(name, request, tokenizer):
     model = request.getfixturevalue(name)
     reference = SpeculativeDecoder(model, tokenizer)  # eager AR
-    drafters = {"lookup (the product's)": HybridDrafter(None), "model": ModelDrafter(request.getfixturevalue("llama_other"))
-                if name == "llama" else HybridDrafter(None, lookup_tokens=4)}
+    drafters = {
+        "lookup (the product's)": HybridDrafter(None),
+        "model": ModelDrafter(request.getfixturevalue("llama_other"))
+        if name == "llama"
+        else HybridDrafter(None, lookup_tokens=4),
+    }
     for label, drafter in drafters.items():
         policy = FixedGamma(4)
         steps = FixedShapeTarget(model, capacity=256, max_rows=round_rows(policy, drafter))

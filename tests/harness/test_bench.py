@@ -3,6 +3,7 @@
 import json
 
 from conftest import tiny_llama
+
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
@@ -19,15 +20,40 @@ def _cases():
 def test_bench_runs_all_methods_and_reports(tokenizer):
     target = tiny_llama(seed=3)
     draft = derive_draft(target, [0])
-    ours = {"ar": SpeculativeDecoder(target, tokenizer),
-            "spec": SpeculativeDecoder(target, tokenizer, ModelDrafter(draft), FixedGamma(2)),
-            "spec_hybrid": SpeculativeDecoder(target, tokenizer, HybridDrafter(ModelDrafter(draft)), FixedGamma(2))}
-    results = run_bench(_cases(), Contenders(ours, target, draft), max_new_tokens=8, max_prompt_tokens=64,
-                        hf_gammas=[1], prompt_lookup=2)
-    data = report(results, tokenizer, device="cpu", dtype="float32", target="tiny", draft="layers:0",
-                  gamma="2", max_new_tokens=8, bandwidth_gbs=10.0, weight_bytes=weight_bytes_per_token(target))
-    assert set(results[0].runs) == {"ar", "spec", "spec_hybrid", "hf_assisted_default", "hf_assisted_const1",
-                                    "hf_greedy", "hf_assisted_lookup"}
+    ours = {
+        "ar": SpeculativeDecoder(target, tokenizer),
+        "spec": SpeculativeDecoder(target, tokenizer, ModelDrafter(draft), FixedGamma(2)),
+        "spec_hybrid": SpeculativeDecoder(target, tokenizer, HybridDrafter(ModelDrafter(draft)), FixedGamma(2)),
+    }
+    results = run_bench(
+        _cases(),
+        Contenders(ours, target, draft),
+        max_new_tokens=8,
+        max_prompt_tokens=64,
+        hf_gammas=[1],
+        prompt_lookup=2,
+    )
+    data = report(
+        results,
+        tokenizer,
+        device="cpu",
+        dtype="float32",
+        target="tiny",
+        draft="layers:0",
+        gamma="2",
+        max_new_tokens=8,
+        bandwidth_gbs=10.0,
+        weight_bytes=weight_bytes_per_token(target),
+    )
+    assert set(results[0].runs) == {
+        "ar",
+        "spec",
+        "spec_hybrid",
+        "hf_assisted_default",
+        "hf_assisted_const1",
+        "hf_greedy",
+        "hf_assisted_lookup",
+    }
     overall = data["overall"]
     # greedy speculative decoding reproduces AR, and AR reproduces HF greedy
     assert overall["identical_to_ar"] is True
@@ -55,11 +81,19 @@ def test_bench_writes_one_event_per_case_per_method(tokenizer):
     """`specdec bench --events`: our AR and spec runs of each case, as events sharing one run id."""
     target = tiny_llama(seed=3)
     spec = SpeculativeDecoder(target, tokenizer, ModelDrafter(derive_draft(target, [0])), FixedGamma(2))
-    results = run_bench(_cases(), Contenders({"ar": SpeculativeDecoder(target, tokenizer), "spec": spec}),
-                        max_new_tokens=5, max_prompt_tokens=64)
+    results = run_bench(
+        _cases(),
+        Contenders({"ar": SpeculativeDecoder(target, tokenizer), "spec": spec}),
+        max_new_tokens=5,
+        max_prompt_tokens=64,
+    )
     events = bench_events(results, target="tiny", draft="layers:0", device="cpu", gamma="2", max_new_tokens=5)
     assert [(e.case_id, e.draft, e.settings["gamma"]) for e in events] == [
-        ("py-0", "none", "0"), ("py-0", "layers:0", "2"), ("rs-0", "none", "0"), ("rs-0", "layers:0", "2")]
+        ("py-0", "none", "0"),
+        ("py-0", "layers:0", "2"),
+        ("rs-0", "none", "0"),
+        ("rs-0", "layers:0", "2"),
+    ]
     assert all(e.source == "bench" and e.text is None for e in events)
     assert len({e.settings["run"] for e in events}) == 1
     for event, run in zip(events, [r.runs[m] for r in results for m in ("ar", "spec")]):

@@ -4,6 +4,7 @@ import argparse
 import copy
 
 from conftest import tiny_llama
+
 from speccomplete.decoder.drafts import build_drafter
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import HeuristicGamma
@@ -16,18 +17,34 @@ def test_ablation_rows_each_turn_one_lever(tokenizer):
     """Each row is token-identical to AR under greedy."""
     target = tiny_llama(seed=4, layers=3)
     stock = copy.deepcopy(target)
-    args = argparse.Namespace(draft="ngram+none", gamma="heuristic", ablations=True, no_pack=False,
-                              compare_gammas="heuristic,cost", compare_confidences="0.3,0.6",
-                              device="cpu", dtype="auto")
+    args = argparse.Namespace(
+        draft="ngram+none",
+        gamma="heuristic",
+        ablations=True,
+        no_pack=False,
+        compare_gammas="heuristic,cost",
+        compare_confidences="0.3,0.6",
+        device="cpu",
+        dtype="auto",
+    )
     product, _ = build_drafter(args.draft, target, tokenizer)
     other = {"ngram+auto": build_drafter("ngram+auto", target, tokenizer)}  # 'auto' derives layers 0,1 here
     pack_linear_weights(target, other["ngram+auto"][1])
     decoder = SpeculativeDecoder(target, tokenizer, product, HeuristicGamma())
     contenders, doc = build_contenders(args, target, tokenizer, decoder, other, stock)
     ours = contenders.ours
-    assert set(ours) == {"ar", "spec", "spec_draft_ngram+auto", "spec_gamma_cost", "spec_confidence_0.3",
-                         "spec_confidence_0.6", "ar_unpacked", "spec_unpacked", "ar_hf_forward",
-                         "spec_hf_forward"}
+    assert set(ours) == {
+        "ar",
+        "spec",
+        "spec_draft_ngram+auto",
+        "spec_gamma_cost",
+        "spec_confidence_0.3",
+        "spec_confidence_0.6",
+        "ar_unpacked",
+        "spec_unpacked",
+        "ar_hf_forward",
+        "spec_hf_forward",
+    }
     assert set(doc) == set(ours)
     assert supports(ours["ar"].target) and not supports(ours["ar_hf_forward"].target)  # the one lever it turns
     # the threshold rows pace the lookup-then-model draft, as the γ rows do, and differ only in it

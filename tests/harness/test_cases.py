@@ -27,9 +27,12 @@ def test_code_and_nl_cases(tmp_path):
     cases = sample_cases(splits, per_language=1, seed=0, split="dev")
     assert [(c.id, c.language, c.label) for c in cases] == [("python-0", "python", "")]
     # docs go to dev or train by a hash of their directory, like the draft's corpus; one side has it
-    nl = [c for split in ("train", "dev")
-          for c in sample_cases(splits, per_language=1, seed=0, split=split, nl_roots=[str(tmp_path)])
-          if c.label == "nl"]
+    nl = [
+        c
+        for split in ("train", "dev")
+        for c in sample_cases(splits, per_language=1, seed=0, split=split, nl_roots=[str(tmp_path)])
+        if c.label == "nl"
+    ]
     assert len(nl) == 1 and nl[0].language == "nl" and nl[0].path.endswith("README.md")
     assert nl[0].expected_line.startswith("This paragraph explains part")
     write_cases(nl, tmp_path / "cases.jsonl")

@@ -13,8 +13,7 @@ import pytest
 from speccomplete import cli
 from speccomplete.cli import SUBCOMMANDS, build_parser, main
 
-NAMES = ["complete", "cases", "bench", "sweep", "report", "nextline", "stepcost", "corpus", "finetune", "serve",
-         "eval"]
+NAMES = ["complete", "cases", "bench", "sweep", "report", "nextline", "stepcost", "corpus", "finetune", "serve", "eval"]
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -60,15 +59,18 @@ def test_draft_help_points_at_the_spec_module():
 
 def test_the_command_loads_no_analysis_libraries():
     """`specdec serve` starts through this module: the server runs without the analysis extra."""
-    code = ("import sys, speccomplete.cli; "
-            "print(sorted(m for m in ('duckdb', 'pandas', 'matplotlib') if m in sys.modules))")
+    code = (
+        "import sys, speccomplete.cli; print(sorted(m for m in ('duckdb', 'pandas', 'matplotlib') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_report_without_the_analysis_extra_says_what_to_install(tmp_path):
-    code = ("import sys; sys.modules.update(dict.fromkeys(('duckdb', 'pandas', 'matplotlib'))); "
-            "from speccomplete.cli import main; "
-            f"sys.exit(main(['report', 'events.jsonl', '--out', {str(tmp_path)!r}]))")
+    code = (
+        "import sys; sys.modules.update(dict.fromkeys(('duckdb', 'pandas', 'matplotlib'))); "
+        "from speccomplete.cli import main; "
+        f"sys.exit(main(['report', 'events.jsonl', '--out', {str(tmp_path)!r}]))"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 2 and "pip install 'speccomplete[analysis]'" in run.stderr, run.stderr

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from speccomplete.cli import main
 from speccomplete.decoder.drafts import build_drafter
 from speccomplete.decoder.drafts.trained import DraftMeta
 from speccomplete.decoder.models import load_model
-from speccomplete.cli import main
 from tests.lsp_support import save_random_model
 
 SOURCE = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n" * 8
@@ -29,22 +29,69 @@ def workspace(tmp_path_factory):
             files.append(str(f))
         (splits / f"python.{split}.txt").write_text("\n".join(files) + "\n")
     for split, budget in (("train", "2k"), ("dev", "512")):
-        assert main(["corpus", "--splits", str(splits), "--split", split, "--budget", budget, "--seq-len", "64",
-                     "--tokenizer", str(model), "--out", str(root / split)]) == 0
+        assert (
+            main(
+                [
+                    "corpus",
+                    "--splits",
+                    str(splits),
+                    "--split",
+                    split,
+                    "--budget",
+                    budget,
+                    "--seq-len",
+                    "64",
+                    "--tokenizer",
+                    str(model),
+                    "--out",
+                    str(root / split),
+                ]
+            )
+            == 0
+        )
     return root, model, splits
 
 
 def test_corpus_then_finetune_ships_a_loadable_draft(workspace):
     root, model, splits = workspace
     manifest = json.loads((root / "train" / "manifest.json").read_text())
-    assert manifest["per_language"]["python"]["tokens"] == 2000 // 64 * 64 and manifest["command"].startswith("specdec corpus")
+    assert manifest["per_language"]["python"]["tokens"] == 2000 // 64 * 64 and manifest["command"].startswith(
+        "specdec corpus"
+    )
     out = root / "draft"
-    assert main(["finetune", "--data", str(root / "train"), "--dev", str(root / "dev"), "--out", str(out),
-                 "--target", str(model), "--layers", "0", "--draft-vocab", "64", "--tokens", "1k",
-                 "--batch-size", "2", "--eval-sequences", "1", "--eval-tokens", "32"]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                "--data",
+                str(root / "train"),
+                "--dev",
+                str(root / "dev"),
+                "--out",
+                str(out),
+                "--target",
+                str(model),
+                "--layers",
+                "0",
+                "--draft-vocab",
+                "64",
+                "--tokens",
+                "1k",
+                "--batch-size",
+                "2",
+                "--eval-sequences",
+                "1",
+                "--eval-tokens",
+                "32",
+            ]
+        )
+        == 0
+    )
     assert {"draft.json", "model.safetensors", "README.md"} <= {p.name for p in out.iterdir()}
     meta = DraftMeta.read(out)
-    assert meta.layers == [0] and meta.draft_vocab == 64 and meta.tokens_seen == 1000 // 128 * 128  # whole steps of 2 x 64, within the budget
+    assert (
+        meta.layers == [0] and meta.draft_vocab == 64 and meta.tokens_seen == 1000 // 128 * 128
+    )  # whole steps of 2 x 64, within the budget
     assert "untrained exp. acc." in (out / "README.md").read_text()  # the card compares with the start
     target, tokenizer = load_model(str(model))
     _, draft = build_drafter(str(out), target, tokenizer)
@@ -53,13 +100,29 @@ def test_corpus_then_finetune_ships_a_loadable_draft(workspace):
 
 def test_bad_input_is_a_clear_error(workspace, tmp_path, capsys):
     root, model, splits = workspace
-    assert main(["corpus", "--splits", str(splits), "--languages", "cobol", "--tokenizer", str(model),
-                 "--out", str(tmp_path / "c")]) == 2
+    assert (
+        main(
+            [
+                "corpus",
+                "--splits",
+                str(splits),
+                "--languages",
+                "cobol",
+                "--tokenizer",
+                str(model),
+                "--out",
+                str(tmp_path / "c"),
+            ]
+        )
+        == 2
+    )
     assert "unknown language(s) ['cobol']" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "python.train.txt").write_text("")
-    assert main(["corpus", "--splits", str(tmp_path / "empty"), "--tokenizer", str(model),
-                 "--out", str(tmp_path / "e")]) == 2
+    assert (
+        main(["corpus", "--splits", str(tmp_path / "empty"), "--tokenizer", str(model), "--out", str(tmp_path / "e")])
+        == 2
+    )
     assert "the corpus is empty" in capsys.readouterr().err
     # a corpus tokenized for another vocabulary
     manifest = json.loads((root / "train" / "manifest.json").read_text())

@@ -9,12 +9,27 @@ import sys
 from collections import Counter
 
 from lsp_support import EXAMPLES, REPO, SERVER_COMMAND, records, save_random_model
+
 from speccomplete.harness.cases import Case, read_cases, write_cases
 from speccomplete.harness.eval import CaseAnswer, run_eval, summarize_answers
 from speccomplete.telemetry.events import CompletionEvent
 
-LANGUAGES = {"python", "c", "cpp", "java", "go", "rust", "javascript", "typescript", "lua", "haskell", "ruby",
-             "zig", "elixir", "ocaml"}
+LANGUAGES = {
+    "python",
+    "c",
+    "cpp",
+    "java",
+    "go",
+    "rust",
+    "javascript",
+    "typescript",
+    "lua",
+    "haskell",
+    "ruby",
+    "zig",
+    "elixir",
+    "ocaml",
+}
 
 
 def test_examples_cover_the_14_languages():
@@ -36,9 +51,23 @@ def test_eval_end_to_end(tmp_path):
     bad = Case("past-end", "x.py", "x = 1\n", 9, 0)  # a case the server must refuse, not crash on
     write_cases(cases + [bad], tmp_path / "cases.jsonl")
     events, results = tmp_path / "events.jsonl", tmp_path / "results.jsonl"
-    command = [*SERVER_COMMAND[:-1], "eval", str(tmp_path / "cases.jsonl"), "--telemetry", str(events),
-               "--results", str(results), "--target", str(model), "--draft", "layers:0",
-               "--max-tokens-multi-line", "24", "--max-tokens-single-line", "12"]
+    command = [
+        *SERVER_COMMAND[:-1],
+        "eval",
+        str(tmp_path / "cases.jsonl"),
+        "--telemetry",
+        str(events),
+        "--results",
+        str(results),
+        "--target",
+        str(model),
+        "--draft",
+        "layers:0",
+        "--max-tokens-multi-line",
+        "24",
+        "--max-tokens-single-line",
+        "12",
+    ]
     run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
 
@@ -82,8 +111,11 @@ sys.exit(main(["serve"]))
 
 async def test_eval_counts_a_crash_and_restarts_the_server(tmp_path):
     model = save_random_model(tmp_path / "model")
-    cases = [Case("before", "a.py", "x = 1\ny = ", 1, 4), Case("crash", "b.py", "CRASH = ", 0, 8),
-             Case("after", "c.go", "package main\n\nvar x = ", 2, 8)]
+    cases = [
+        Case("before", "a.py", "x = 1\ny = ", 1, 4),
+        Case("crash", "b.py", "CRASH = ", 0, 8),
+        Case("after", "c.go", "package main\n\nvar x = ", 2, 8),
+    ]
     options = {"target": str(model), "draft": "none", "debounceMs": 0, "telemetry": False, "maxTokensSingleLine": 4}
     results = await run_eval(cases, options, command=[sys.executable, "-c", CRASHING_SERVER], timeout=120)
     assert [r.status for r in results] == ["ok", "crash", "ok"]
@@ -98,9 +130,18 @@ def test_summary_rows_from_events_and_answers():
     cases = [Case(f"c{i}", "a.py", "x = 1\n", 0, 4) for i in range(len(latencies))]
     answers = [CaseAnswer(case, "python", "ok", "1", f"r{i}", 1.0) for i, case in enumerate(cases)]
     answers[-1].status, answers[-1].completion = "timeout", ""
-    events = [CompletionEvent(request_id=f"r{i}", language="python", latency_ms=ms, multiline=i % 2 == 0,
-                              accepted=3, rejected_rounds=1, generated_tokens=5)
-              for i, ms in enumerate(latencies)]
+    events = [
+        CompletionEvent(
+            request_id=f"r{i}",
+            language="python",
+            latency_ms=ms,
+            multiline=i % 2 == 0,
+            accepted=3,
+            rejected_rounds=1,
+            generated_tokens=5,
+        )
+        for i, ms in enumerate(latencies)
+    ]
     python, all_ = summarize_answers(answers, events)
     assert python == {**all_, "language": "python"}
     quantiles = statistics.quantiles(latencies, n=100, method="inclusive")

@@ -1,6 +1,7 @@
 """`specdec nextline`: greedy next-line quality of a target, per language."""
 
 from conftest import tiny_llama
+
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.harness.cases import Case
 from speccomplete.harness.nextline import next_line_quality

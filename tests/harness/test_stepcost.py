@@ -1,6 +1,7 @@
 """`specdec stepcost`: the cost of target and draft forwards, by width."""
 
 from conftest import tiny_llama
+
 from speccomplete.harness.stepcost import step_costs
 
 

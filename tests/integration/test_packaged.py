@@ -10,8 +10,8 @@ import importlib.util
 
 import pytest
 import torch
-
 from conftest import check_stats
+
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma

@@ -17,8 +17,22 @@ from speccomplete.server.prompt import build_prompt
 
 GOLDEN = Path(__file__).parent / "golden" / "filters"
 CASES = sorted(GOLDEN.glob("*/*.json"))
-LANGUAGES = {"python", "c", "cpp", "java", "go", "rust", "javascript", "typescript", "lua", "haskell", "ruby",
-             "zig", "elixir", "ocaml"}
+LANGUAGES = {
+    "python",
+    "c",
+    "cpp",
+    "java",
+    "go",
+    "rust",
+    "javascript",
+    "typescript",
+    "lua",
+    "haskell",
+    "ruby",
+    "zig",
+    "elixir",
+    "ocaml",
+}
 
 
 def _text(value) -> str:
@@ -26,8 +40,10 @@ def _text(value) -> str:
 
 
 def _load(path: Path) -> tuple[dict, TrimContext]:
-    case = {k: _text(v) if k in ("prefix", "suffix", "completion", "expected") else v
-            for k, v in json.loads(path.read_text()).items()}
+    case = {
+        k: _text(v) if k in ("prefix", "suffix", "completion", "expected") else v
+        for k, v in json.loads(path.read_text()).items()
+    }
     prompt = build_prompt(case["prefix"] + case["suffix"], len(case["prefix"]), case["language"])
     ctx = TrimContext.from_prompt(prompt)
     if "multiline" in case:
@@ -108,7 +124,13 @@ def test_scope_closed_parses_only_when_a_line_completes(monkeypatch):
     real = syntax.parse
     monkeypatch.setattr(syntax, "parse", lambda *a: calls.append(1) or real(*a))
     closed = scope_closed(ctx)
-    for text in ("\n  int", "\n  int y = 1;", "\n  int y = 1;\n", "\n  int y = 1;\n  ret", "\n  int y = 1;\n  return y;\n"):
+    for text in (
+        "\n  int",
+        "\n  int y = 1;",
+        "\n  int y = 1;\n",
+        "\n  int y = 1;\n  ret",
+        "\n  int y = 1;\n  return y;\n",
+    ):
         closed(text)
     assert len(calls) == 2  # once per completed non-blank line, not once per call
 

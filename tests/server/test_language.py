@@ -60,7 +60,7 @@ CPP_HEADERS = [
     "template <typename T>\nT max(T a, T b) { return a > b ? a : b; }\n",
     "class Shape {\npublic:\n  virtual ~Shape();\n};\n",
     "#include <iostream>\nvoid log(const char* s);\n",
-    "#ifdef __cplusplus\nextern \"C\" {\n#endif\nint g(void);\n#if __cplusplus > 199711L\nconstexpr int n = 1;\n#endif\n",
+    '#ifdef __cplusplus\nextern "C" {\n#endif\nint g(void);\n#if __cplusplus > 199711L\nconstexpr int n = 1;\n#endif\n',
 ]
 
 
@@ -97,8 +97,10 @@ def test_language_ids_are_unique_and_lower_case():
     assert all(i == i.lower() for i in ids)
 
 
-@pytest.mark.parametrize("language_id, name", [("typescriptreact", "tsx"), ("javascriptreact", "javascript"),
-                                               ("shellscript", "bash"), ("c++", "cpp")])
+@pytest.mark.parametrize(
+    "language_id, name",
+    [("typescriptreact", "tsx"), ("javascriptreact", "javascript"), ("shellscript", "bash"), ("c++", "cpp")],
+)
 def test_vscode_language_ids_resolve(language_id, name):
     assert detect_language("", language_id) == name
 
@@ -138,10 +140,13 @@ def test_patterns_compile_and_stops_start_a_line(language):
 
 
 def test_groups():
-    groups = {group: [language.name for language in LANGUAGES if language.group == group]
-              for group in ("high", "medium", "low")}
-    assert groups == {"high": ["python", "cpp", "java", "c", "javascript", "go"],
-                      "medium": ["lua", "haskell", "ruby", "rust", "typescript"],
-                      "low": ["zig", "elixir", "ocaml"]}
+    groups = {
+        group: [language.name for language in LANGUAGES if language.group == group]
+        for group in ("high", "medium", "low")
+    }
+    assert groups == {
+        "high": ["python", "cpp", "java", "c", "javascript", "go"],
+        "medium": ["lua", "haskell", "ruby", "rust", "typescript"],
+        "low": ["zig", "elixir", "ocaml"],
+    }
     assert {language.name for language in LANGUAGES if language.group is None} == {"tsx", "bash"}
-

@@ -8,14 +8,25 @@ import asyncio
 
 import pytest
 import pytest_lsp
+from lsp_support import (
+    SERVER_COMMAND,
+    close_document,
+    configure,
+    eventually,
+    initialize,
+    inline,
+    inline_params,
+    insert_text,
+    latest_event,
+    make_client,
+    open_document,
+    outcomes,
+    records,
+    save_constant_model,
+)
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-from lsp_support import (
-    SERVER_COMMAND, close_document, configure, eventually, initialize, inline, inline_params, insert_text,
-    latest_event, make_client, open_document, outcomes, records, save_constant_model,
-)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -28,10 +39,20 @@ def workdir(tmp_path_factory):
     return {"model": save_constant_model(root / "model"), "events": root / "events.jsonl"}
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client))
+@pytest_lsp.fixture(
+    scope="module", config=ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client)
+)
 async def client(lsp_client: LanguageClient, workdir):
-    await initialize(lsp_client, {"target": str(workdir["model"]), "draft": "none", "debounceMs": 0,
-                                  "telemetryPath": str(workdir["events"]), "maxTokensMultiLine": LONG})
+    await initialize(
+        lsp_client,
+        {
+            "target": str(workdir["model"]),
+            "draft": "none",
+            "debounceMs": 0,
+            "telemetryPath": str(workdir["events"]),
+            "maxTokensMultiLine": LONG,
+        },
+    )
     yield
     await lsp_client.shutdown_session()
 
@@ -42,8 +63,11 @@ def events(workdir) -> list[dict]:
 
 async def decoding(client: LanguageClient, uri: str, line: int, character: int, msg_id: str) -> asyncio.Future:
     """Send an inline completion request and return once the server is busy decoding it."""
-    request = asyncio.ensure_future(client.protocol.send_request_async(
-        types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params(uri, line, character), msg_id=msg_id))
+    request = asyncio.ensure_future(
+        client.protocol.send_request_async(
+            types.TEXT_DOCUMENT_INLINE_COMPLETION, inline_params(uri, line, character), msg_id=msg_id
+        )
+    )
     await asyncio.sleep(1.5)  # the request is read at once; give the decode time to get going
     assert not request.done(), "the decode should still be running"
     return request
@@ -141,7 +165,11 @@ async def test_shown_completion_is_rejected_after_the_timeout(client: LanguageCl
     (outcome,) = await eventually(lambda: outcomes(workdir["events"], request_id), timeout=10)
     assert outcome["outcome"] == "rejected"
     # accepting it later still counts: the analysis takes the latest outcome
-    assert await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="specdec.accept", arguments=[request_id])) is True
+    assert (
+        await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="specdec.accept", arguments=[request_id])
+        )
+        is True
+    )
     assert [o["outcome"] for o in outcomes(workdir["events"], request_id)] == ["rejected", "accepted"]
     close_document(client, uri)

@@ -10,13 +10,19 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from lsp_support import (
+    SERVER_COMMAND,
+    close_document,
+    initialize,
+    inline,
+    make_client,
+    open_document,
+    save_random_model,
+    wait_for_state,
+)
 from lsprotocol import types
 from pygls.lsp.client import LanguageClient as PlainClient
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-from lsp_support import (
-    SERVER_COMMAND, close_document, initialize, inline, make_client, open_document, save_random_model, wait_for_state,
-)
 
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client))
@@ -28,8 +34,11 @@ async def client(lsp_client: LanguageClient, tmp_path):
 
 async def test_failed_model_load_is_shown_and_the_server_keeps_serving(client: LanguageClient, tmp_path):
     missing = tmp_path / "no-such-model"
-    await initialize(client, {"target": str(missing), "telemetryPath": str(client.events_path),
-                              "maxTokensSingleLine": "lots"}, ready="error")
+    await initialize(
+        client,
+        {"target": str(missing), "telemetryPath": str(client.events_path), "maxTokensSingleLine": "lots"},
+        ready="error",
+    )
     errors = [m for m in client.messages if m.type == types.MessageType.Error]
     assert any("maxTokensSingleLine" in m.message for m in errors), "the bad setting is reported"
     assert any(str(missing) in m.message and "could not load" in m.message for m in errors)
@@ -39,8 +48,9 @@ async def test_failed_model_load_is_shown_and_the_server_keeps_serving(client: L
     open_document(client, uri, "def f():\n    ", "python")
     for _ in range(2):  # answers at once, and again: still alive
         assert await inline(client, uri, 1, 4) == []
-    result = await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri), position=types.Position(1, 4)))
+    result = await client.text_document_completion_async(
+        types.CompletionParams(text_document=types.TextDocumentIdentifier(uri), position=types.Position(1, 4))
+    )
     assert list(result.items) == []
     close_document(client, uri)
     assert not client.events_path.exists(), "no models, no completions, no events"
@@ -48,9 +58,12 @@ async def test_failed_model_load_is_shown_and_the_server_keeps_serving(client: L
 
 async def test_requests_before_the_models_are_ready_answer_empty_at_once(client: LanguageClient, tmp_path):
     model = save_random_model(tmp_path / "model")
-    await client.initialize_session(types.InitializeParams(
-        capabilities=types.ClientCapabilities(),
-        initialization_options={"target": str(model), "telemetryPath": str(client.events_path)}))
+    await client.initialize_session(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(),
+            initialization_options={"target": str(model), "telemetryPath": str(client.events_path)},
+        )
+    )
     uri = "file:///work/early.py"
     open_document(client, uri, "def f():\n    ", "python")
     assert await inline(client, uri, 1, 4) == []
@@ -83,8 +96,14 @@ async def _listening_while_connected(port: int) -> list[str]:
             break
         except ConnectionRefusedError:
             await asyncio.sleep(0.2)
-    result = await asyncio.wait_for(client.initialize_async(types.InitializeParams(
-        capabilities=types.ClientCapabilities(), initialization_options={"target": "/nonexistent"})), 60)
+    result = await asyncio.wait_for(
+        client.initialize_async(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(), initialization_options={"target": "/nonexistent"}
+            )
+        ),
+        60,
+    )
     assert result.capabilities.inline_completion_provider is not None
     table = await asyncio.to_thread(Path("/proc/net/tcp").read_text)
     listening = [line.split()[1] for line in table.splitlines()[1:] if line.split()[3] == "0A"]  # state LISTEN

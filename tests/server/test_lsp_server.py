@@ -13,14 +13,26 @@ from concurrent.futures import Future
 
 import pytest
 import pytest_lsp
+from lsp_support import (
+    EXAMPLES,
+    SERVER_COMMAND,
+    close_document,
+    configure,
+    eventually,
+    inline,
+    insert_text,
+    latest_event,
+    make_client,
+    open_document,
+    outcomes,
+    records,
+    save_random_model,
+    wait_for_state,
+)
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from lsp_support import (
-    EXAMPLES, SERVER_COMMAND, close_document, configure, eventually, inline, insert_text, latest_event,
-    make_client, open_document, outcomes, records, save_random_model, wait_for_state,
-)
 from speccomplete.harness.cases import read_cases
 from speccomplete.telemetry.events import CompletionEvent
 
@@ -35,16 +47,26 @@ def workdir(tmp_path_factory):
     return {"model": save_random_model(root / "model"), "events": root / "events.jsonl"}
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client))
+@pytest_lsp.fixture(
+    scope="module", config=ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client)
+)
 async def client(lsp_client: LanguageClient, workdir):
     # Neovim 0.11 offers UTF-8 positions first; the server must still settle on UTF-16.
     capabilities = client_capabilities("neovim@v0.11.0")
-    lsp_client.init_result = await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=capabilities,
-        initialization_options={"target": str(workdir["model"]), "draft": "layers:0", "telemetryPath": str(workdir["events"]),
-                                "maxTokensMultiLine": 48, "maxTokensSingleLine": 24, "debounceMs": 0,
-                                "someFutureSetting": 1},
-    ))
+    lsp_client.init_result = await lsp_client.initialize_session(
+        types.InitializeParams(
+            capabilities=capabilities,
+            initialization_options={
+                "target": str(workdir["model"]),
+                "draft": "layers:0",
+                "telemetryPath": str(workdir["events"]),
+                "maxTokensMultiLine": 48,
+                "maxTokensSingleLine": 24,
+                "debounceMs": 0,
+                "someFutureSetting": 1,
+            },
+        )
+    )
     await wait_for_state(lsp_client, "ready")
     yield
     await lsp_client.shutdown_session()
@@ -105,9 +127,13 @@ async def test_completion_fallback(client: LanguageClient, workdir):
     case = next(c for c in CASES if c.id == "python-line")
     uri = "file:///work/fallback.py"
     open_document(client, uri, case.text, "python")
-    result = await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri), position=types.Position(case.line, case.character),
-        context=types.CompletionContext(trigger_kind=types.CompletionTriggerKind.Invoked)))
+    result = await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri),
+            position=types.Position(case.line, case.character),
+            context=types.CompletionContext(trigger_kind=types.CompletionTriggerKind.Invoked),
+        )
+    )
     close_document(client, uri)
     event = latest_event(workdir["events"])
     assert result.is_incomplete
@@ -126,16 +152,26 @@ async def test_accept_records_the_outcome(client: LanguageClient, workdir):
     open_document(client, uri, "alpha beta\ngamma ", "plaintext")
     items = await eventually_items(client, uri)
     request_id = items[0].command.arguments[0]
-    assert await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="specdec.accept", arguments=[request_id])) is True
+    assert (
+        await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="specdec.accept", arguments=[request_id])
+        )
+        is True
+    )
     (outcome,) = outcomes(workdir["events"], request_id)
     assert outcome["outcome"] == "accepted" and outcome["accepted_chars"] == len(items[0].insert_text)
     # a second accept, or an unknown id, changes nothing
-    assert await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="specdec.accept", arguments=[request_id])) is False
+    assert (
+        await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="specdec.accept", arguments=[request_id])
+        )
+        is False
+    )
     assert len(outcomes(workdir["events"], request_id)) == 1
     with pytest.raises(JsonRpcException):
-        await client.workspace_execute_command_async(types.ExecuteCommandParams(command="specdec.accept", arguments=[1, 2]))
+        await client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="specdec.accept", arguments=[1, 2])
+        )
     close_document(client, uri)
 
 
@@ -153,9 +189,12 @@ async def test_a_shown_completion_is_rejected_when_superseded(client: LanguageCl
     uri = "file:///work/rejected.txt"
     open_document(client, uri, "alpha beta\ngamma ", "plaintext")
     first = (await eventually_items(client, uri))[0].command.arguments[0]
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=99),
-        content_changes=[types.TextDocumentContentChangeWholeDocument(text="something else entirely\n")]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=99),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text="something else entirely\n")],
+        )
+    )
     await inline(client, uri, 1, 0)
     (outcome,) = outcomes(workdir["events"], first)
     assert outcome["outcome"] == "rejected"

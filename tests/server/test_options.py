@@ -18,8 +18,16 @@ def test_defaults():
 
 
 def test_camel_case_keys_map_to_fields():
-    options, errors = parse_options({"maxTokensSingleLine": 8, "debounceMs": 0, "telemetryPath": "/tmp/e.jsonl",
-                                     "enabledLanguages": ["python", "rust"], "draftConfidence": 1, "gamma": "4"})
+    options, errors = parse_options(
+        {
+            "maxTokensSingleLine": 8,
+            "debounceMs": 0,
+            "telemetryPath": "/tmp/e.jsonl",
+            "enabledLanguages": ["python", "rust"],
+            "draftConfidence": 1,
+            "gamma": "4",
+        }
+    )
     assert errors == []
     assert (options.max_tokens_single_line, options.debounce_ms, options.telemetry_path) == (8, 0, "/tmp/e.jsonl")
     assert options.enabled_languages == ("python", "rust") and options.draft_confidence == 1.0
@@ -33,12 +41,32 @@ def test_unknown_keys_are_ignored():
 
 def test_bad_values_are_reported_and_keep_the_previous_value():
     base, _ = parse_options({"maxTokensSingleLine": 8})
-    options, errors = parse_options({"maxTokensSingleLine": "many", "telemetry": "yes", "gamma": "fast",
-                                     "temperature": -1, "debounceMs": True, "enabledLanguages": "python",
-                                     "draftConfidence": 2, "target": "", "maxTokensMultiLine": 64}, base)
+    options, errors = parse_options(
+        {
+            "maxTokensSingleLine": "many",
+            "telemetry": "yes",
+            "gamma": "fast",
+            "temperature": -1,
+            "debounceMs": True,
+            "enabledLanguages": "python",
+            "draftConfidence": 2,
+            "target": "",
+            "maxTokensMultiLine": 64,
+        },
+        base,
+    )
     assert sorted(e.split(":")[0] for e in errors) == sorted(
-        ["maxTokensSingleLine", "telemetry", "gamma", "temperature", "debounceMs", "enabledLanguages",
-         "draftConfidence", "target"])
+        [
+            "maxTokensSingleLine",
+            "telemetry",
+            "gamma",
+            "temperature",
+            "debounceMs",
+            "enabledLanguages",
+            "draftConfidence",
+            "target",
+        ]
+    )
     assert options.max_tokens_single_line == 8 and options.max_tokens_multi_line == 64
     assert options.gamma == "heuristic" and options.telemetry is True
 
@@ -55,26 +83,40 @@ def test_model_fields_decide_a_reload():
 
 
 def test_errors_name_the_key_and_what_its_type_expects():
-    _, errors = parse_options({"maxTokensSingleLine": 0, "debounceMs": -1, "temperature": "hot", "telemetry": 1,
-                               "draftConfidence": 1.5, "telemetryPath": "", "telemetrySource": "ci",
-                               "enabledLanguages": ["python", 3], "target": None, "gamma": "fast"})
-    assert sorted(errors) == sorted([
-        "maxTokensSingleLine: expected an integer >= 1 (got 0)",
-        "debounceMs: expected an integer >= 0 (got -1)",
-        "temperature: expected a number >= 0 (got 'hot')",
-        "telemetry: expected true or false (got 1)",
-        "draftConfidence: expected a number in [0, 1] (got 1.5)",
-        "telemetryPath: expected a non-empty string, or null (got '')",
-        "telemetrySource: expected 'editor' or 'eval' (got 'ci')",
-        "enabledLanguages: expected a list of non-empty strings, or null (got ['python', 3])",
-        "target: expected a non-empty string (got None)",
-        "gamma: gamma must be an integer >= 0, 'heuristic[:START:MAX]' or 'cost[:C:V]', got 'fast' (got 'fast')",
-    ])
+    _, errors = parse_options(
+        {
+            "maxTokensSingleLine": 0,
+            "debounceMs": -1,
+            "temperature": "hot",
+            "telemetry": 1,
+            "draftConfidence": 1.5,
+            "telemetryPath": "",
+            "telemetrySource": "ci",
+            "enabledLanguages": ["python", 3],
+            "target": None,
+            "gamma": "fast",
+        }
+    )
+    assert sorted(errors) == sorted(
+        [
+            "maxTokensSingleLine: expected an integer >= 1 (got 0)",
+            "debounceMs: expected an integer >= 0 (got -1)",
+            "temperature: expected a number >= 0 (got 'hot')",
+            "telemetry: expected true or false (got 1)",
+            "draftConfidence: expected a number in [0, 1] (got 1.5)",
+            "telemetryPath: expected a non-empty string, or null (got '')",
+            "telemetrySource: expected 'editor' or 'eval' (got 'ci')",
+            "enabledLanguages: expected a list of non-empty strings, or null (got ['python', 3])",
+            "target: expected a non-empty string (got None)",
+            "gamma: gamma must be an integer >= 0, 'heuristic[:START:MAX]' or 'cost[:C:V]', got 'fast' (got 'fast')",
+        ]
+    )
 
 
 def test_values_are_converted_to_the_field_types():
-    options, errors = parse_options({"temperature": 1, "rejectAfterS": 3, "enabledLanguages": [], "telemetryPath": None,
-                                     "telemetrySource": "eval"})
+    options, errors = parse_options(
+        {"temperature": 1, "rejectAfterS": 3, "enabledLanguages": [], "telemetryPath": None, "telemetrySource": "eval"}
+    )
     assert errors == []
     assert options.temperature == 1.0 and isinstance(options.temperature, float) and options.reject_after_s == 3.0
     assert options.enabled_languages == () and options.telemetry_path is None and options.telemetry_source == "eval"

@@ -8,22 +8,45 @@ from speccomplete.server.prompt import FIM_STYLES, FimTokens, Prompt, build_prom
 
 # (language, document with █ at the cursor, multi-line?)
 MULTILINE_CASES = [
-    ("python", "def f(x):█\n", True), ("python", "def f(x):\n    █\n", True), ("python", "y = foo(█)\n", False),
-    ("python", "x = 1  # note:█\n", False), ("python", "s = 'a:█'\n", False),
-    ("c", "int f(void) {█\n", True), ("c", "int x = █;\n", False), ("c", "switch (x) {\n  case 1:█\n", True),
-    ("cpp", "class A {\n public:█\n", True), ("cpp", "using std::█\n", False),
-    ("java", "class A {█\n", True), ("java", "int x = █\n", False),
-    ("go", "func f() {█\n", True), ("go", "x := █\n", False),
-    ("rust", "fn f() {█\n", True), ("rust", "let x = █\n", False), ("rust", "use std::█\n", False),
-    ("javascript", "function f() {█}\n", True), ("javascript", "foo(█)\n", False),
-    ("typescript", "if (x) {█\n", True), ("typescript", "const x: number = █\n", False),
-    ("lua", "function f(x)█\n", True), ("lua", "if x then█\n", True), ("lua", "local y = █\n", False),
-    ("haskell", "main = do█\n", True), ("haskell", "f x = g █ y\n", False),
-    ("ruby", "def f(x)█\n", True), ("ruby", "x.each do |y|█\n", True), ("ruby", "y = █\n", False),
-    ("zig", "fn f() void {█\n", True), ("zig", "const x = █\n", False),
-    ("elixir", "def f(x) do█\n", True), ("elixir", "fn x ->█\n", True), ("elixir", "y = █\n", False),
-    ("ocaml", "let f x =█\n", True), ("ocaml", "match x with█\n", True), ("ocaml", "let y = f █ x\n", False),
-    ("text", "  █\n", True), ("text", "word█ more\n", False),
+    ("python", "def f(x):█\n", True),
+    ("python", "def f(x):\n    █\n", True),
+    ("python", "y = foo(█)\n", False),
+    ("python", "x = 1  # note:█\n", False),
+    ("python", "s = 'a:█'\n", False),
+    ("c", "int f(void) {█\n", True),
+    ("c", "int x = █;\n", False),
+    ("c", "switch (x) {\n  case 1:█\n", True),
+    ("cpp", "class A {\n public:█\n", True),
+    ("cpp", "using std::█\n", False),
+    ("java", "class A {█\n", True),
+    ("java", "int x = █\n", False),
+    ("go", "func f() {█\n", True),
+    ("go", "x := █\n", False),
+    ("rust", "fn f() {█\n", True),
+    ("rust", "let x = █\n", False),
+    ("rust", "use std::█\n", False),
+    ("javascript", "function f() {█}\n", True),
+    ("javascript", "foo(█)\n", False),
+    ("typescript", "if (x) {█\n", True),
+    ("typescript", "const x: number = █\n", False),
+    ("lua", "function f(x)█\n", True),
+    ("lua", "if x then█\n", True),
+    ("lua", "local y = █\n", False),
+    ("haskell", "main = do█\n", True),
+    ("haskell", "f x = g █ y\n", False),
+    ("ruby", "def f(x)█\n", True),
+    ("ruby", "x.each do |y|█\n", True),
+    ("ruby", "y = █\n", False),
+    ("zig", "fn f() void {█\n", True),
+    ("zig", "const x = █\n", False),
+    ("elixir", "def f(x) do█\n", True),
+    ("elixir", "fn x ->█\n", True),
+    ("elixir", "y = █\n", False),
+    ("ocaml", "let f x =█\n", True),
+    ("ocaml", "match x with█\n", True),
+    ("ocaml", "let y = f █ x\n", False),
+    ("text", "  █\n", True),
+    ("text", "word█ more\n", False),
 ]
 
 
@@ -32,14 +55,30 @@ def _prompt(doc: str, language: str, budget: int = 4000) -> Prompt:
     return build_prompt(prefix + suffix, len(prefix), language, budget)
 
 
-@pytest.mark.parametrize("language,doc,multiline", MULTILINE_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(MULTILINE_CASES)])
+@pytest.mark.parametrize(
+    "language,doc,multiline", MULTILINE_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(MULTILINE_CASES)]
+)
 def test_single_or_multi_line(language, doc, multiline):
     assert _prompt(doc, language).multiline is multiline
 
 
 def test_every_language_has_both_decisions():
-    languages = {"python", "c", "cpp", "java", "go", "rust", "javascript", "typescript", "lua", "haskell", "ruby",
-                 "zig", "elixir", "ocaml"}
+    languages = {
+        "python",
+        "c",
+        "cpp",
+        "java",
+        "go",
+        "rust",
+        "javascript",
+        "typescript",
+        "lua",
+        "haskell",
+        "ruby",
+        "zig",
+        "elixir",
+        "ocaml",
+    }
     for language in languages:
         decisions = {m for lang, _, m in MULTILINE_CASES if lang == language}
         assert decisions == {True, False}, language
@@ -127,7 +166,8 @@ def test_enclosing_definition_too_big_keeps_its_signature_and_nearest_lines():
     _whole_lines(p, doc)
 
 
-JAVA = """package a;
+JAVA = (
+    """package a;
 import java.util.List;
 
 class A {
@@ -146,7 +186,10 @@ class A {
   int four() {
     return 4;
   }
-""" + "".join(f"\n  int far{i}() {{\n    return {i};\n  }}\n" for i in range(20)) + "}\n"
+"""
+    + "".join(f"\n  int far{i}() {{\n    return {i};\n  }}\n" for i in range(20))
+    + "}\n"
+)
 
 
 def test_java_siblings_within_the_class():

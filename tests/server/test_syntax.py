@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from speccomplete.server import syntax
 from speccomplete.languages import LANGUAGES
+from speccomplete.server import syntax
 
 SNIPPETS = {
     "python": "import os\n\ndef f(x):\n    return x + 1\n",
@@ -23,10 +23,10 @@ SNIPPETS = {
     "lua": "local m = require('m')\nfunction f(x)\n  return x + 1\nend\n",
     "haskell": "module Main where\nf :: Int -> Int\nf x = x + 1\n",
     "ruby": "require 'set'\ndef f(x)\n  x + 1\nend\n",
-    "zig": "const std = @import(\"std\");\nfn f(x: i32) i32 {\n    return x + 1;\n}\n",
+    "zig": 'const std = @import("std");\nfn f(x: i32) i32 {\n    return x + 1;\n}\n',
     "elixir": "defmodule A do\n  def f(x) do\n    x + 1\n  end\nend\n",
     "ocaml": "open Printf\nlet f x = x + 1\n",
-    "bash": "f() {\n  echo \"$1\"\n}\n",
+    "bash": 'f() {\n  echo "$1"\n}\n',
 }
 
 
@@ -86,13 +86,16 @@ def test_containers():
     assert any(syntax.is_container(n) for n in tree.root_node.named_children[0].named_children)  # do_block
 
 
-@pytest.mark.parametrize("language,text,opener,expected", [
-    ("python", "def f(x):\n    return x\n", ":", "function_definition"),
-    ("c", "int f(void) {\n  return 1;\n}\n", "{", "function_definition"),
-    ("c", "void f(int x) {\n  if (x) {\n    g();\n  } else {\n    h();\n  }\n}\n", "else {", "else_clause"),
-    ("ruby", "def f(x)\n  x\nend\n", ")", "method"),
-    ("ocaml", "let f x =\n  x + 1\n", "=", "value_definition"),
-])
+@pytest.mark.parametrize(
+    "language,text,opener,expected",
+    [
+        ("python", "def f(x):\n    return x\n", ":", "function_definition"),
+        ("c", "int f(void) {\n  return 1;\n}\n", "{", "function_definition"),
+        ("c", "void f(int x) {\n  if (x) {\n    g();\n  } else {\n    h();\n  }\n}\n", "else {", "else_clause"),
+        ("ruby", "def f(x)\n  x\nend\n", ")", "method"),
+        ("ocaml", "let f x =\n  x + 1\n", "=", "value_definition"),
+    ],
+)
 def test_statement_begun_on_row(language, text, opener, expected):
     tree = syntax.parse(language, text)
     at = syntax.byte_len(text[: text.index(opener) + len(opener)]) - 1

@@ -92,8 +92,14 @@ def test_outcome_records_name_their_event(tmp_path):
             log.update_outcome(event.request_id, "loved")
     written, outcome = _records(path)
     assert written == event.to_dict()
-    assert outcome == {"schema": SCHEMA, "record": "outcome", "time": outcome["time"],
-                       "request_id": event.request_id, "outcome": "partial", "accepted_chars": 7}
+    assert outcome == {
+        "schema": SCHEMA,
+        "record": "outcome",
+        "time": outcome["time"],
+        "request_id": event.request_id,
+        "outcome": "partial",
+        "accepted_chars": 7,
+    }
 
 
 def test_write_errors_are_logged_not_raised(tmp_path, caplog):

@@ -56,8 +56,11 @@ def kernels() -> None:
             fp32_ms = median_ms(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""), reps)
             int8_ms = median_ms(lambda: int8(x), reps)
             # the int4 kernel is so slow here that its big cases would take minutes
-            int4_ms = (median_ms(lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(x, int4, 32, scales_and_zeros), 3)
-                       if out_features * rows <= 4096 * 5 else float("nan"))
+            int4_ms = (
+                median_ms(lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(x, int4, 32, scales_and_zeros), 3)
+                if out_features * rows <= 4096 * 5
+                else float("nan")
+            )
             print(f"{out_features:>7} x {in_features:<4} {rows:>5} {fp32_ms:>12.3f} {int8_ms:>13.3f} {int4_ms:>13.3f}")
 
 
@@ -69,10 +72,14 @@ def quantized_target(mode: str):
 
     loaded = load_decoder("gemma3-270m", "none", device="cpu", pack=mode == "fp32")
     if mode != "fp32":
-        names = [name for name, module in loaded.target.named_modules()
-                 if isinstance(module, torch.nn.Linear) and not (mode == "int8body" and name == "lm_head")]
-        quantize_dynamic(loaded.target, {name: per_channel_dynamic_qconfig for name in names},
-                         dtype=torch.qint8, inplace=True)
+        names = [
+            name
+            for name, module in loaded.target.named_modules()
+            if isinstance(module, torch.nn.Linear) and not (mode == "int8body" and name == "lm_head")
+        ]
+        quantize_dynamic(
+            loaded.target, {name: per_channel_dynamic_qconfig for name in names}, dtype=torch.qint8, inplace=True
+        )
         pack_linear_weights(loaded.target)  # what is left in fp32: the head, for int8body
     return loaded
 
@@ -86,15 +93,23 @@ def target(cases_path: str, nextline_path: str) -> None:
 
     cases, nextline_cases = read_cases(cases_path), read_cases(nextline_path)
     rows = []  # the bench's prompt ids, and the fp32 target's greedy tokens once its row has run
-    print(f"{torch.get_num_threads()} threads; {len(cases)} prompts x 64 tokens, next line on {len(nextline_cases)} cases")
-    print(f"{'target':>9} {'prefill ms/tok':>15} {'AR tok/s':>9} {'identical':>10} {'agreeing prefix':>16} {'spec = AR':>10}"
-          f" {'next-line exact':>16} {'similarity':>11}")
+    print(
+        f"{torch.get_num_threads()} threads; {len(cases)} prompts x 64 tokens, next line on {len(nextline_cases)} cases"
+    )
+    print(
+        f"{'target':>9} {'prefill ms/tok':>15} {'AR tok/s':>9} {'identical':>10} {'agreeing prefix':>16}"
+        f" {'spec = AR':>10}"
+        f" {'next-line exact':>16} {'similarity':>11}"
+    )
     for mode in ("fp32", "int8body", "int8"):
         loaded = quantized_target(mode)
         decoder = loaded.decoder
-        spec = SpeculativeDecoder(loaded.target, loaded.tokenizer,
-                                  build_drafter("ngram+none", loaded.target, loaded.tokenizer)[0],
-                                  parse_gamma_policy("heuristic"))
+        spec = SpeculativeDecoder(
+            loaded.target,
+            loaded.tokenizer,
+            build_drafter("ngram+none", loaded.target, loaded.tokenizer)[0],
+            parse_gamma_policy("heuristic"),
+        )
         if not rows:
             rows = [{"prompt": decoder.fit_prompt(decoder.encode(case.prefix), 64, 1024)[0]} for case in cases]
         prefill, seconds, tokens, identical, prefix, spec_same = [], 0.0, 0, 0, 0, 0
@@ -113,9 +128,12 @@ def target(cases_path: str, nextline_path: str) -> None:
             prefix += next((i for i, (a, b) in enumerate(zip(got, row["greedy"])) if a != b), len(got))
             spec_same += spec.generate(row["prompt"], DecodeOptions(max_new_tokens=64)).token_ids == got
         quality = next_line_quality(decoder, nextline_cases)["OVERALL"]
-        print(f"{mode:>9} {sorted(prefill)[len(prefill) // 2]:>15.2f} {tokens / seconds:>9.1f}"
-              f" {identical:>6}/{len(rows):<3} {prefix / len(rows):>16.1f} {spec_same:>6}/{len(rows):<3}"
-              f" {quality['exact_match']:>16.3f} {quality['similarity']:>11.3f}", flush=True)
+        print(
+            f"{mode:>9} {sorted(prefill)[len(prefill) // 2]:>15.2f} {tokens / seconds:>9.1f}"
+            f" {identical:>6}/{len(rows):<3} {prefix / len(rows):>16.1f} {spec_same:>6}/{len(rows):<3}"
+            f" {quality['exact_match']:>16.3f} {quality['similarity']:>11.3f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

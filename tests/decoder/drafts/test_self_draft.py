@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import generate, random_prompts, tiny_llama
+
 from speccomplete.decoder.drafts import DraftLoadError, HybridDrafter, ModelDrafter, SelfDrafter, build_drafter
 from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma
@@ -58,8 +58,9 @@ def test_no_position_goes_through_the_layers_twice(llama, tokenizer):
     """With the whole vocabulary every draft is accepted: the layers see each token once, as in AR."""
     spec = SpeculativeDecoder(llama, tokenizer, SelfDrafter(llama, whole_vocabulary(llama)), FixedGamma(4))
     rows = []
-    hook = llama.base_model.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[1]),
-                                                  with_kwargs=True)
+    hook = llama.base_model.register_forward_hook(
+        lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
     try:
         gen = generate(spec, "def f(x):", max_new_tokens=MAX_NEW)
     finally:
@@ -67,7 +68,9 @@ def test_no_position_goes_through_the_layers_twice(llama, tokenizer):
     assert gen.stats.accepted == gen.stats.drafted > 0
     assert gen.stats.rounds < MAX_NEW
     assert sum(rows) == gen.stats.prompt_tokens + MAX_NEW - 1  # the last token is never fed
-    assert gen.token_ids == generate(SpeculativeDecoder(llama, tokenizer), "def f(x):", max_new_tokens=MAX_NEW).token_ids
+    assert (
+        gen.token_ids == generate(SpeculativeDecoder(llama, tokenizer), "def f(x):", max_new_tokens=MAX_NEW).token_ids
+    )
 
 
 def test_a_round_drafts_no_more_than_is_still_wanted(llama, tokenizer):
@@ -85,7 +88,9 @@ def test_drafting_stops_after_a_line_end(llama, tokenizer):
     spec = SpeculativeDecoder(llama, tokenizer, SelfDrafter(llama, every, line_ends=set(every.tolist())), FixedGamma(4))
     gen = generate(spec, "def f(x):", max_new_tokens=MAX_NEW)
     assert set(gen.stats.gammas) == {0, 1} and gen.stats.accepted == gen.stats.drafted
-    assert gen.token_ids == generate(SpeculativeDecoder(llama, tokenizer), "def f(x):", max_new_tokens=MAX_NEW).token_ids
+    assert (
+        gen.token_ids == generate(SpeculativeDecoder(llama, tokenizer), "def f(x):", max_new_tokens=MAX_NEW).token_ids
+    )
 
 
 @torch.inference_mode()
@@ -102,8 +107,9 @@ def test_a_copy_ends_the_round_with_one_hot_draft_probabilities(llama):
         asked.append(list(drafts))
         return [50, 51] if len(drafts) == 2 else []
 
-    proposal = drafter.propose(committed, 4, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0),
-                               lookup=lookup)
+    proposal = drafter.propose(
+        committed, 4, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0), lookup=lookup
+    )
     assert len(asked) == 2 and len(proposal.tokens) == 4 and proposal.tokens[2:] == [50, 51]
     assert proposal.hidden.shape[0] == 5 and steps.tokens == committed + proposal.tokens
     vocab = llama.get_output_embeddings().out_features

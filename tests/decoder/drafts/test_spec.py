@@ -6,11 +6,19 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import tiny_llama
+
 from speccomplete.decoder.drafts import DraftLoadError, draft_label, parse_draft_spec
-from speccomplete.decoder.drafts.spec import (AutoDraft, HybridDraft, LayersDraft, ModelDraft, NgramDraft, NoDraft,
-                                              SelfDraft, TrainedDraft)
+from speccomplete.decoder.drafts.spec import (
+    AutoDraft,
+    HybridDraft,
+    LayersDraft,
+    ModelDraft,
+    NgramDraft,
+    NoDraft,
+    SelfDraft,
+    TrainedDraft,
+)
 
 
 @pytest.fixture
@@ -21,21 +29,24 @@ def trained_folder(tmp_path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("text, spec", [
-    ("auto", AutoDraft()),
-    ("none", NoDraft()),
-    ("ngram", NgramDraft()),
-    ("self", SelfDraft()),
-    ("layers:0,1", LayersDraft((0, 1))),
-    ("layers:0", LayersDraft((0,))),
-    ("gemma3-270m", ModelDraft("gemma3-270m")),
-    ("HuggingFaceTB/SmolLM2-135M", ModelDraft("HuggingFaceTB/SmolLM2-135M")),
-    ("ngram+self", HybridDraft(SelfDraft())),
-    ("ngram+none", HybridDraft(NoDraft())),
-    ("ngram+auto", HybridDraft(AutoDraft())),
-    ("ngram+layers:0,2", HybridDraft(LayersDraft((0, 2)))),
-    ("ngram+smollm2-135m", HybridDraft(ModelDraft("smollm2-135m"))),
-])
+@pytest.mark.parametrize(
+    "text, spec",
+    [
+        ("auto", AutoDraft()),
+        ("none", NoDraft()),
+        ("ngram", NgramDraft()),
+        ("self", SelfDraft()),
+        ("layers:0,1", LayersDraft((0, 1))),
+        ("layers:0", LayersDraft((0,))),
+        ("gemma3-270m", ModelDraft("gemma3-270m")),
+        ("HuggingFaceTB/SmolLM2-135M", ModelDraft("HuggingFaceTB/SmolLM2-135M")),
+        ("ngram+self", HybridDraft(SelfDraft())),
+        ("ngram+none", HybridDraft(NoDraft())),
+        ("ngram+auto", HybridDraft(AutoDraft())),
+        ("ngram+layers:0,2", HybridDraft(LayersDraft((0, 2)))),
+        ("ngram+smollm2-135m", HybridDraft(ModelDraft("smollm2-135m"))),
+    ],
+)
 def test_good_specs(text, spec):
     assert parse_draft_spec(text) == spec
     assert str(spec) == text  # a spec reads back as what names it
@@ -48,15 +59,18 @@ def test_a_folder_with_draft_json_is_a_trained_draft(trained_folder):
     assert parse_draft_spec(str(trained_folder.parent)) == ModelDraft(str(trained_folder.parent))  # no draft.json
 
 
-@pytest.mark.parametrize("text, error, message", [
-    ("", ValueError, "empty draft spec"),
-    ("ngram+", ValueError, "empty draft spec"),
-    ("ngram+ngram", ValueError, "'ngram\\+' must be followed by a model draft or 'none'"),
-    ("ngram+ngram+none", ValueError, "'ngram\\+' must be followed by a model draft or 'none'"),
-    ("layers:", ValueError, "must look like layers:0,1"),
-    ("layers:0,x", ValueError, "must look like layers:0,1"),
-    ("self:/nonexistent/draft", DraftLoadError, "not a trained draft folder"),
-])
+@pytest.mark.parametrize(
+    "text, error, message",
+    [
+        ("", ValueError, "empty draft spec"),
+        ("ngram+", ValueError, "empty draft spec"),
+        ("ngram+ngram", ValueError, "'ngram\\+' must be followed by a model draft or 'none'"),
+        ("ngram+ngram+none", ValueError, "'ngram\\+' must be followed by a model draft or 'none'"),
+        ("layers:", ValueError, "must look like layers:0,1"),
+        ("layers:0,x", ValueError, "must look like layers:0,1"),
+        ("self:/nonexistent/draft", DraftLoadError, "not a trained draft folder"),
+    ],
+)
 def test_bad_specs(text, error, message):
     with pytest.raises(error, match=message):
         parse_draft_spec(text)

@@ -20,20 +20,29 @@ def test_the_shipped_draft_json_reads_and_writes_back_the_same(tmp_path):
 
 
 def test_meta_round_trips(tmp_path):
-    meta = DraftMeta(target_config={"vocab_size": 258}, layers=[0, 2], target="t", objective="kd",
-                     corpus=[{"data": "d", "tokens": 5}], dev_fitness={"all": {"expected_acceptance": 0.5}},
-                     command="specdec finetune")
+    meta = DraftMeta(
+        target_config={"vocab_size": 258},
+        layers=[0, 2],
+        target="t",
+        objective="kd",
+        corpus=[{"data": "d", "tokens": 5}],
+        dev_fitness={"all": {"expected_acceptance": 0.5}},
+        command="specdec finetune",
+    )
     meta.write(tmp_path)
     assert DraftMeta.read(tmp_path) == meta
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{", "cannot read"),
-    (json.dumps({"layers": [0]}), "cannot read"),  # no target_config
-    (json.dumps({"format": "other", "layers": [0], "target_config": {}}), "not a version 1 specdec-draft"),
-    (json.dumps({"version": 2, "layers": [0], "target_config": {}}), "not a version 1 specdec-draft"),
-    (json.dumps([0]), "not a version 1 specdec-draft"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{", "cannot read"),
+        (json.dumps({"layers": [0]}), "cannot read"),  # no target_config
+        (json.dumps({"format": "other", "layers": [0], "target_config": {}}), "not a version 1 specdec-draft"),
+        (json.dumps({"version": 2, "layers": [0], "target_config": {}}), "not a version 1 specdec-draft"),
+        (json.dumps([0]), "not a version 1 specdec-draft"),
+    ],
+)
 def test_bad_meta_is_refused(tmp_path, content, message):
     (tmp_path / DRAFT_JSON).write_text(content)
     with pytest.raises(DraftLoadError, match=message):

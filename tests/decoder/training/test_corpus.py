@@ -7,16 +7,28 @@ import json
 import pytest
 import torch
 
-from speccomplete.decoder.training.corpus import (CorpusError, Document, Shards, build_corpus, frame, local_documents,
-                                                  pack, parse_budgets, split_lists, stack_documents)
+from speccomplete.decoder.training.corpus import (
+    CorpusError,
+    Document,
+    Shards,
+    build_corpus,
+    frame,
+    local_documents,
+    pack,
+    parse_budgets,
+    split_lists,
+    stack_documents,
+)
 from tests.conftest import BOS, EOS, make_byte_tokenizer
 
 TOKENIZER = make_byte_tokenizer()
 
 
 def docs(language: str, n: int, size: int = 300) -> list[Document]:
-    return [Document(language, f"# {language} file {i}\n" + "x = 1\n" * (size // 6), f"/src/{language}/{i}")
-            for i in range(n)]
+    return [
+        Document(language, f"# {language} file {i}\n" + "x = 1\n" * (size // 6), f"/src/{language}/{i}")
+        for i in range(n)
+    ]
 
 
 def test_pack_cuts_the_framed_stream_into_full_sequences_within_budget():
@@ -34,8 +46,13 @@ def test_frame_marks_document_boundaries():
 
 
 def test_budgets_are_respected_per_language(tmp_path):
-    manifest = build_corpus({"python": docs("python", 50), "zig": docs("zig", 2)}, TOKENIZER, tmp_path,
-                            budgets={"python": 2000, "zig": 10_000}, seq_len=128)
+    manifest = build_corpus(
+        {"python": docs("python", 50), "zig": docs("zig", 2)},
+        TOKENIZER,
+        tmp_path,
+        budgets={"python": 2000, "zig": 10_000},
+        seq_len=128,
+    )
     per = manifest["per_language"]
     assert per["python"]["tokens"] == 2000 // 128 * 128
     assert per["zig"]["tokens"] <= 2 * 320 and per["zig"]["documents"] == 2  # ran out of documents first
@@ -79,11 +96,14 @@ def test_stack_layout_dataset_through_datasets(tmp_path):
     for lang_dir, rows in (("python", ["def f():\n    return 1\n", "x = 2\n"]), ("c++", ["int main() {}\n"])):
         folder = tmp_path / "data" / lang_dir
         folder.mkdir(parents=True)
-        (folder / "train-00000.jsonl").write_text("".join(json.dumps({"content": r, "lang": lang_dir}) + "\n" for r in rows))
+        (folder / "train-00000.jsonl").write_text(
+            "".join(json.dumps({"content": r, "lang": lang_dir}) + "\n" for r in rows)
+        )
     python = [d.text for d in stack_documents(str(tmp_path), "python")]
     cpp = list(stack_documents(str(tmp_path), "cpp"))  # our grammar name maps to The Stack's "c++"
     assert python == ["def f():\n    return 1\n", "x = 2\n"]
     assert [d.text for d in cpp] == ["int main() {}\n"] and cpp[0].language == "cpp"
-    manifest = build_corpus({"python": stack_documents(str(tmp_path), "python")}, TOKENIZER, tmp_path / "out",
-                            {"*": 16}, seq_len=8)
+    manifest = build_corpus(
+        {"python": stack_documents(str(tmp_path), "python")}, TOKENIZER, tmp_path / "out", {"*": 16}, seq_len=8
+    )
     assert manifest["per_language"]["python"]["tokens"] == 16

@@ -8,8 +8,14 @@ import pytest
 import torch
 
 from speccomplete.decoder.drafts import ModelDrafter, build_drafter
-from speccomplete.decoder.drafts.trained import (DraftLoadError, DraftMeta, load_draft, owned_parameters, save_draft,
-                                                 target_signature)
+from speccomplete.decoder.drafts.trained import (
+    DraftLoadError,
+    DraftMeta,
+    load_draft,
+    owned_parameters,
+    save_draft,
+    target_signature,
+)
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.sampling import SamplingParams
@@ -22,7 +28,7 @@ from tests.conftest import BOS, EOS, check_stats, make_byte_tokenizer, random_pr
 TOKENIZER = make_byte_tokenizer()
 SOURCES = {
     "python": "def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(add(i, i))\n",
-    "rust": "fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nfn main() { println!(\"{}\", add(1, 2)); }\n",
+    "rust": 'fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nfn main() { println!("{}", add(1, 2)); }\n',
 }
 
 
@@ -46,18 +52,29 @@ def make_draft(target, corpus, init="derived"):
 
 
 def config(corpus, out, steps: int, **kw) -> TrainConfig:
-    return TrainConfig(phases=[Phase(str(corpus / "train"), steps * 2 * 64)], out=str(out), batch_size=2,
-                       lr=3e-3, warmup_tokens=128, eval_every=10_000, checkpoint_every=kw.pop("checkpoint_every", 10_000),
-                       **kw)
+    return TrainConfig(
+        phases=[Phase(str(corpus / "train"), steps * 2 * 64)],
+        out=str(out),
+        batch_size=2,
+        lr=3e-3,
+        warmup_tokens=128,
+        eval_every=10_000,
+        checkpoint_every=kw.pop("checkpoint_every", 10_000),
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("objective", [{"kd_weight": 1.0}, {"ce_weight": 1.0, "kd_weight": 0.0}])
 def test_a_few_steps_lower_the_loss_and_raise_dev_fitness(target, corpus, tmp_path, objective):
     draft = make_draft(target, corpus)
     losses = []
-    state = train(target, draft, owned_parameters(draft),
-                  config(corpus, tmp_path, 40, dev=str(corpus / "dev"), eval_sequences=2, **objective),
-                  progress=lambda r: losses.append(r["loss"]))
+    state = train(
+        target,
+        draft,
+        owned_parameters(draft),
+        config(corpus, tmp_path, 40, dev=str(corpus / "dev"), eval_sequences=2, **objective),
+        progress=lambda r: losses.append(r["loss"]),
+    )
     assert len(losses) == 40
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
     before, after = state["evals"][0]["dev"]["all"], state["evals"][-1]["dev"]["all"]
@@ -93,8 +110,9 @@ def test_resume_continues_exactly(target, corpus, tmp_path):
 def test_saved_draft_loads_and_greedy_stays_identical(target, corpus, tmp_path):
     draft = make_draft(target, corpus)
     train(target, draft, owned_parameters(draft), config(corpus, tmp_path, 20))
-    folder = save_draft(draft, tmp_path / "draft", DraftMeta(target_config=target_signature(target), layers=[0]),
-                        dtype=torch.float32)
+    folder = save_draft(
+        draft, tmp_path / "draft", DraftMeta(target_config=target_signature(target), layers=[0]), dtype=torch.float32
+    )
     loaded = load_draft(folder, target)
     assert torch.equal(loaded.vocab_ids, draft.vocab_ids)
     for (name, a), b in zip(owned_parameters(draft).items(), owned_parameters(loaded).values()):
@@ -124,8 +142,13 @@ def test_scratch_init_trains(target, corpus, tmp_path):
     first = owned_parameters(draft)
     assert not all(torch.equal(a, b) for a, b in zip(first.values(), owned_parameters(derived).values()))
     losses = []
-    train(target, draft, first, config(corpus, tmp_path, 20, ce_weight=1.0, kd_weight=0.0),
-          progress=lambda r: losses.append(r["loss"]))
+    train(
+        target,
+        draft,
+        first,
+        config(corpus, tmp_path, 20, ce_weight=1.0, kd_weight=0.0),
+        progress=lambda r: losses.append(r["loss"]),
+    )
     assert losses[-1] < losses[0]
 
 

@@ -55,7 +55,9 @@ def test_latest_outcome_is_joined_onto_its_event(tmp_path):
         log.update_outcome(first.request_id, "rejected")
         log.update_outcome(first.request_id, "partial", accepted_chars=7)
     con = connect([path])
-    rows = dict((r[0], r[1:]) for r in con.execute(
-        "SELECT request_id, outcome, accepted_chars, has_feedback FROM events").fetchall())
+    rows = dict(
+        (r[0], r[1:])
+        for r in con.execute("SELECT request_id, outcome, accepted_chars, has_feedback FROM events").fetchall()
+    )
     assert rows[first.request_id] == ("partial", 7, True)
     assert rows[second.request_id] == ("shown", None, False)

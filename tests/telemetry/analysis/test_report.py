@@ -20,11 +20,21 @@ SPEC_MS = {"python": 500.0, "cpp": 1000 / 1.5, "lua": 800.0, "rust": 1000.0, "zi
 
 def _event(language, case, draft, gamma, accepted=0, rejected=0, hist=None, ms=1000.0, temperature=0.0, **kw):
     return CompletionEvent(
-        language=language, case_id=f"{language}-{case}", draft=draft, target="t", device="cpu",
-        settings={"gamma": gamma, "temperature": temperature, "max_new_tokens": 10}, generated_tokens=10,
-        accepted=accepted, rejected_rounds=rejected,
+        language=language,
+        case_id=f"{language}-{case}",
+        draft=draft,
+        target="t",
+        device="cpu",
+        settings={"gamma": gamma, "temperature": temperature, "max_new_tokens": 10},
+        generated_tokens=10,
+        accepted=accepted,
+        rejected_rounds=rejected,
         accepted_histogram=hist if hist is not None else [rejected, accepted],
-        total_ms=ms, latency_ms=ms, source="bench", **kw)
+        total_ms=ms,
+        latency_ms=ms,
+        source="bench",
+        **kw,
+    )
 
 
 def _split(n):
@@ -58,10 +68,22 @@ def _rows(rows, **match):
 def test_per_language_alpha_speedup_and_groups(disparity_report):
     data, _ = disparity_report
     base = {r["language"]: r for r in data["languages"] if r["draft"] == "base"}
-    assert {lang: round(r["alpha"], 6) for lang, r in base.items()} == \
-        {"python": 0.8, "cpp": 0.6, "lua": 0.5, "rust": 0.3, "zig": 0.2, "nl": 0.25}
-    assert {lang: round(r["speedup"], 6) for lang, r in base.items()} == \
-        {"python": 2.0, "cpp": 1.5, "lua": 1.25, "rust": 1.0, "zig": 0.8, "nl": 1.0}
+    assert {lang: round(r["alpha"], 6) for lang, r in base.items()} == {
+        "python": 0.8,
+        "cpp": 0.6,
+        "lua": 0.5,
+        "rust": 0.3,
+        "zig": 0.2,
+        "nl": 0.25,
+    }
+    assert {lang: round(r["speedup"], 6) for lang, r in base.items()} == {
+        "python": 2.0,
+        "cpp": 1.5,
+        "lua": 1.25,
+        "rust": 1.0,
+        "zig": 0.8,
+        "nl": 1.0,
+    }
     assert base["python"]["group"] == "high" and base["lua"]["group"] == "medium" and base["nl"]["group"] == "-"
     assert base["python"]["n"] == 2 and base["python"]["cases"] == 2 and base["python"]["paired_cases"] == 2
     assert base["python"]["mean_accepted"] == pytest.approx(8 / 10)  # γ=1: accepted drafts per drafting round
@@ -85,7 +107,7 @@ def test_unfairness_and_speedup_dispersion_by_group(disparity_report):
     everything = base["all code"]
     assert everything["languages"] == 5 and "nl" not in everything["language_list"]
     assert everything["U"] == pytest.approx(0.184)
-    assert everything["U_std"] == pytest.approx(np.sqrt((.32**2 + .12**2 + .02**2 + .18**2 + .28**2) / 5))
+    assert everything["U_std"] == pytest.approx(np.sqrt((0.32**2 + 0.12**2 + 0.02**2 + 0.18**2 + 0.28**2) / 5))
     # speedups 2, 1.5, 1.25, 1, 0.8: mean 1.31, population std sqrt(0.872 / 5) -> CV 0.31879
     assert everything["speedup_max"] == pytest.approx(2.0) and everything["fastest"] == "python"
     assert everything["speedup_min"] == pytest.approx(0.8) and everything["slowest"] == "zig"
@@ -139,8 +161,19 @@ def write_sweep_events(path):
         for temperature in (0.0, 1.0):
             log.write(_event("python", 0, "none", "0", hist=[], temperature=temperature))
             # γ=16 bursts 0, 3, 12, 16: 31 accepted in 4 rounds, 3 rounds rejected, 2 bursts > 10
-            log.write(_event("python", 0, "d", "16", 31, 3, hist=[1, 0, 0, 1] + [0] * 8 + [1, 0, 0, 0, 1],
-                             ms=400.0, temperature=temperature))
+            log.write(
+                _event(
+                    "python",
+                    0,
+                    "d",
+                    "16",
+                    31,
+                    3,
+                    hist=[1, 0, 0, 1] + [0] * 8 + [1, 0, 0, 0, 1],
+                    ms=400.0,
+                    temperature=temperature,
+                )
+            )
             # γ=2 bursts 0, 1, 2, 2: 5 accepted in 4 rounds, 2 rejected
             log.write(_event("python", 0, "d", "2", 5, 2, hist=[1, 1, 2], ms=800.0, temperature=temperature))
 
@@ -171,17 +204,36 @@ def test_groups_are_configurable():
 
 
 def test_default_groups_are_the_resource_groups_of_the_language_records():
-    assert default_groups() == {"high": ["python", "cpp", "java", "c", "javascript", "go"],
-                                "medium": ["lua", "haskell", "ruby", "rust", "typescript"],
-                                "low": ["zig", "elixir", "ocaml"]}
+    assert default_groups() == {
+        "high": ["python", "cpp", "java", "c", "javascript", "go"],
+        "medium": ["lua", "haskell", "ruby", "rust", "typescript"],
+        "low": ["zig", "elixir", "ocaml"],
+    }
 
 
 def test_report_command_end_to_end(tmp_path, capsys):
     from speccomplete.cli import main
 
     write_disparity_events(tmp_path / "events.jsonl")
-    assert main(["report", str(tmp_path / "*.jsonl"), "--out", str(tmp_path / "out"), "--bootstrap", "50",
-                 "--groups", "fast=python,cpp", "--groups", "slow=rust,zig", "--base", "tuned"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                str(tmp_path / "*.jsonl"),
+                "--out",
+                str(tmp_path / "out"),
+                "--bootstrap",
+                "50",
+                "--groups",
+                "fast=python,cpp",
+                "--groups",
+                "slow=rust,zig",
+                "--base",
+                "tuned",
+            ]
+        )
+        == 0
+    )
     data = json.loads((tmp_path / "out" / "report.json").read_text())
     assert data["base_tuned"] == ["tuned", "base"]
     assert {r["group"] for r in data["disparity"]} == {"fast", "slow", "all code"}
@@ -191,14 +243,19 @@ def test_report_command_end_to_end(tmp_path, capsys):
 
 def test_speedup_pairs_spec_with_the_ar_of_its_own_run(tmp_path):
     """Two bench runs on a machine of different speed: each draft is compared with its own run's AR."""
+
     def timed(draft, gamma, ms, run):
         event = _event("python", 0, draft, gamma, 4, 1, ms=ms)
         event.settings["run"] = run
         return event
 
     with EventLog(tmp_path / "events.jsonl") as log:
-        for event in (timed("none", "0", 2000.0, "busy"), timed("base", "1", 1000.0, "busy"),
-                      timed("none", "0", 1000.0, "idle"), timed("tuned", "1", 800.0, "idle")):
+        for event in (
+            timed("none", "0", 2000.0, "busy"),
+            timed("base", "1", 1000.0, "busy"),
+            timed("none", "0", 1000.0, "idle"),
+            timed("tuned", "1", 800.0, "idle"),
+        ):
             log.write(event)
     data = build_report([str(tmp_path / "events.jsonl")], tmp_path / "out", reps=10)
     speedup = {r["draft"]: r["speedup"] for r in data["languages"] if r["draft"] != "none"}

@@ -28,8 +28,19 @@ def test_ci_ignores_replicates_that_are_not_finite():
 
 def test_a_replicate_that_drew_no_case_has_no_alpha():
     """One case: every replicate that drew it has the case's α̂; one that drew none has NaN, not 0."""
-    blocks = pd.DataFrame({"config": ["c"], "language": ["python"], "block": ["py-0"], "acc": [3.0], "rej": [1.0],
-                           "sp_tokens": [10.0], "sp_ms": [500.0], "ar_tokens": [10.0], "ar_ms": [1000.0]})
+    blocks = pd.DataFrame(
+        {
+            "config": ["c"],
+            "language": ["python"],
+            "block": ["py-0"],
+            "acc": [3.0],
+            "rej": [1.0],
+            "sp_tokens": [10.0],
+            "sp_ms": [500.0],
+            "ar_tokens": [10.0],
+            "ar_ms": [1000.0],
+        }
+    )
     alpha = bootstrap(blocks, reps=200, seed=0)["c"].alpha["python"]
     drawn = np.isfinite(alpha)
     assert 0 < drawn.sum() < 200  # Poisson(1) weights are 0 about a third of the time
