@@ -98,7 +98,7 @@ class CostModelGamma:
     def best_gamma(self) -> int:
         a = min(self.alpha, 0.999)
         gain = {g: (1 - a ** (g + 1)) / (1 - a) / (1 + g * (self.c + self.v)) for g in range(self.max_gamma + 1)}
-        return max(gain, key=gain.get)
+        return max(gain, key=gain.__getitem__)
 
     def next_gamma(self) -> int:
         gamma = self.best_gamma()
@@ -127,7 +127,10 @@ def parse_gamma_policy(spec: str | int):
     if name == "heuristic" and len(numbers) in (0, 2) and all(x.isdigit() for x in numbers):
         return HeuristicGamma(*map(int, numbers))
     if name == "cost" and len(numbers) in (0, 2) and all(x.replace(".", "", 1).isdigit() for x in numbers):
-        return CostModelGamma(*map(float, numbers))
+        if not numbers:
+            return CostModelGamma()
+        draft_cost, verify_cost = map(float, numbers)
+        return CostModelGamma(draft_cost, verify_cost)
     if not numbers and name.lstrip("-").isdigit():
         return FixedGamma(int(name))
     raise ValueError(f"gamma must be an integer >= 0, 'heuristic[:START:MAX]' or 'cost[:C:V]', got {spec!r}")

@@ -17,6 +17,8 @@ is applied after every draft has been built from the target.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import cast
 
 import torch
 
@@ -54,9 +56,13 @@ class PackedGatedMLP(torch.nn.Module):
 
     def __init__(self, mlp: torch.nn.Module):
         super().__init__()
-        self.gate_up = PackedLinear(mlp.gate_proj, mlp.up_proj)
-        self.down_proj = PackedLinear(mlp.down_proj)
-        self.act_fn = mlp.act_fn
+        # Module attributes type as Tensor | Module; _is_gated_mlp has checked that these are Linears.
+        gate_proj, up_proj, down_proj = (
+            cast(torch.nn.Linear, getattr(mlp, name)) for name in ("gate_proj", "up_proj", "down_proj")
+        )
+        self.gate_up = PackedLinear(gate_proj, up_proj)
+        self.down_proj = PackedLinear(down_proj)
+        self.act_fn = cast(Callable[[torch.Tensor], torch.Tensor], mlp.act_fn)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
@@ -65,12 +71,14 @@ class PackedGatedMLP(torch.nn.Module):
 
 def _is_gated_mlp(module: torch.nn.Module) -> bool:
     """The HF MLPs whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x))."""
-    linears = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
+    gate, up, down = (getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj"))
     return (
         type(module).__name__ in _GATED_MLPS
         and hasattr(module, "act_fn")
-        and all(isinstance(m, torch.nn.Linear) for m in linears)
-        and linears[0].weight.shape == linears[1].weight.shape
+        and isinstance(gate, torch.nn.Linear)
+        and isinstance(up, torch.nn.Linear)
+        and isinstance(down, torch.nn.Linear)
+        and gate.weight.shape == up.weight.shape
     )
 
 

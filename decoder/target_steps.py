@@ -20,6 +20,8 @@ tokens held, and compiling gained nothing there (docs/benchmarks/README.md, deci
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -97,6 +99,7 @@ class FixedLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        assert self.keys is not None and self.values is not None  # allocated by lazy_initialization
         where = self.start + torch.arange(key_states.shape[-2], device=self.start.device)
         self.keys.index_copy_(2, where, key_states)
         self.values.index_copy_(2, where, value_states)
@@ -105,7 +108,7 @@ class FixedLayer(CacheLayerMixin):
     def get_mask_sizes(self, *args) -> tuple[int, int]:
         return self.capacity, 0  # attention spans the whole buffer; the causal mask hides what is past the end
 
-    def get_seq_length(self) -> torch.Tensor:
+    def get_seq_length(self) -> torch.Tensor:  # type: ignore[override]  # deliberately not the base's int
         return self.start  # a tensor, so a captured graph reads the position instead of baking it in
 
     def get_max_length(self) -> int:
@@ -142,7 +145,7 @@ class FixedShapeTarget:
         self.compiled = compile
         self._padded_logits, self._padded_hidden = self._logits_forward, self._hidden_forward
         if compile:
-            graphs = dict(mode="reduce-overhead", fullgraph=True, dynamic=False)
+            graphs: dict[str, Any] = dict(mode="reduce-overhead", fullgraph=True, dynamic=False)
             self._padded_logits = torch.compile(self._logits_forward, **graphs)
             self._padded_hidden = torch.compile(self._hidden_forward, **graphs)
 

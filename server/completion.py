@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from speccomplete.decoder.drafts import draft_label
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
@@ -25,6 +26,9 @@ from .language import detect_language
 from .options import ServerOptions
 from .positions import PositionError, offset_at
 from .prompt import FimTokens, build_prompt, fim_tokens, format_fim
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,9 @@ def load_engine(options: ServerOptions) -> Engine:
         gamma=options.gamma,
         draft_confidence=options.draft_confidence,
     )
-    decoder, target, tokenizer = loaded.decoder, loaded.target, loaded.tokenizer
+    decoder = loaded.decoder
+    target = cast("PreTrainedModel", loaded.target)  # LoadedDecoder types its models as plain objects
+    tokenizer = cast("PreTrainedTokenizerBase", loaded.tokenizer)
     device = f"{target.device} {str(target.dtype).removeprefix('torch.')}"
     return Engine(
         decoder, options.target, draft_label(options.draft, target), device, fim_tokens(tokenizer.get_vocab())

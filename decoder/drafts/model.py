@@ -63,6 +63,7 @@ class ModelDrafter(Drafter):
 
     def _to_target_vocab(self, probs: torch.Tensor) -> torch.Tensor:
         """q over the sub-vocabulary -> q over the target's vocabulary (zero elsewhere)."""
+        assert self.vocab_ids is not None  # only called for a draft head over a sub-vocabulary
         return torch.zeros(self.target_vocab, dtype=probs.dtype, device=probs.device).scatter_(0, self.vocab_ids, probs)
 
     def rollback(self, valid: int) -> None:

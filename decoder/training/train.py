@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -264,7 +265,8 @@ def train(
     optimizer = torch.optim.AdamW(list(params.values()), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False)
     dev = Shards.load(cfg.dev) if cfg.dev else None
     checkpoint = out / "checkpoint"
-    state = {"phase": 0, "phase_tokens": 0, "tokens": 0, "step": 0, "sampler": None, "evals": []}
+    # JSON-shaped: saved to and resumed from state.json
+    state: dict[str, Any] = {"phase": 0, "phase_tokens": 0, "tokens": 0, "step": 0, "sampler": None, "evals": []}
     if resume and (checkpoint / "state.json").exists():
         state = load_checkpoint(checkpoint, params, optimizer)
         log.info("resumed at step %d (%d tokens)", state["step"], state["tokens"])

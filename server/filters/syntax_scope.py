@@ -36,7 +36,8 @@ def cut(completion: str, ctx: TrimContext) -> int | None:
 def _scope(root: Node, ctx: TrimContext, start: int, first: int) -> Node | None:
     if ctx.line_before.strip():
         last = syntax.byte_len(ctx.prefix.rstrip(" \t")) - 1
-        return syntax.statement_begun_on_row(root.descendant_for_byte_range(last, last + 1), ctx.prefix.count("\n"))
+        leaf = root.descendant_for_byte_range(last, last + 1)
+        return syntax.statement_begun_on_row(leaf, ctx.prefix.count("\n")) if leaf is not None else None
     child = root.descendant_for_byte_range(first, first + 1)
     while child is not None and child.parent is not None:
         parent = child.parent
@@ -54,9 +55,11 @@ def _closed(node: Node, data: bytes) -> bool:
     leaf = node
     while leaf.child_count:
         leaf = leaf.children[-1]
+    parent = leaf.parent
+    assert parent is not None  # `_scope` never returns the root, so `leaf` is not the root either
     return (
         not leaf.is_named
         and not leaf.is_missing
         and leaf.type in CLOSERS
-        and (leaf.parent == node or syntax.is_container(leaf.parent))
+        and (parent == node or syntax.is_container(parent))
     )

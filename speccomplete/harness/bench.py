@@ -23,7 +23,9 @@ import statistics
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -36,12 +38,21 @@ from .bench_contenders import ABLATION_DRAFTS, Contenders, build_contenders
 from .cases import Case, read_cases
 from .model_args import add_model_args, device_name
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 
 @dataclass
 class Run:
     tokens: list[int]
     seconds: float
-    stats: GenerationStats | None = None
+    stats: GenerationStats | None = None  # our decoders' runs only
+
+    @property
+    def our_stats(self) -> GenerationStats:
+        """The stats of a run of one of our decoders (HF's methods keep none)."""
+        assert self.stats is not None, "an HF method's run has no decoder stats"
+        return self.stats
 
 
 @dataclass
@@ -78,19 +89,26 @@ def assisted(target, draft, ids, max_new_tokens, gamma: int | None) -> list[int]
     return hf_generate(target, ids, max_new_tokens, assistant_model=draft)
 
 
-def build_methods(contenders: Contenders, max_new_tokens: int, hf_gammas: list[int], prompt_lookup: int | None):
-    methods = {}
-    for name, decoder in contenders.ours.items():
-        methods[name] = lambda ids, group, decoder=decoder: _ours(
-            decoder, ids, DecodeOptions(max_new_tokens=max_new_tokens, gamma_group=group)
-        )
+Method = Callable[[list[int], str], Run]  # (prompt ids, gamma group) -> the run
+
+
+def build_methods(
+    contenders: Contenders, max_new_tokens: int, hf_gammas: list[int], prompt_lookup: int | None
+) -> dict[str, Method]:
     target, draft = contenders.hf_target, contenders.hf_draft
+
+    # one closure per decoder and per γ: each binds its own
+    def ours(decoder: SpeculativeDecoder) -> Method:
+        return lambda ids, group: _ours(decoder, ids, DecodeOptions(max_new_tokens=max_new_tokens, gamma_group=group))
+
+    def assisted_const(g: int) -> Method:
+        return lambda ids, group: _timed(assisted, target, draft, ids, max_new_tokens, g)
+
+    methods: dict[str, Method] = {name: ours(decoder) for name, decoder in contenders.ours.items()}
     if target is not None and draft is not None:
         methods["hf_assisted_default"] = lambda ids, group: _timed(assisted, target, draft, ids, max_new_tokens, None)
         for g in hf_gammas:
-            methods[f"hf_assisted_const{g}"] = lambda ids, group, g=g: _timed(
-                assisted, target, draft, ids, max_new_tokens, g
-            )
+            methods[f"hf_assisted_const{g}"] = assisted_const(g)
     if target is not None:
         methods["hf_greedy"] = lambda ids, group: _timed(hf_generate, target, ids, max_new_tokens)
         if prompt_lookup:  # HF's assisted generation with its prompt-lookup candidate generator
@@ -132,7 +150,7 @@ def run_bench(
     *,
     max_new_tokens: int,
     max_prompt_tokens: int,
-    hf_gammas: list[int] = (),
+    hf_gammas: Sequence[int] = (),
     prompt_lookup: int | None = None,
     progress=None,
 ) -> list[CaseRuns]:
@@ -232,10 +250,11 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
         }
     followups = [r.followup for r in results if r.followup]
     # IdleCores gives up a core another process keeps busy, and fewer threads decode slower: say where it happened.
+    our_names = [name for name in names if results[0].runs[name].stats is not None]
     threads = {
-        name: dict(sorted(Counter(r.runs[name].stats.threads for r in results).items(), reverse=True))
-        for name in names
-        if results[0].runs[name].stats is not None and results[0].runs[name].stats.threads
+        name: dict(sorted(Counter(r.runs[name].our_stats.threads for r in results).items(), reverse=True))
+        for name in our_names
+        if results[0].runs[name].our_stats.threads
     }
     return {
         "assisted_method": best_assisted,
@@ -425,7 +444,7 @@ def bench_events(
             run = r.runs[name]
             events.append(
                 CompletionEvent.from_stats(
-                    run.stats.to_dict(),
+                    run.our_stats.to_dict(),
                     language=r.case.language,
                     trigger="invoked",
                     multiline=True,
@@ -500,7 +519,8 @@ def run(args: argparse.Namespace) -> int:
         pack=False,
         steps=args.steps,
     )
-    target, tokenizer, decoder = loaded.target, loaded.tokenizer, loaded.decoder
+    tokenizer, decoder = loaded.tokenizer, loaded.decoder
+    target = cast("PreTrainedModel", loaded.target)  # LoadedDecoder types its models as plain objects
     # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.
     compared = (
         args.compare_drafts.split(",")

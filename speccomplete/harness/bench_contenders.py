@@ -73,7 +73,7 @@ def build_contenders(
 
     # γ only paces a model draft: the rows use the product's, or else the lookup-then-model draft's
     drafter, spec = decoder.drafter, args.draft
-    if drafter is None or getattr(drafter, "model", True) is None:
+    if drafter is None or (isinstance(drafter, HybridDrafter) and drafter.model is None):
         spec = "ngram+auto"
         drafter = other_drafts[spec][0] if spec in other_drafts else None
 

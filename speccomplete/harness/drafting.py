@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from tqdm import tqdm
 from speccomplete.decoder.training.corpus import (
     NL,
     CorpusError,
+    Document,
     build_corpus,
     local_documents,
     nl_documents,
@@ -57,7 +59,7 @@ def cmd_corpus(args) -> int:
     if not args.splits and not args.stack:
         raise CorpusError("give a source: --splits DIR (file lists) or --stack DATASET")
     languages = [x for x in (args.languages or "").split(",") if x]
-    documents = {}
+    documents: dict[str, Iterable[Document]] = {}
     if args.splits:
         for lang, listing in split_lists(args.splits, args.split, languages).items():
             documents[lang] = local_documents(listing, lang)

@@ -74,6 +74,12 @@ class Session:
     def alive(self) -> bool:
         return self.client._server is not None and self.client._server.returncode is None
 
+    @property
+    def process(self) -> asyncio.subprocess.Process:
+        """The server's process, once `start_session` has started it."""
+        assert self.client._server is not None, "the server has not been started"
+        return self.client._server
+
 
 async def start_session(command: list[str], init_options: dict, ready_timeout: float) -> Session:
     client = LanguageClient("specdec-eval", "0.1.0")
@@ -90,7 +96,7 @@ async def start_session(command: list[str], init_options: dict, ready_timeout: f
     @client.feature(COMPLETED)
     def on_completed(params):
         note = _plain(params)
-        future = session.completed.get(note.get("uri"))
+        future = session.completed.get(note.get("uri", ""))  # no document has the URI ""
         if future is not None and not future.done():
             future.set_result(note)
 
@@ -119,10 +125,10 @@ async def stop_session(session: Session) -> None:
         try:
             await asyncio.wait_for(client.shutdown_async(None), 30)
             client.exit(None)
-            await asyncio.wait_for(client._server.wait(), 30)
+            await asyncio.wait_for(session.process.wait(), 30)
         except (asyncio.TimeoutError, RuntimeError, ConnectionError) as e:
             log.warning("server did not shut down cleanly (%s); killing it", e)
-            client._server.kill()
+            session.process.kill()
     await client.stop()
     for task in session.tasks:
         task.cancel()
@@ -130,7 +136,8 @@ async def stop_session(session: Session) -> None:
 
 async def _drain_stderr(session: Session) -> None:
     """Read the server's log (a full pipe would block it); keep the tail, echo it with -v."""
-    stream = session.client._server.stderr
+    stream = session.process.stderr
+    assert stream is not None  # pygls starts the server with stderr=PIPE
     while line := await stream.readline():
         text = line.decode(errors="replace").rstrip()
         session.stderr.append(text)
@@ -197,14 +204,13 @@ async def run_eval(
     """Run every case through the server, restarting it after a crash."""
     command = command or server_command()
     session = await start_session(command, init_options, ready_timeout)
-    answers: list[CaseAnswer | None] = [None] * len(cases)
     gate = asyncio.Semaphore(concurrency)
     restart = asyncio.Lock()
 
-    async def one(index: int, case: Case) -> None:
+    async def one(index: int, case: Case) -> CaseAnswer:
         nonlocal session
         async with gate:
-            answers[index] = answer = await run_case(session, index, case, timeout)
+            answer = await run_case(session, index, case, timeout)
             if answer.status == "crash":
                 async with restart:
                     if not session.alive:
@@ -213,12 +219,12 @@ async def run_eval(
                         session = await start_session(command, init_options, ready_timeout)
             if progress:
                 progress(answer)
+        return answer
 
     try:
-        await asyncio.gather(*(one(i, case) for i, case in enumerate(cases)))
+        return await asyncio.gather(*(one(i, case) for i, case in enumerate(cases)))  # in case order
     finally:
         await stop_session(session)
-    return answers
 
 
 def init_options(args, telemetry_path: str) -> dict:
@@ -243,7 +249,7 @@ def init_options(args, telemetry_path: str) -> dict:
 
 def read_server_events(path: str | Path) -> list[CompletionEvent]:
     """The completion events of the server's own log (it tracks no outcomes in eval runs)."""
-    events = []
+    events: list[CompletionEvent] = []
     if not Path(path).exists():
         return events
     for line in Path(path).read_text().splitlines():
@@ -263,6 +269,8 @@ def tag_events(answers: list[CaseAnswer], server_events: list[CompletionEvent]) 
     by_request = {event.request_id: event for event in server_events}
     tagged = []
     for answer in answers:
+        if answer.request_id is None:  # the server never said which request it was
+            continue
         event = by_request.get(answer.request_id)
         if event is not None:
             event.case_id = answer.case.id

@@ -21,7 +21,9 @@ from .cases import Case
 def next_line_quality(
     decoder: SpeculativeDecoder, cases: list[Case], max_new_tokens: int = 32, max_prompt_tokens: int = 1024
 ) -> dict:
-    per_language = defaultdict(lambda: {"exact": 0, "similarity": 0.0, "cases": 0, "tokens": 0, "seconds": 0.0})
+    per_language: defaultdict[str, dict[str, float]] = defaultdict(
+        lambda: {"exact": 0, "similarity": 0.0, "cases": 0, "tokens": 0, "seconds": 0.0}
+    )
     options = DecodeOptions(
         max_new_tokens=max_new_tokens,
         max_prompt_tokens=max_prompt_tokens,

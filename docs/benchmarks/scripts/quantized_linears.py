@@ -1,4 +1,4 @@
-"""Quantized linears on the CPU, measured and not built (issue 7, eleventh pass). From the
+"""Quantized linears on the CPU, measured and not built (docs/benchmarks/README.md, section 7). From the
 repository root, in its .venv:
 
     python docs/benchmarks/scripts/quantized_linears.py kernels
