@@ -39,7 +39,7 @@ _CPP_HEADER = re.compile("|".join(_CPP_HEADER_LINES), re.MULTILINE)
 
 
 def header_language(text: str) -> str:
-    """ "cpp" for a `.h` file with C++ constructs, else "c"."""
+    """The language of a `.h` file: "cpp" where it has C++ constructs, else "c"."""
     return "cpp" if _CPP_HEADER.search(text) else "c"
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from speccomplete.decoder.drafts import parse_draft_spec
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -56,7 +57,7 @@ NonNegative = Annotated[float, Range(0)]
 @dataclass(frozen=True)
 class ServerOptions:
     target: str = DEFAULT_TARGET  # packaged alias, local directory or HF id
-    draft: str = DEFAULT_DRAFT  # a draft spec: its syntax is in decoder/drafts/spec.py
+    draft: Annotated[str, parse_draft_spec] = DEFAULT_DRAFT  # a draft spec: syntax in decoder/drafts/spec.py
     device: str = "auto"
     dtype: str = "auto"
     gamma: Annotated[str, parse_gamma_policy] = "heuristic"  # an integer >= 0, heuristic[:START:MAX] or cost[:C:V]

@@ -51,6 +51,7 @@ def test_bad_values_are_reported_and_keep_the_previous_value():
             "enabledLanguages": "python",
             "draftConfidence": 2,
             "target": "",
+            "draft": "ngram+ngram",
             "maxTokensMultiLine": 64,
         },
         base,
@@ -65,10 +66,11 @@ def test_bad_values_are_reported_and_keep_the_previous_value():
             "enabledLanguages",
             "draftConfidence",
             "target",
+            "draft",
         ]
     )
     assert options.max_tokens_single_line == 8 and options.max_tokens_multi_line == 64
-    assert options.gamma == "heuristic" and options.telemetry is True
+    assert options.gamma == "heuristic" and options.telemetry is True and options.draft == DEFAULT_DRAFT
 
 
 def test_settings_must_be_an_object():
