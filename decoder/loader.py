@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 from .drafts import build_drafter
 from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
@@ -15,9 +17,9 @@ from .target_steps import target_steps
 @dataclass
 class LoadedDecoder:
     decoder: SpeculativeDecoder
-    target: object  # the HF model
-    tokenizer: object
-    draft_model: object | None  # None for model-free drafts
+    target: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    draft_model: PreTrainedModel | None  # None for model-free drafts
 
 
 def load_decoder(

@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
 
 from speccomplete.decoder.drafts import draft_label
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
@@ -26,9 +25,6 @@ from .language import detect_language
 from .options import ServerOptions
 from .positions import PositionError, offset_at
 from .prompt import FimTokens, build_prompt, fim_tokens, format_fim
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +51,7 @@ def load_engine(options: ServerOptions) -> Engine:
         draft_confidence=options.draft_confidence,
     )
     decoder = loaded.decoder
-    target = cast("PreTrainedModel", loaded.target)  # LoadedDecoder types its models as plain objects
-    tokenizer = cast("PreTrainedTokenizerBase", loaded.tokenizer)
+    target, tokenizer = loaded.target, loaded.tokenizer
     device = f"{target.device} {str(target.dtype).removeprefix('torch.')}"
     return Engine(
         decoder, options.target, draft_label(options.draft, target), device, fim_tokens(tokenizer.get_vocab())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from transformers import PreTrainedModel
+
 from ..models import VocabularyMismatchError, check_same_vocabulary, load_model
 from .base import Drafter
 from .derived import derive_draft
@@ -52,7 +54,7 @@ def draft_label(spec: str | DraftSpec, target) -> str:
 
 def build_drafter(
     spec: str | DraftSpec, target, tokenizer, device: str = "auto", dtype: str = "auto"
-) -> tuple[Drafter | None, object | None]:
+) -> tuple[Drafter | None, PreTrainedModel | None]:
     """The drafter for a spec (a string is parsed first), or None for 'none'; and the draft model it
     runs, or None for drafts without one of their own (that model is what HF assisted generation needs)."""
     spec = parse_draft_spec(spec) if isinstance(spec, str) else spec
@@ -74,7 +76,7 @@ def build_drafter(
 
 def _model_drafter(
     spec: ModelDraftSpec, target, tokenizer, device: str, dtype: str
-) -> tuple[ModelDrafter | SelfDrafter | None, object | None]:
+) -> tuple[ModelDrafter | SelfDrafter | None, PreTrainedModel | None]:
     if isinstance(spec, AutoDraft):
         spec = default_draft_for(target)
     if isinstance(spec, NoDraft):

@@ -25,7 +25,6 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -37,9 +36,6 @@ from speccomplete.telemetry.events import CompletionEvent
 from .bench_contenders import ABLATION_DRAFTS, Contenders, build_contenders
 from .cases import Case, read_cases
 from .model_args import add_model_args, device_name
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
 
 
 @dataclass
@@ -520,7 +516,7 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps,
     )
     tokenizer, decoder = loaded.tokenizer, loaded.decoder
-    target = cast("PreTrainedModel", loaded.target)  # LoadedDecoder types its models as plain objects
+    target = loaded.target
     # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.
     compared = (
         args.compare_drafts.split(",")
