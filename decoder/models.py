@@ -110,6 +110,15 @@ def _converted_dir(alias: str) -> Path:
         return out
     gguf = PACKAGED[alias].gguf_path()
     log.info("converting %s (%s) to safetensors once; this takes a minute or two", alias, gguf.name)
+    return convert_gguf(gguf, out)
+
+
+def convert_gguf(gguf: str | Path, out: str | Path) -> Path:
+    """Dequantize a GGUF file (model and tokenizer) into a safetensors folder `out` that `load_model` takes.
+
+    The folder appears whole or not at all: it is written beside `out` and renamed into place.
+    """
+    gguf, out = Path(gguf), Path(out)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
@@ -119,7 +128,7 @@ def _converted_dir(alias: str) -> Path:
     model.hf_quantizer = None  # type: ignore[assignment]
     model.config.quantization_config = None
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{alias}-"))
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)

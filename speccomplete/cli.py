@@ -15,7 +15,7 @@ import torch
 
 from speccomplete.decoder.models import ModelError
 
-from .harness import bench, cases, complete, drafting, nextline, report, serve, stepcost, sweep
+from .harness import bench, cases, complete, drafting, gpu_pack, nextline, report, serve, stepcost, sweep
 from .harness import eval as server_eval
 
 # (add the subcommand's parser, run it), in the order `specdec --help` lists them
@@ -31,6 +31,7 @@ SUBCOMMANDS = (
     (drafting.add_finetune_parser, drafting.cmd_finetune),
     (serve.add_parser, serve.run),
     (server_eval.add_parser, server_eval.run),
+    (gpu_pack.add_parser, gpu_pack.run),
 )
 
 

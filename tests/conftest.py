@@ -8,6 +8,7 @@ from a config, and the tokenizer is a byte-level BPE with no merges: token id i 
 from __future__ import annotations
 
 import copy
+import os
 import random
 
 import pytest
@@ -32,6 +33,10 @@ hf_logging.set_verbosity_error()
 
 BOS, EOS = 256, 257
 BYTE_VOCAB = 258  # 256 bytes + <s> + </s>
+
+# Where the tiny models live: the CPU, or `SPECDEC_TEST_DEVICE=cuda` for the decoder tests' CUDA run
+# (gpu/step.sh tests). Models built here carry their device, so decoders on them follow it.
+TEST_DEVICE = torch.device(os.environ.get("SPECDEC_TEST_DEVICE", "cpu"))
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -80,7 +85,7 @@ def byte_ids(text: str) -> list[int]:
 def _build(config, seed: int):
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    return model.eval().requires_grad_(False)
+    return model.to(TEST_DEVICE).eval().requires_grad_(False)
 
 
 def tiny_llama(
@@ -169,7 +174,9 @@ def noisy_copy(model, layers: int, noise: float, seed: int = 7):
     state = {k: v for k, v in model.state_dict().items() if k in draft.state_dict()}
     gen = torch.Generator().manual_seed(seed)
     state = {
-        k: v + noise * v.std().nan_to_num(0.0) * torch.randn(v.shape, generator=gen) if v.numel() > 1 else v
+        k: v + noise * v.std().nan_to_num(0.0) * torch.randn(v.shape, generator=gen).to(v.device)
+        if v.numel() > 1
+        else v
         for k, v in state.items()
     }
     draft.load_state_dict(state, strict=False)
@@ -232,10 +239,14 @@ def generate(decoder: SpeculativeDecoder, prompt, **options) -> Generation:
 
 
 @pytest.fixture(autouse=True)
-def _seed():
+def _seed_and_threads():
     random.seed(0)
     torch.manual_seed(0)
+    threads = torch.get_num_threads()
     yield
+    # The CLI run in-process (speccomplete/cli.py) sets one thread per core, and compiled steps guard on
+    # the thread count: a later test would see its graphs recompile.
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -62,6 +62,7 @@ class TrainConfig:
     eval_sequences: int = 4  # dev sequences per language
     eval_tokens: int = 256  # positions scored per dev sequence (the target's full head is costly on CPU)
     checkpoint_every: int = 200
+    max_seconds: float | None = None  # wall-clock limit: stop, checkpoint mid-phase, and resume on the next run
 
     def __post_init__(self):
         if self.balance not in ("natural", "uniform", "scdf"):
@@ -70,6 +71,8 @@ class TrainConfig:
             raise ValueError("need ce_weight >= 0, kd_weight >= 0 and at least one > 0")
         if not self.phases or any(p.tokens <= 0 for p in self.phases):
             raise ValueError("every phase needs a positive token budget")
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ValueError(f"max_seconds must be positive, got {self.max_seconds}")
 
 
 # --------------------------------------------------------------------------- one step
@@ -257,7 +260,9 @@ def train(
 ) -> dict:
     """Train `params` of `draft` toward `target` over the phases; returns the final state.
 
-    `progress` receives a record after every optimizer step (tokens, loss, tok/s, phase).
+    `progress` receives a record after every optimizer step (tokens, loss, tok/s, phase). With
+    `cfg.max_seconds`, the loop stops after the step that crosses it and checkpoints where it is
+    (phase, sampler); the returned state's "complete" is then False and a resumed run goes on.
     """
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -273,6 +278,8 @@ def train(
     total = sum(p.tokens for p in cfg.phases)
     log_file = open(out / "train_log.jsonl", "a")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
+    deadline = time.perf_counter() + cfg.max_seconds if cfg.max_seconds else None
+    out_of_time = False
     draft.train()
     try:
         if dev is not None and state["step"] == 0:
@@ -321,9 +328,16 @@ def train(
                 if state["step"] % cfg.checkpoint_every == 0:
                     state["sampler"] = sampler.state()
                     save_checkpoint(checkpoint, params, optimizer, state)
+                if deadline is not None and time.perf_counter() >= deadline:
+                    out_of_time = True
+                    state["sampler"] = sampler.state()  # the final checkpoint below resumes inside this phase
+                    break
+            if out_of_time:
+                break
             state.update(phase=phase_index + 1, phase_tokens=0, sampler=None)
         if dev is not None:
             _evaluate(target, draft, dev, cfg, None, state, log_file)
+        state["complete"] = not out_of_time
         save_checkpoint(checkpoint, params, optimizer, state)
     finally:
         log_file.close()

@@ -142,6 +142,12 @@ def add_finetune_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-resume", action="store_true")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        help="stop training after this much wall-clock time, checkpoint, and write the draft; "
+        "running the same command again resumes (default: no limit)",
+    )
     add_model_args(p)
     return p
 
@@ -202,6 +208,7 @@ def cmd_finetune(args) -> int:
         eval_sequences=args.eval_sequences,
         eval_tokens=args.eval_tokens,
         checkpoint_every=args.checkpoint_every,
+        max_seconds=args.max_minutes * 60 if args.max_minutes is not None else None,
     )
     bar = tqdm(total=sum(p.tokens for p in phases), unit="tok", unit_scale=True, desc="finetune")
 
@@ -240,6 +247,8 @@ def cmd_finetune(args) -> int:
             state["evals"][0]["dev"] if state["evals"] and state["evals"][0]["step"] == 0 else None,
         )
     print(f"trained {state['tokens']} tokens in {state['step']} steps; draft in {args.out}")
+    if not state["complete"]:
+        print(f"stopped at --max-minutes {args.max_minutes:g}; the same command resumes from {args.out}/checkpoint")
     if state["evals"]:
         print(json.dumps(state["evals"][-1]["dev"].get("all", {})))
     return 0

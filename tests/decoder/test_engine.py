@@ -123,16 +123,16 @@ def test_model_drafter_sampled_q_matches_fresh(llama, tokenizer):
     params = SamplingParams(temperature=0.9, top_k=20)
     used = ModelDrafter(draft_model)
     used.reset(prompt)
-    used.propose(prompt, 4, params, torch.Generator().manual_seed(0))
+    used.propose(prompt, 4, params, torch.Generator(llama.device).manual_seed(0))
     used.rollback(len(prompt))
     fresh = ModelDrafter(draft_model)
     fresh.reset(prompt)
-    a = used.propose(prompt, 3, params, torch.Generator().manual_seed(5))
-    b = fresh.propose(prompt, 3, params, torch.Generator().manual_seed(5))
+    a = used.propose(prompt, 3, params, torch.Generator(llama.device).manual_seed(5))
+    b = fresh.propose(prompt, 3, params, torch.Generator(llama.device).manual_seed(5))
     assert a.tokens == b.tokens
     assert a.q.shape == (3, llama.config.vocab_size)
     assert torch.allclose(a.q, b.q, atol=1e-6)
-    assert torch.allclose(a.q.sum(-1), torch.ones(3))
+    assert torch.allclose(a.q.sum(-1), torch.ones(3, device=a.q.device))
     assert ((a.q > 0).sum(-1) <= 20).all()  # the same top-k as the target's
 
 

@@ -113,14 +113,8 @@ def test_draft_with_skipped_layers_and_confidence_cutoff(llama, tokenizer, refer
     """A derived draft from non-contiguous layers [0, 2], drafting only while its confidence is high."""
     draft_model = derive_draft(llama, [0, 2])
     with torch.inference_mode():  # a threshold at the median of the draft's top probabilities
-        tops = torch.cat(
-            [
-                torch.softmax(draft_model(torch.tensor([tokenizer(p)["input_ids"]]), use_cache=False).logits[0], -1)
-                .max(-1)
-                .values
-                for p in PROMPTS[:20]
-            ]
-        )
+        inputs = [torch.tensor([tokenizer(p)["input_ids"]], device=llama.device) for p in PROMPTS[:20]]
+        tops = torch.cat([torch.softmax(draft_model(x, use_cache=False).logits[0], -1).max(-1).values for x in inputs])
     threshold = float(tops.median())
     decoder = SpeculativeDecoder(llama, tokenizer, ModelDrafter(draft_model), FixedGamma(6), draft_confidence=threshold)
     gens = [generate(decoder, p, max_new_tokens=MAX_NEW) for p in FEW]
@@ -133,7 +127,7 @@ def test_ar_matches_hf_generate(targets, reference, tokenizer):
     for name, (model, _) in targets.items():
         for i in range(0, len(PROMPTS), 10):
             ids = tokenizer(PROMPTS[i])["input_ids"]
-            x = torch.tensor([ids])
+            x = torch.tensor([ids], device=model.device)
             out = model.generate(
                 x,
                 attention_mask=torch.ones_like(x),
@@ -243,7 +237,7 @@ def _greedy_no_cache(model, ids, n):
     out = []
     with torch.inference_mode():
         for _ in range(n):
-            logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
+            logits = model(input_ids=torch.tensor([ids], device=model.device), use_cache=False).logits[0, -1]
             out.append(int(logits.argmax()))
             ids.append(out[-1])
     return out
@@ -262,7 +256,7 @@ def test_gemma_config_really_slides(gemma3, tokenizer, gemma_reference):
     # the window changes the output, so a cache that mishandled it would be caught
     config = copy.deepcopy(gemma3.config)
     config.sliding_window = 4096
-    wide = type(gemma3)(config).eval()
+    wide = type(gemma3)(config).to(gemma3.device).eval()
     wide.load_state_dict(gemma3.state_dict())
     wide_ar = SpeculativeDecoder(wide, tokenizer)
     differs = sum(
@@ -277,7 +271,7 @@ def test_gemma_ar_matches_cache_free_and_hf(gemma3, tokenizer, gemma_reference):
         ids = tokenizer(p)["input_ids"]
         assert r.token_ids == _greedy_no_cache(gemma3, ids, GEMMA_NEW), p
         if i % 4 == 0:
-            x = torch.tensor([ids])
+            x = torch.tensor([ids], device=gemma3.device)
             out = gemma3.generate(
                 x,
                 attention_mask=torch.ones_like(x),

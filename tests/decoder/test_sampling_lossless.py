@@ -45,10 +45,10 @@ def draft():
 def exact_joint(model, prompt, params) -> np.ndarray:
     """P(t1, t2) = p(t1 | prompt) * p(t2 | prompt, t1), from direct cache-free forward passes."""
     with torch.inference_mode():
-        x = torch.tensor([prompt + [t1] for t1 in range(V)])
+        x = torch.tensor([prompt + [t1] for t1 in range(V)], device=model.device)
         probs = probabilities(model(input_ids=x, use_cache=False).logits[:, -2:], params)  # [V, 2, V]
     joint = probs[0, 0][:, None] * probs[:, 1]
-    return joint.double().numpy()
+    return joint.double().cpu().numpy()
 
 
 def sample_pairs(decoder, prompt, params, n, seed0=0) -> np.ndarray:
@@ -139,7 +139,7 @@ def test_lossless_with_a_narrower_draft_vocabulary(target, small_tokenizer):
     """
     narrow = _narrow_draft(12)
     with torch.inference_mode():
-        assert narrow(input_ids=torch.tensor([[1, 13]]), use_cache=False).logits.shape[-1] == 12
+        assert narrow(input_ids=torch.tensor([[1, 13]], device=narrow.device), use_cache=False).logits.shape[-1] == 12
     params = SamplingParams(temperature=1.0)
     decoder = SpeculativeDecoder(target, small_tokenizer, ModelDrafter(narrow), FixedGamma(2))
     counts = sample_pairs(decoder, PROMPT, params, 1000, seed0=40_000)
@@ -158,10 +158,10 @@ def test_lossless_with_the_target_drafting_for_itself(target, small_tokenizer):
     ids = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11, 13, 15])
     params = SamplingParams(temperature=1.0)
     with torch.inference_mode():
-        x = torch.tensor([PROMPT + [a, b] for a in range(V) for b in range(V)])
+        x = torch.tensor([PROMPT + [a, b] for a in range(V) for b in range(V)], device=target.device)
         probs = probabilities(target(input_ids=x, use_cache=False).logits, params).double()  # [V*V, 3, V]
     first, second, third = probs[0, 0], probs[::V, 1], probs[:, 2].view(V, V, V)
-    exact = torch.einsum("a,ab,abc->bc", first, second, third).numpy()
+    exact = torch.einsum("a,ab,abc->bc", first, second, third).cpu().numpy()
     outside = np.setdiff1d(np.arange(V), ids.numpy())
     assert exact[outside].sum() > 0.05  # tokens only the full head can produce matter
     decoder = SpeculativeDecoder(target, small_tokenizer, SelfDrafter(target, ids), FixedGamma(2))
@@ -178,7 +178,7 @@ def test_lossless_with_the_target_drafting_for_itself(target, small_tokenizer):
 
 def _narrow_draft(width=12):
     narrow = tiny_llama(seed=12, vocab=V, layers=1, hidden=16, init=0.5, eos=None, bos=None)
-    head = torch.nn.Linear(16, width, bias=False)
+    head = torch.nn.Linear(16, width, bias=False, device=narrow.device)
     head.weight.data.copy_(narrow.lm_head.weight.data[:width])
     narrow.lm_head = head
     return narrow
@@ -187,7 +187,7 @@ def _narrow_draft(width=12):
 def _alpha_by_definition(target, draft, ids):
     """Σ_x min(p(x), q(x)) per position, q padded with zeros like the engine pads it."""
     with torch.inference_mode():
-        x = torch.tensor([ids])
+        x = torch.tensor([ids], device=target.device)
         p = torch.softmax(target(input_ids=x, use_cache=False).logits[0].float(), -1)
         q = torch.softmax(draft(input_ids=x, use_cache=False).logits[0].float(), -1)
     q = torch.nn.functional.pad(q, (0, p.shape[-1] - q.shape[-1]))

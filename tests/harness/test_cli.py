@@ -13,7 +13,20 @@ import pytest
 from speccomplete import cli
 from speccomplete.cli import SUBCOMMANDS, build_parser, main
 
-NAMES = ["complete", "cases", "bench", "sweep", "report", "nextline", "stepcost", "corpus", "finetune", "serve", "eval"]
+NAMES = [
+    "complete",
+    "cases",
+    "bench",
+    "sweep",
+    "report",
+    "nextline",
+    "stepcost",
+    "corpus",
+    "finetune",
+    "serve",
+    "eval",
+    "gpu-pack",
+]
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# One step of the GPU programme (docs/gpu.md), run on the device machine after gpu/unpack.sh:
+#
+#   bash gpu/step.sh STEP [--smoke]      STEP: tests | bench | eval | train | bench-trained
+#
+# Each step sources $GPU_ROOT/env.sh (PYTHONPATH to the staged site, SPECDEC_TARGET to the converted
+# target), runs one command under its own `timeout` so that it ends well inside the device tool's
+# 10 minutes, and writes what it learned under $OUT: STEP.txt (the table), STEP.json, STEP.log and
+# STEP-device.json (train: train.json, train.log and the draft in draft/, in parts of 15 MiB).
+# --smoke runs the same commands on the CPU with tiny budgets (the rehearsal in
+# tests/harness/test_gpu_steps.py: a tiny target in SPECDEC_TARGET, two cases, a few tokens).
+#
+# Knobs, for a rerun after a timeout (docs/gpu.md says when): STEP_TIMEOUT (seconds, default per step),
+# BENCH_LIMIT (cases; default all), TRAIN_MINUTES (default 6), TRAIN_TOKENS (default 100M),
+# TRAIN_BATCH (default 32).
+set -uo pipefail
+cd "$(dirname "$0")/.." # the repo root: docs/examples/cases.jsonl, tests/
+
+step=${1:?usage: gpu/step.sh tests|bench|eval|train|bench-trained [--smoke]}
+smoke=${2:-}
+GPU_ROOT=${GPU_ROOT:-/tmp/gpu}
+OUT=${OUT:?OUT must name the folder results go to}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT"
+# shellcheck source=/dev/null
+source "$GPU_ROOT/env.sh"
+: "${SPECDEC_TARGET:?env.sh must export SPECDEC_TARGET}"
+export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+# The repo root is the working directory, and its speccomplete/ folder holds only the CLI and the
+# harness: on the path first (as `python -m` puts it), it would hide the staged package's decoder.
+export PYTHONSAFEPATH=1
+
+cases=docs/examples/cases.jsonl
+draft_dir=$GPU_ROOT/train/draft # finetune's --out: a second call resumes from its checkpoint while the machine is warm
+if [ "$smoke" = --smoke ]; then
+  device=(--device cpu --dtype float32 --steps eager)
+  # two cases (eval has no --limit): one single-line, one multi-line (docs/examples/cases.jsonl)
+  head -n 2 "$cases" >"$GPU_ROOT/smoke-cases.jsonl"
+  cases=$GPU_ROOT/smoke-cases.jsonl
+  limit=()
+  new_tokens=(--max-new-tokens 4)
+  test_device=cpu
+  step_timeout=${STEP_TIMEOUT:-120}
+  train_minutes=${TRAIN_MINUTES:-0.0005} # stops after a step or a few: the rehearsal checks resuming
+  train_tokens=${TRAIN_TOKENS:-16k}
+  train_batch=${TRAIN_BATCH:-2}
+  train_extra=(--precision fp32 --warmup-tokens 128 --eval-sequences 1 --eval-tokens 32 --draft-vocab 64 --layers 0)
+elif [ -n "$smoke" ]; then
+  echo "unknown flag $smoke (only --smoke)" >&2
+  exit 2
+else
+  device=(--device cuda --dtype bfloat16 --steps compiled)
+  limit=()
+  [ -n "${BENCH_LIMIT:-}" ] && limit=(--limit "$BENCH_LIMIT")
+  new_tokens=()
+  test_device=cuda
+  # each step's share of the session's 30 device minutes (docs/gpu.md); a rerun can give more
+  case $step in
+  tests | eval) step_timeout=${STEP_TIMEOUT:-300} ;;
+  bench) step_timeout=${STEP_TIMEOUT:-480} ;;
+  *) step_timeout=${STEP_TIMEOUT:-540} ;;
+  esac
+  train_minutes=${TRAIN_MINUTES:-6}
+  train_tokens=${TRAIN_TOKENS:-100M}
+  train_batch=${TRAIN_BATCH:-32}
+  # the shipped draft's recipe (decoder/weights/gemma3-270m-code/README.md), at a GPU's batch and budget
+  train_extra=(--precision bf16 --warmup-tokens 2M --eval-sequences 2 --eval-tokens 256)
+fi
+
+# Where and when, beside every step's results: the tables are committed with their device and date.
+# (Not from torch: importing it costs seconds, and each step's own command imports it anyway.)
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)
+"$PYTHON" - "$OUT/$step-device.json" "$gpu" <<'EOF'
+import json, platform, sys, time
+from importlib.metadata import version
+info = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": platform.python_version(),
+        "torch": version("torch"), "transformers": version("transformers"), "gpu": sys.argv[2] or None}
+json.dump(info, open(sys.argv[1], "w"), indent=1)
+EOF
+
+run_logged() { # run_logged LOG CMD...: the command under the step's timeout, its output in LOG and on stdout
+  local log=$1
+  shift
+  timeout --kill-after=20 "$step_timeout" "$@" 2>&1 | tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+
+case $step in
+tests)
+  # The decoder tests on the device (tests/conftest.py: SPECDEC_TEST_DEVICE): greedy identity of eager,
+  # fixed and compiled steps, the sampling test, no recompiles. Not -x: one failure must not hide the rest.
+  selected=(tests/decoder/test_greedy_identity.py tests/decoder/test_sampling_lossless.py
+    tests/decoder/test_target_steps.py tests/decoder/test_engine.py)
+  [ "$smoke" = --smoke ] && selected=(tests/decoder/test_target_steps.py -k "row_buckets or fixed_cache_refuses")
+  SPECDEC_TEST_DEVICE=$test_device run_logged "$OUT/tests.log" "$PYTHON" -m pytest -q --maxfail=10 \
+    -p no:cacheprovider --junitxml="$OUT/tests.xml" "${selected[@]}"
+  rc=$?
+  "$PYTHON" - "$OUT/tests.xml" "$OUT/tests.json" "$rc" <<'EOF'
+import json, sys, xml.etree.ElementTree as ET
+rows = {"exit": int(sys.argv[3])}
+try:
+    suite = ET.parse(sys.argv[1]).getroot().find("testsuite")
+    rows |= {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    rows["failed"] = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
+                      if c.find("failure") is not None or c.find("error") is not None]
+except (OSError, ET.ParseError) as e:  # killed by the timeout before pytest wrote it
+    rows["junit"] = str(e)
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+print(json.dumps(rows))
+EOF
+  exit "$rc"
+  ;;
+bench | bench-trained)
+  if [ "$step" = bench ]; then
+    # our AR and spec, HF greedy and HF assisted, and the bandwidth bound, in one run
+    drafts=()
+  else
+    [ -f "$draft_dir/draft.json" ] || {
+      echo "no trained draft in $draft_dir: run the train step first, on this warm machine" >&2
+      exit 2
+    }
+    # the new draft behind the lookup, against the product default and the shipped trained draft
+    drafts=(--draft "ngram+$draft_dir" --compare-drafts ngram+self,ngram+auto --no-hf)
+  fi
+  run_logged "$OUT/$step.log" "$PYTHON" -m speccomplete bench --cases "$cases" --target "$SPECDEC_TARGET" \
+    "${device[@]}" "${limit[@]}" "${new_tokens[@]}" "${drafts[@]}" --json "$OUT/$step.json"
+  exit $? # bench wrote STEP.json and, beside it, STEP.txt
+  ;;
+eval)
+  run_logged "$OUT/eval.txt" "$PYTHON" -m speccomplete eval "$cases" --target "$SPECDEC_TARGET" "${device[@]}" \
+    --telemetry "$OUT/eval-events.jsonl" $([ "$smoke" = --smoke ] && echo --max-tokens-single-line 4 --max-tokens-multi-line 4)
+  rc=$?
+  "$PYTHON" - "$OUT/eval-events.jsonl" "$OUT/eval.json" <<'EOF'
+import json, sys
+from pathlib import Path
+from speccomplete.metrics import percentile  # a leaf: the events are plain JSON lines (telemetry/events.py)
+path = Path(sys.argv[1])
+events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+single = [e["latency_ms"] for e in events if not e["multiline"]]
+multi = [e["latency_ms"] for e in events if e["multiline"]]
+rows = {"events": len(events), "device": events[0].get("device") if events else None,
+        "single_line": {"n": len(single), "p50_ms": percentile(single, 50), "p95_ms": percentile(single, 95)},
+        "multi_line": {"n": len(multi), "p50_ms": percentile(multi, 50), "p95_ms": percentile(multi, 95)}}
+json.dump(rows, open(sys.argv[2], "w"), indent=1)
+print(json.dumps(rows))
+EOF
+  exit "$rc"
+  ;;
+train)
+  # the corpus pack (gpu/unpack.sh: $GPU_ROOT/corpus, one `specdec corpus` folder), or train/ and dev/ in it
+  corpus=${SPECDEC_CORPUS:-$GPU_ROOT/corpus}
+  [ -f "$corpus/manifest.json" ] || corpus=$corpus/train
+  [ -f "$corpus/manifest.json" ] || {
+    echo "no training corpus in ${SPECDEC_CORPUS:-$GPU_ROOT/corpus}: the pack holds one only when" \
+      "specdec gpu-pack was given --splits (.carry/PLAN.md says 'Corpus: ...')" >&2
+    exit 2
+  }
+  dev=()
+  [ -f "$(dirname "$corpus")/dev/manifest.json" ] && dev=(--dev "$(dirname "$corpus")/dev")
+  run_logged "$OUT/train.log" "$PYTHON" -m speccomplete finetune --data "$corpus" "${dev[@]}" --out "$draft_dir" \
+    --target "$SPECDEC_TARGET" "${device[@]}" --objective kd --lr 5e-4 --tokens "$train_tokens" \
+    --batch-size "$train_batch" --checkpoint-every 200 --eval-every 100000000 --max-minutes "$train_minutes" \
+    "${train_extra[@]}"
+  rc=$?
+  # The draft comes back through $OUT in files of at most 15 MiB (the tool returns 16 MiB a file).
+  mkdir -p "$OUT/draft"
+  for f in draft.json README.md; do [ -f "$draft_dir/$f" ] && cp "$draft_dir/$f" "$OUT/draft/"; done
+  [ -f "$draft_dir/model.safetensors" ] &&
+    split -b 15M -d -a 2 "$draft_dir/model.safetensors" "$OUT/draft/model.safetensors.part-"
+  "$PYTHON" - "$draft_dir" "$OUT" "$rc" <<'EOF'
+import hashlib, json, sys
+from pathlib import Path
+draft, out, rc = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+log = draft / "train_log.jsonl"
+records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+steps = [r for r in records if "loss" in r]
+evals = [r for r in records if "dev" in r]
+state = draft / "checkpoint" / "state.json"
+state = json.loads(state.read_text()) if state.exists() else {}
+weights = draft / "model.safetensors"
+rows = {
+    "exit": rc,
+    "tokens": state.get("tokens"), "steps": state.get("step"), "complete": state.get("complete"),
+    # tokens_per_s counts from the start of this call's loop (train.py), so the last step's is this call's rate
+    "tokens_per_s": steps[-1]["tokens_per_s"] if steps else None,
+    "last_loss": steps[-1]["loss"] if steps else None,
+    "dev_first": evals[0]["dev"].get("all") if evals else None,
+    "dev_last": evals[-1]["dev"].get("all") if evals else None,
+    "model_sha256": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.exists() else None,
+    "parts": sorted(p.name for p in (out / "draft").glob("model.safetensors.part-*")),
+    "join": "cat model.safetensors.part-* > model.safetensors",
+}
+json.dump(rows, open(out / "train.json", "w"), indent=1)  # no train.txt: $OUT holds 8 files, the draft needs 4
+print("\n".join(f"{k:>13}: {v}" for k, v in rows.items()))
+EOF
+  exit "$rc"
+  ;;
+*)
+  echo "unknown step $step: tests | bench | eval | train | bench-trained" >&2
+  exit 2
+  ;;
+esac

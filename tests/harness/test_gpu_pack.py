@@ -1,0 +1,147 @@
+"""The GPU carry's CPU rehearsal: `specdec gpu-pack --smoke`, then gpu/unpack.sh for every load, in order.
+
+The smoke pack carries a tiny random llama GGUF (no downloads), cut into several loads, the dev cases
+and a small corpus; unpacking must check, join and convert it into a model that `load_model` takes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_byte_tokenizer, tiny_llama
+
+from speccomplete.cli import main
+from speccomplete.decoder.models import load_model
+from speccomplete.decoder.training.corpus import Shards
+from speccomplete.harness.gpu_pack import Part, plan_loads, wheel_requirements
+
+REPO = Path(__file__).resolve().parents[2]
+UNPACK = REPO / "gpu" / "unpack.sh"
+CASES = REPO / "docs" / "examples" / "cases.jsonl"
+
+
+@pytest.fixture(scope="module")
+def smoke_pack(tmp_path_factory) -> Path:
+    """A smoke pack with the cases and a corpus: the tokenizer and the split lists are built here."""
+    tmp = tmp_path_factory.mktemp("pack")
+    tokenizer_dir = tmp / "tokenizer"
+    tiny_llama().config.save_pretrained(tokenizer_dir)  # a model folder: `resolve` wants its config.json
+    make_byte_tokenizer().save_pretrained(tokenizer_dir)
+    splits = tmp / "splits"
+    splits.mkdir()
+    for lang, suffix in (("python", "py"), ("rust", "rs")):
+        source = tmp / f"code.{suffix}"
+        source.write_text("".join(f"value_{i} = compute({i}) + offset\n" for i in range(200)))
+        (splits / f"{lang}.train.txt").write_text(f"{source}\n")
+    out = tmp / "carry"
+    argv = ["gpu-pack", "--smoke", "--out", str(out), "--cases", str(CASES), "--splits", str(splits)]
+    assert main([*argv, "--corpus-tokenizer", str(tokenizer_dir), "--seq-len", "32"]) == 0
+    return out
+
+
+def unpack(load: Path | str, root: Path, out: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GPU_ROOT=str(root), OUT=str(out), PYTHON=sys.executable)
+    return subprocess.run(["bash", str(UNPACK), str(load)], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_loads_fit_and_pieces_hash_to_the_model(smoke_pack):
+    plan = json.loads((smoke_pack / "plan.json").read_text())
+    loads = plan["loads"]
+    assert len(loads) >= 3  # the tiny model does not fit one smoke load: the pieces span loads
+    for row in loads:
+        folder = smoke_pack / row["name"]
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        assert size == row["bytes"] <= plan["load_bytes"]
+        assert row["command"] == f"bash gpu/unpack.sh {row['carry'][0]}"
+    assert loads[0]["cases"] and (smoke_pack / "load-1" / "cases.jsonl").read_bytes() == CASES.read_bytes()
+    assert loads[-1]["corpus"] and plan["corpus"]["tokens"] > 0
+    pieces = sorted(smoke_pack.glob("load-*/gguf/*.part-*"), key=lambda p: p.name)
+    whole = b"".join(p.read_bytes() for p in pieces)
+    assert len(whole) == plan["model"]["bytes"]
+    assert hashlib.sha256(whole).hexdigest() == plan["model"]["sha256"]
+    sums = dict(
+        reversed(line.split("  "))
+        for line in (smoke_pack / "load-1" / "gguf" / "model.SHA256SUMS").read_text().splitlines()
+    )
+    assert all(sums[p.name] == hashlib.sha256(p.read_bytes()).hexdigest() for p in pieces)
+    assert sums[plan["model"]["file"]] == plan["model"]["sha256"]
+
+
+def test_unpack_every_load_converts_a_loadable_model(smoke_pack, tmp_path):
+    root, out = tmp_path / "gpu", tmp_path / "out"
+    plan = json.loads((smoke_pack / "plan.json").read_text())
+    for row in plan["loads"]:
+        done = unpack(row["carry"][0], root, out)
+        assert done.returncode == 0, done.stdout + done.stderr
+    report = (out / "unpack.txt").read_text()
+    assert "sha256 OK" in report and "converted to" in report and f"done: all {len(plan['loads'])} loads" in report
+    model_dir = root / "models" / plan["model"]["name"]
+    model, tokenizer = load_model(str(model_dir), device="cpu")
+    assert model.config.vocab_size == len(tokenizer) == 259
+    assert tokenizer("def f").input_ids == list(b"def f")
+    # env.sh points later steps at the model, the cases and the corpus, and at our package in this repo
+    env = (root / "env.sh").read_text()
+    assert f"SPECDEC_TARGET={model_dir}" in env and f"SPECDEC_CASES={root / 'cases.jsonl'}" in env
+    assert Shards.load(root / "corpus").tokens.shape[1] == 32
+    where = subprocess.run(
+        ["bash", "-c", f'source "{root}/env.sh" && "$PYTHON" -c "import speccomplete.decoder as d; print(d.__file__)"'],
+        cwd=REPO,
+        env=dict(os.environ, PYTHON=sys.executable, PYTHONPATH=""),
+        capture_output=True,
+        text=True,
+    )
+    assert where.stdout.strip() == str(root / "pkg" / "speccomplete" / "decoder" / "__init__.py"), where.stderr
+    # rerunning the last load is harmless: the model is kept, not converted again
+    again = unpack(plan["loads"][-1]["carry"][0], root, out)
+    assert again.returncode == 0 and "converted to" not in again.stdout
+
+
+def test_a_corrupt_piece_fails_loudly(smoke_pack, tmp_path):
+    corrupt = tmp_path / "carry"
+    subprocess.run(["cp", "-r", str(smoke_pack), str(corrupt)], check=True)
+    piece = next((corrupt / "load-2" / "gguf").glob("*.part-*"))
+    data = bytearray(piece.read_bytes())
+    data[100] ^= 0xFF
+    piece.write_bytes(bytes(data))
+    root, out = tmp_path / "gpu", tmp_path / "out"
+    assert unpack(corrupt / "load-1", root, out).returncode == 0
+    failed = unpack(corrupt / "load-2", root, out)
+    assert failed.returncode != 0
+    assert "FAILED: checksums of" in failed.stderr and "FAILED" in (out / "unpack.txt").read_text()
+
+
+def test_a_later_load_on_a_fresh_machine_says_start_over(smoke_pack, tmp_path):
+    failed = unpack(smoke_pack / "load-2", tmp_path / "fresh", tmp_path / "out")
+    assert failed.returncode != 0 and "start over from load-1" in failed.stderr
+
+
+def test_wheels_go_first_and_pieces_fill_the_rest(tmp_path):
+    wheels = []
+    for name, size in (("a", 30), ("b", 70), ("c", 40)):
+        wheels.append(tmp_path / f"{name}-1.0-py3-none-any.whl")
+        wheels[-1].write_bytes(b"w" * size)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"g" * 250)
+    loads, pieces = plan_loads(wheels, None, gguf, room=100, min_piece=10)
+    assert [[(p.kind, p.size) for p in load.parts] for load in loads] == [
+        [("wheel", 70), ("wheel", 30)],
+        [("wheel", 40), ("piece", 60)],
+        [("piece", 100)],
+        [("piece", 90)],
+    ]
+    assert [p.offset for p in pieces] == [0, 60, 160]
+    assert all(isinstance(p, Part) for p in pieces)
+
+
+def test_wheel_requirements_follow_dependencies_the_machine_lacks():
+    """Versions are this environment's; what the machine has (pytest, numpy, ...) is not carried, attrs aside."""
+    found = dict(wheel_requirements(["pygls", "tree-sitter-language-pack", "pytest-lsp", "gguf"]))
+    assert {"pygls", "lsprotocol", "cattrs", "attrs", "tree-sitter", "tree-sitter-language-pack"} <= set(found)
+    assert found["tree-sitter-language-pack"] == "0.13.0"
+    assert not {"typing-extensions", "pytest", "numpy", "pyyaml", "requests", "tqdm"} & set(found)

@@ -1,0 +1,104 @@
+"""The CPU rehearsal of the GPU programme (docs/gpu.md): gpu/step.sh's steps with --smoke.
+
+Each step runs the command it runs on the device machine, on the CPU with tiny budgets: a tiny
+random target in place of the converted Gemma, a tiny corpus in place of the corpus pack, two
+cases. What it leaves under $OUT must exist and parse, as the runbook's readers expect it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from speccomplete.cli import main
+from speccomplete.decoder.drafts.trained import DraftMeta
+from tests.lsp_support import save_random_model
+
+REPO = Path(__file__).resolve().parents[2]
+STEP = REPO / "gpu" / "step.sh"
+SOURCE = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n" * 8
+
+
+@pytest.fixture(scope="module")
+def gpu_root(tmp_path_factory):
+    """What gpu/unpack.sh leaves on the machine, in small: env.sh, the target folder, the corpus."""
+    root = tmp_path_factory.mktemp("gpu")
+    model = save_random_model(root / "models" / "tiny")
+    splits = root / "splits"
+    splits.mkdir()
+    for split in ("train", "dev"):
+        files = []
+        for i in range(3):
+            f = root / f"{split}{i}.py"
+            f.write_text(SOURCE.replace("add", f"add{i}"))
+            files.append(str(f))
+        (splits / f"python.{split}.txt").write_text("\n".join(files) + "\n")
+    for split, budget in (("train", "1k"), ("dev", "128")):
+        args = ["corpus", "--splits", str(splits), "--split", split, "--budget", budget, "--seq-len", "64"]
+        assert main([*args, "--tokenizer", str(model), "--out", str(root / "corpus" / split)]) == 0
+    (root / "env.sh").write_text(f"export SPECDEC_TARGET={model}\n")
+    return root
+
+
+def run_step(gpu_root: Path, out: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    env = os.environ | {"GPU_ROOT": str(gpu_root), "OUT": str(out), "PYTHON": sys.executable} | env
+    done = subprocess.run(["bash", str(STEP), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_bench_smoke_writes_its_tables(gpu_root, tmp_path):
+    run_step(gpu_root, tmp_path, "bench", "--smoke")
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert {"ar", "spec", "hf_greedy"} <= set(data["methods"]) and any(
+        m.startswith("hf_assisted") for m in data["methods"]
+    )
+    assert data["bandwidth_bound"]["bound_tokens_per_s"] > 0
+    assert "bandwidth bound" in (tmp_path / "bench.txt").read_text()
+    assert json.loads((tmp_path / "bench-device.json").read_text())["date_utc"]
+
+
+def test_train_smoke_stops_on_time_resumes_and_returns_the_draft(gpu_root, tmp_path):
+    first = tmp_path / "first"
+    run_step(gpu_root, first, "train", "--smoke")  # --max-minutes 0.0005: a step or a few, then a checkpoint
+    stopped = json.loads((first / "train.json").read_text())
+    assert stopped["complete"] is False and stopped["steps"] >= 1 and stopped["tokens_per_s"] > 0
+    assert "resumes" in (first / "train.log").read_text()
+    second = tmp_path / "second"
+    run_step(gpu_root, second, "train", "--smoke", TRAIN_MINUTES="5")  # the same command, time to finish
+    finished = json.loads((second / "train.json").read_text())
+    assert finished["complete"] is True and finished["steps"] > stopped["steps"]  # it went on from the checkpoint
+    assert finished["tokens"] == 16000 // 128 * 128  # whole steps of 2 x 64 within --tokens 16k, over both calls
+    # the draft comes back in parts that join into the file the machine wrote
+    parts = sorted((second / "draft").glob("model.safetensors.part-*"))
+    assert [p.name for p in parts] == finished["parts"] and all(p.stat().st_size <= 15 * 2**20 for p in parts)
+    joined = second / "draft" / "model.safetensors"
+    joined.write_bytes(b"".join(p.read_bytes() for p in parts))
+    for p in parts:
+        p.unlink()
+    assert DraftMeta.read(second / "draft").tokens_seen == finished["tokens"]
+
+
+def test_bench_trained_smoke_compares_the_new_draft(gpu_root, tmp_path):
+    if not (gpu_root / "train" / "draft" / "draft.json").exists():
+        run_step(gpu_root, tmp_path / "train", "train", "--smoke")
+    run_step(gpu_root, tmp_path, "bench-trained", "--smoke")
+    data = json.loads((tmp_path / "bench-trained.json").read_text())
+    assert {"spec_draft_ngram+self", "spec_draft_ngram+auto"} <= set(data["methods"])
+    assert str(gpu_root / "train" / "draft") in data["draft"]
+
+
+def test_eval_and_tests_smoke(gpu_root, tmp_path):
+    run_step(gpu_root, tmp_path / "eval", "eval", "--smoke")
+    latency = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert latency["events"] == 2 and latency["single_line"]["p50_ms"] > 0 and latency["multi_line"]["p50_ms"] > 0
+    run_step(gpu_root, tmp_path / "tests", "tests", "--smoke")
+    summary = json.loads((tmp_path / "tests" / "tests.json").read_text())
+    assert summary["exit"] == 0 and summary["tests"] >= 2 and not summary["failed"]
+    assert ET.parse(tmp_path / "tests" / "tests.xml").getroot().find("testsuite") is not None
