@@ -140,9 +140,10 @@ if [ -f "$load/cases.jsonl" ]; then
     say "cases: $(wc -l <"$root/cases.jsonl") into $root/cases.jsonl"
 fi
 if [ -d "$load/corpus" ]; then
-    rm -rf "$root/corpus"
-    cp -r "$load/corpus" "$root/corpus"
-    say "corpus: $(du -sh "$root/corpus" | cut -f1) into $root/corpus"
+    # the corpus may span loads (gpu-pack --corpus-loads): each brings some of its shards
+    mkdir -p "$root/corpus"
+    cp "$load"/corpus/* "$root/corpus/"
+    say "corpus: $(ls "$load/corpus" | wc -l) files, $(du -sh "$root/corpus" | cut -f1) in $root/corpus so far"
 fi
 
 # 6. env.sh for the later steps, rewritten after every load with what is here so far.

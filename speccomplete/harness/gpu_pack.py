@@ -332,8 +332,9 @@ def tree_bytes(repo: Path) -> int:
     return total
 
 
-def pack_corpus(args, room: int, out: Path) -> dict | None:
-    """As many corpus tokens as fit in `room` bytes (int32 tokens), up to --corpus-tokens; None if none fit."""
+def pack_corpus(args, room: int, out: Path, shard_sequences: int = 4096) -> dict | None:
+    """As many corpus tokens as fit in `room` bytes (int32 tokens), up to --corpus-tokens, in shards of
+    `shard_sequences`; None if none fit."""
     from transformers import AutoTokenizer
 
     from speccomplete.decoder.models import resolve
@@ -361,9 +362,37 @@ def pack_corpus(args, room: int, out: Path) -> dict | None:
         out,
         {lang: per_language for lang in lists},
         args.seq_len,
+        shard_sequences=shard_sequences,
         tokenizer_name=args.corpus_tokenizer,
         command="specdec gpu-pack",
     )
+
+
+def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging: Path) -> dict | None:
+    """Pack the corpus into the room the last load leaves and into --corpus-loads loads of its own.
+
+    Shards are small (a sixteenth of a load), so the room a load cannot use is at most one shard;
+    unpack.sh gathers every load's shards into one corpus folder.
+    """
+    per_sequence = 4 * args.seq_len + 2
+    shard_sequences = max(1, room // 16 // per_sequence)
+    shard = shard_sequences * per_sequence
+    corpus_room = room - loads[-1].used + args.corpus_loads * room - (args.corpus_loads + 1) * shard
+    shutil.rmtree(staging, ignore_errors=True)
+    corpus = pack_corpus(args, corpus_room, staging, shard_sequences)
+    if corpus is None:
+        return None
+    files = sorted(staging.glob("shard-*.safetensors")) + [staging / "manifest.json"]
+    load = loads[-1]
+    for file in files:
+        size = file.stat().st_size
+        if load.used + size > room:
+            loads.append(load := Load())
+            folders.append(folders[-1].with_name(f"load-{len(loads)}"))
+        part = Part(f"corpus/{file.name}", file, size, kind="corpus")
+        load.parts.append(part)
+        copy_part(part, folders[len(loads) - 1] / part.dest)
+    return corpus
 
 
 # --------------------------------------------------------------------------- the command
@@ -386,6 +415,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--no-wheels", action="store_true", help="carry no wheels")
     p.add_argument("--cases", help="a cases file to carry in the first load")
     p.add_argument("--splits", help="corpus file lists (<lang>.train.txt): pack a training corpus into the room left")
+    p.add_argument(
+        "--corpus-loads",
+        type=int,
+        default=0,
+        help="loads of corpus alone after the model's (about 9M tokens each); 0: only the room the model leaves",
+    )
     p.add_argument("--corpus-tokens", default="100M", help="at most this many corpus tokens (k and M suffixes)")
     p.add_argument("--corpus-tokenizer", default=None, help="model spec whose tokenizer packs the corpus")
     p.add_argument("--seq-len", type=int, default=512)
@@ -443,7 +478,7 @@ def run(args) -> int:
     corpus = None
     if args.splits:
         args.corpus_tokenizer = args.corpus_tokenizer or DEFAULT_TARGET
-        corpus = pack_corpus(args, room - loads[-1].used, folders[-1] / "corpus")
+        corpus = add_corpus(args, loads, folders, room, out / "cache" / "corpus")
     else:
         print("gpu-pack: no training corpus packed (this machine has none): give --splits DIR to pack one")
 
@@ -458,7 +493,7 @@ def run(args) -> int:
             "wheels": [Path(p.dest).name for p in load.parts if p.kind == "wheel"],
             "pieces": [Path(p.dest).name for p in load.parts if p.kind == "piece"],
             "cases": any(p.kind == "cases" for p in load.parts),
-            "corpus": corpus is not None and number == len(loads),
+            "corpus": any(p.kind == "corpus" for p in load.parts),
         }
         (folder / "load.json").write_text(json.dumps(info, indent=1) + "\n")
         if info["pieces"]:

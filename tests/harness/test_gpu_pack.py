@@ -28,7 +28,8 @@ CASES = REPO / "docs" / "examples" / "cases.jsonl"
 
 @pytest.fixture(scope="module")
 def smoke_pack(tmp_path_factory) -> Path:
-    """A smoke pack with the cases and a corpus: the tokenizer and the split lists are built here."""
+    """A smoke pack with the cases and a corpus that spans the model's last load and one of its own: the
+    tokenizer and the split lists are built here."""
     tmp = tmp_path_factory.mktemp("pack")
     tokenizer_dir = tmp / "tokenizer"
     tiny_llama().config.save_pretrained(tokenizer_dir)  # a model folder: `resolve` wants its config.json
@@ -37,10 +38,21 @@ def smoke_pack(tmp_path_factory) -> Path:
     splits.mkdir()
     for lang, suffix in (("python", "py"), ("rust", "rs")):
         source = tmp / f"code.{suffix}"
-        source.write_text("".join(f"value_{i} = compute({i}) + offset\n" for i in range(200)))
+        source.write_text("".join(f"value_{i} = compute({i}) + offset\n" for i in range(1000)))
         (splits / f"{lang}.train.txt").write_text(f"{source}\n")
     out = tmp / "carry"
-    argv = ["gpu-pack", "--smoke", "--out", str(out), "--cases", str(CASES), "--splits", str(splits)]
+    argv = [
+        "gpu-pack",
+        "--smoke",
+        "--out",
+        str(out),
+        "--cases",
+        str(CASES),
+        "--splits",
+        str(splits),
+        "--corpus-loads",
+        "1",
+    ]
     assert main([*argv, "--corpus-tokenizer", str(tokenizer_dir), "--seq-len", "32"]) == 0
     return out
 
@@ -61,6 +73,7 @@ def test_loads_fit_and_pieces_hash_to_the_model(smoke_pack):
         assert row["command"] == f"bash gpu/unpack.sh {row['carry'][0]}"
     assert loads[0]["cases"] and (smoke_pack / "load-1" / "cases.jsonl").read_bytes() == CASES.read_bytes()
     assert loads[-1]["corpus"] and plan["corpus"]["tokens"] > 0
+    assert loads[-2]["corpus"] and loads[-2]["pieces"] and not loads[-1]["pieces"]  # the corpus spans two loads
     pieces = sorted(smoke_pack.glob("load-*/gguf/*.part-*"), key=lambda p: p.name)
     whole = b"".join(p.read_bytes() for p in pieces)
     assert len(whole) == plan["model"]["bytes"]
