@@ -12,7 +12,7 @@
 #
 # Knobs, for a rerun after a timeout (docs/gpu.md says when): STEP_TIMEOUT (seconds, default per step),
 # BENCH_LIMIT (cases; default all), TRAIN_MINUTES (default 6), TRAIN_TOKENS (default 100M),
-# TRAIN_BATCH (default 32).
+# TRAIN_BATCH (default 32), TRAIN_INIT (default draft:decoder/weights/gemma3-270m-code, the shipped draft).
 set -uo pipefail
 cd "$(dirname "$0")/.." # the repo root: docs/examples/cases.jsonl, tests/
 
@@ -63,8 +63,10 @@ else
   train_minutes=${TRAIN_MINUTES:-6}
   train_tokens=${TRAIN_TOKENS:-100M}
   train_batch=${TRAIN_BATCH:-32}
-  # the shipped draft's recipe (decoder/weights/gemma3-270m-code/README.md), at a GPU's batch and budget
-  train_extra=(--precision bf16 --warmup-tokens 2M --eval-sequences 2 --eval-tokens 256)
+  # the shipped draft's recipe (decoder/weights/gemma3-270m-code/README.md), at a GPU's batch and budget,
+  # going on from the shipped draft itself (TRAIN_INIT=derived starts from the target's layers instead)
+  train_extra=(--init "${TRAIN_INIT:-draft:decoder/weights/gemma3-270m-code}" --precision bf16 --warmup-tokens 2M
+    --eval-sequences 2 --eval-tokens 256)
 fi
 
 # Where and when, beside every step's results: the tables are committed with their device and date.

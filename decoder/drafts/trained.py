@@ -47,7 +47,7 @@ class DraftMeta:
     target: str = ""  # the target's model spec
     target_config: dict[str, Any]  # target_signature() of the target it was trained for
     layers: list[int]  # the target layers it is made of
-    init: str = "derived"  # derived (copies of the target's layers) or scratch (fresh ones)
+    init: str = "derived"  # derived (copies of the target's layers), scratch (fresh ones) or draft:FOLDER (trained on)
     draft_vocab: int = 0  # the rows of its head
     objective: str = ""  # ce, kd or ce+kd
     kd_topk: int = 0

@@ -115,7 +115,8 @@ def add_finetune_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--init",
         default="derived",
-        help="derived (copies of target layers), scratch (fresh layers), or model:SPEC (an HF model)",
+        help="derived (copies of target layers), scratch (fresh layers), draft:FOLDER (go on training a trained "
+        "draft: its layers and head), or model:SPEC (an HF model)",
     )
     p.add_argument("--layers", default="0,1", help="target layers the draft is made of (derived/scratch)")
     p.add_argument(
@@ -153,7 +154,13 @@ def add_finetune_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_finetune(args) -> int:
-    from speccomplete.decoder.drafts.trained import DraftMeta, owned_parameters, save_draft, target_signature
+    from speccomplete.decoder.drafts.trained import (
+        DraftMeta,
+        load_draft,
+        owned_parameters,
+        save_draft,
+        target_signature,
+    )
     from speccomplete.decoder.models import check_same_vocabulary, load_model
     from speccomplete.decoder.training.corpus import Shards
     from speccomplete.decoder.training.draft import build_draft, frequent_token_ids
@@ -177,6 +184,13 @@ def cmd_finetune(args) -> int:
         draft, draft_tokenizer = load_model(args.init[len("model:") :], device=args.device, dtype=args.dtype)
         check_same_vocabulary(tokenizer, draft_tokenizer)
         params = {n: p for n, p in draft.named_parameters() if p is not draft.get_input_embeddings().weight}
+        for p in params.values():
+            p.requires_grad_(True)
+    elif args.init.startswith("draft:"):  # its layers and head, whatever --layers and --draft-vocab say
+        draft = load_draft(args.init.removeprefix("draft:"), target)
+        layers = DraftMeta.read(args.init.removeprefix("draft:")).layers
+        args.draft_vocab = len(draft.vocab_ids) if draft.vocab_ids is not None else 0
+        params = owned_parameters(draft)
         for p in params.values():
             p.requires_grad_(True)
     else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from speccomplete.cli import main
 from speccomplete.decoder.drafts import build_drafter
@@ -133,3 +135,18 @@ def test_bad_input_is_a_clear_error(workspace, tmp_path, capsys):
     (other / "manifest.json").write_text(json.dumps(manifest | {"vocab_size": 262144}))
     assert main(["finetune", "--data", str(other), "--out", str(tmp_path / "d"), "--target", str(model)]) == 2
     assert "262144-token vocabulary" in capsys.readouterr().err
+
+
+def test_finetune_goes_on_from_a_trained_draft(workspace, tmp_path):
+    """--init draft:FOLDER starts from that draft's weights, layers and head: at lr 0 it comes back unchanged."""
+    root, model, _ = workspace
+    start, again = tmp_path / "start", tmp_path / "again"
+    argv = ["finetune", "--data", str(root / "train"), "--target", str(model), "--tokens", "256", "--batch-size", "2"]
+    assert main([*argv, "--out", str(start), "--layers", "0", "--draft-vocab", "64"]) == 0
+    assert main([*argv, "--out", str(again), "--init", f"draft:{start}", "--lr", "0"]) == 0
+    meta = DraftMeta.read(again)
+    assert meta.layers == [0] and meta.draft_vocab == 64 and meta.init == f"draft:{start}"
+    started, trained = load_file(str(start / "model.safetensors")), load_file(str(again / "model.safetensors"))
+    assert started.keys() == trained.keys()
+    for name, tensor in started.items():
+        assert torch.equal(trained[name], tensor), name
