@@ -24,6 +24,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from speccomplete.decoder.engine import DecodeOptions, Generation, SpeculativeDecoder
+from speccomplete.languages import LANGUAGES
 
 # One intra-op thread, not two: these models are a few thousand parameters wide, so a second thread
 # only adds synchronisation, and when another process is busy on the 2-core machine, two spinning
@@ -32,6 +33,9 @@ torch.set_num_threads(1)
 hf_logging.set_verbosity_error()
 
 BOS, EOS = 256, 257
+
+# The 14 code languages of the report's resource groups (tests/server/test_language.py pins them)
+CODE_LANGUAGES = frozenset(language.name for language in LANGUAGES if language.group)
 BYTE_VOCAB = 258  # 256 bytes + <s> + </s>
 
 # Where the tiny models live: the CPU, or `SPECDEC_TEST_DEVICE=cuda` for the decoder tests' CUDA run

@@ -8,33 +8,17 @@ import subprocess
 import sys
 from collections import Counter
 
+from conftest import CODE_LANGUAGES
 from lsp_support import EXAMPLES, REPO, SERVER_COMMAND, records, save_random_model
 
 from speccomplete.harness.cases import Case, read_cases, write_cases
 from speccomplete.harness.eval import CaseAnswer, run_eval, summarize_answers
 from speccomplete.telemetry.events import CompletionEvent
 
-LANGUAGES = {
-    "python",
-    "c",
-    "cpp",
-    "java",
-    "go",
-    "rust",
-    "javascript",
-    "typescript",
-    "lua",
-    "haskell",
-    "ruby",
-    "zig",
-    "elixir",
-    "ocaml",
-}
-
 
 def test_examples_cover_the_14_languages():
     cases = read_cases(EXAMPLES)
-    assert Counter(c.language for c in cases) == {language: 2 for language in LANGUAGES}
+    assert Counter(c.language for c in cases) == {language: 2 for language in CODE_LANGUAGES}
     for case in cases:
         line = case.text.split("\n")[case.line]
         kind = case.id.rsplit("-", 1)[1]

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import CODE_LANGUAGES
 
 from speccomplete.server import filters, syntax
 from speccomplete.server.filters import TrimContext, scope_closed, stop_strings, trim
@@ -17,22 +18,6 @@ from speccomplete.server.prompt import build_prompt
 
 GOLDEN = Path(__file__).parent / "golden" / "filters"
 CASES = sorted(GOLDEN.glob("*/*.json"))
-LANGUAGES = {
-    "python",
-    "c",
-    "cpp",
-    "java",
-    "go",
-    "rust",
-    "javascript",
-    "typescript",
-    "lua",
-    "haskell",
-    "ruby",
-    "zig",
-    "elixir",
-    "ocaml",
-}
 
 
 def _text(value) -> str:
@@ -73,7 +58,7 @@ def test_every_filter_has_golden_cases():
 
 def test_syntax_scope_covers_every_language():
     covered = {json.loads(p.read_text())["language"] for p in (GOLDEN / "syntax_scope").glob("*.json")}
-    assert LANGUAGES <= covered
+    assert CODE_LANGUAGES <= covered
 
 
 def test_stop_strings():
@@ -81,7 +66,7 @@ def test_stop_strings():
     assert "\ndef " in stop_strings("python", True) and "\n\n\n" in stop_strings("python", True)
     assert "\nfn " in stop_strings("rust", True) and "\nfunc " in stop_strings("go", True)
     assert stop_strings("text", True) == ("\n\n\n",)
-    for language in LANGUAGES:
+    for language in CODE_LANGUAGES:
         assert all(s.startswith("\n") for s in stop_strings(language, True)), language
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import CODE_LANGUAGES
 
 from speccomplete.server.prompt import FIM_STYLES, FimTokens, Prompt, build_prompt, fim_tokens, format_fim
 
@@ -63,23 +64,7 @@ def test_single_or_multi_line(language, doc, multiline):
 
 
 def test_every_language_has_both_decisions():
-    languages = {
-        "python",
-        "c",
-        "cpp",
-        "java",
-        "go",
-        "rust",
-        "javascript",
-        "typescript",
-        "lua",
-        "haskell",
-        "ruby",
-        "zig",
-        "elixir",
-        "ocaml",
-    }
-    for language in languages:
+    for language in CODE_LANGUAGES:
         decisions = {m for lang, _, m in MULTILINE_CASES if lang == language}
         assert decisions == {True, False}, language
 
