@@ -35,7 +35,7 @@ from speccomplete.telemetry.events import CompletionEvent
 
 from .bench_contenders import ABLATION_DRAFTS, Contenders, build_contenders
 from .cases import Case, read_cases
-from .model_args import add_model_args, device_name
+from .model_args import add_model_args, device_name, load
 
 
 @dataclass
@@ -499,22 +499,13 @@ def run(args: argparse.Namespace) -> int:
 
     from speccomplete.decoder.drafts import build_drafter, draft_label
     from speccomplete.decoder.drafts.trained import with_full_vocab_head
-    from speccomplete.decoder.loader import load_decoder, use_cpu_kernels
+    from speccomplete.decoder.loader import use_cpu_kernels
     from speccomplete.decoder.models import load_model
 
     cases = read_cases(args.cases)
     if args.limit:
         cases = cases[: args.limit]
-    loaded = load_decoder(
-        args.target,
-        args.draft,
-        device=args.device,
-        dtype=args.dtype,
-        gamma=args.gamma,
-        draft_confidence=args.draft_confidence,
-        pack=False,
-        steps=args.steps,
-    )
+    loaded = load(args, pack=False)
     tokenizer, decoder = loaded.tokenizer, loaded.decoder
     target = loaded.target
     # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.

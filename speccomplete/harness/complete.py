@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         offset = len(text)
     else:
         offset = offset_at(text, args.line, args.character)
-    _, _, _, decoder = load(args)
+    decoder = load(args).decoder
     options = DecodeOptions(
         max_new_tokens=args.max_new_tokens,
         sampling=SamplingParams(args.temperature, args.top_k, args.top_p),

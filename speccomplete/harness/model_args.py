@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 import torch
 
 from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, STEPS
+
+if TYPE_CHECKING:
+    from speccomplete.decoder.loader import LoadedDecoder
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -43,21 +47,21 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def load(args: argparse.Namespace):
-    """(target, tokenizer, draft model or None, decoder) as the model arguments describe them."""
+def load(args: argparse.Namespace, pack: bool | None = None) -> LoadedDecoder:
+    """The target, tokenizer, draft model and decoder the model arguments describe; `pack` overrides
+    --no-pack (the bench packs only after building its other drafts from the plain weights)."""
     from speccomplete.decoder.loader import load_decoder
 
-    loaded = load_decoder(
+    return load_decoder(
         args.target,
         args.draft,
         device=args.device,
         dtype=args.dtype,
         gamma=args.gamma,
         draft_confidence=args.draft_confidence,
-        pack=not args.no_pack,
+        pack=not args.no_pack if pack is None else pack,
         steps=args.steps,
     )
-    return loaded.target, loaded.tokenizer, loaded.draft_model, loaded.decoder
 
 
 def device_name(model) -> str:

@@ -128,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
         cases = cases[: args.limit]
     if not cases:
         raise ValueError(f"no cases in {args.cases} for languages {args.languages}")
-    target, tokenizer, _, decoder = load(args)
+    loaded = load(args)
+    target, tokenizer, decoder = loaded.target, loaded.tokenizer, loaded.decoder
     runs = len(cases) * len(grid_settings(gammas, temperatures))
     log = EventLog(args.events)
     if not log.enabled:
