@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -237,6 +238,22 @@ def generate(decoder: SpeculativeDecoder, prompt, **options) -> Generation:
     gen = decoder.generate(prompt, DecodeOptions(**options))
     check_stats(gen)
     return gen
+
+
+def write_python_splits(root: Path, files: int) -> Path:
+    """`root/splits` with python.train.txt and python.dev.txt, each listing `files` small Python sources
+    (what `specdec corpus --splits` reads); returns the splits folder."""
+    source = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n" * 8
+    splits = root / "splits"
+    splits.mkdir()
+    for split in ("train", "dev"):
+        paths = []
+        for i in range(files):
+            path = root / f"{split}{i}.py"
+            path.write_text(source.replace("add", f"add{i}"))
+            paths.append(str(path))
+        (splits / f"python.{split}.txt").write_text("\n".join(paths) + "\n")
+    return splits
 
 
 # --------------------------------------------------------------------------- fixtures

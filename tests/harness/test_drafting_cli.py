@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from conftest import write_python_splits
 from safetensors.torch import load_file
 
 from speccomplete.cli import main
@@ -14,22 +15,12 @@ from speccomplete.decoder.drafts.trained import DraftMeta
 from speccomplete.decoder.models import load_model
 from tests.lsp_support import save_random_model
 
-SOURCE = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n" * 8
-
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("drafting")
     model = save_random_model(root / "model")
-    splits = root / "splits"
-    splits.mkdir()
-    for split in ("train", "dev"):
-        files = []
-        for i in range(6):
-            f = root / f"{split}{i}.py"
-            f.write_text(SOURCE.replace("add", f"add{i}"))
-            files.append(str(f))
-        (splits / f"python.{split}.txt").write_text("\n".join(files) + "\n")
+    splits = write_python_splits(root, 6)
     for split, budget in (("train", "2k"), ("dev", "512")):
         assert (
             main(

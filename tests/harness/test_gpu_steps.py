@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from conftest import write_python_splits
 
 from speccomplete.cli import main
 from speccomplete.decoder.drafts.trained import DraftMeta
@@ -22,7 +23,6 @@ from tests.lsp_support import save_random_model
 
 REPO = Path(__file__).resolve().parents[2]
 STEP = REPO / "gpu" / "step.sh"
-SOURCE = "def add(a, b):\n    return a + b\n\nprint(add(1, 2))\n" * 8
 
 
 @pytest.fixture(scope="module")
@@ -30,15 +30,7 @@ def gpu_root(tmp_path_factory):
     """What gpu/unpack.sh leaves on the machine, in small: env.sh, the target folder, the corpus."""
     root = tmp_path_factory.mktemp("gpu")
     model = save_random_model(root / "models" / "tiny")
-    splits = root / "splits"
-    splits.mkdir()
-    for split in ("train", "dev"):
-        files = []
-        for i in range(3):
-            f = root / f"{split}{i}.py"
-            f.write_text(SOURCE.replace("add", f"add{i}"))
-            files.append(str(f))
-        (splits / f"python.{split}.txt").write_text("\n".join(files) + "\n")
+    splits = write_python_splits(root, 3)
     for split, budget in (("train", "1k"), ("dev", "128")):
         args = ["corpus", "--splits", str(splits), "--split", split, "--budget", budget, "--seq-len", "64"]
         assert main([*args, "--tokenizer", str(model), "--out", str(root / "corpus" / split)]) == 0
