@@ -109,7 +109,7 @@ class SpeculativeDecoder:
         self.group_gammas: dict[str, object] = {}  # a copy of it for each named gamma_group
         self.draft_confidence = draft_confidence
         self.eos = eos_ids(target, tokenizer)
-        self.steps = steps if steps is not None else EagerTarget(target)
+        self.steps = steps if steps is not None else EagerTarget(target, drafter.target_taps if drafter else ())
         if drafter is not None:
             drafter.attach(self.steps)  # a draft that runs on the target itself drafts on these (SelfDrafter)
         limits = [w for w in (context_window(target.config), self.steps.capacity) if w]

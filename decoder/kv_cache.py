@@ -87,18 +87,30 @@ def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int
 
     `ids` may already be a tensor on the model's device: a token just drafted need not visit the host.
     """
+    return forward_tapped(model, cache, ids, keep, ())[0]
+
+
+def forward_tapped(
+    model, cache: Cache, ids: list[int] | torch.Tensor, keep: int, taps: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """forward_logits that also returns the states entering layers `taps` (an EAGLE-3 draft's
+    features: drafts/eagle3.py), concatenated, [len(ids), len(taps) * hidden]; None without taps.
+    The same pass: nothing is computed twice."""
     input_ids = _input_ids(model, ids)
     if _runs_lean(model, cache):
-        return head_logits(
-            model, model.get_output_embeddings(), lean_forward.lean_hidden(model, cache, input_ids)[-keep:]
-        )
+        tapped: list[torch.Tensor] = []
+        hidden = lean_forward.lean_hidden(model, cache, input_ids, taps, tapped)
+        logits = head_logits(model, model.get_output_embeddings(), hidden[-keep:])
+        return logits, (torch.cat(tapped, dim=-1) if taps else None)
     out = model(
         input_ids=input_ids,
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=keep,
+        output_hidden_states=bool(taps),
     )
-    return out.logits[0, -keep:]
+    features = torch.cat([out.hidden_states[k][0] for k in taps], dim=-1) if taps else None
+    return out.logits[0, -keep:], features
 
 
 def forward_hidden(model, cache: Cache, ids: list[int] | torch.Tensor) -> torch.Tensor:

@@ -76,9 +76,15 @@ def _customized(module) -> bool:
     return "forward" in vars(module) or bool(module._forward_hooks or module._forward_pre_hooks)
 
 
-def lean_hidden(model, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
+def lean_hidden(
+    model, cache: Cache, input_ids: torch.Tensor, taps: tuple[int, ...] = (), tapped: list | None = None
+) -> torch.Tensor:
     """Append `input_ids` [1, T] to `cache` (whose layers hold only real tokens); returns the final
-    hidden states [T, hidden], as `model.base_model(...).last_hidden_state[0]` would."""
+    hidden states [T, hidden], as `model.base_model(...).last_hidden_state[0]` would.
+
+    taps: layer ids whose input states [T, hidden] are appended to `tapped` as they go by (id k:
+    the state entering layer k; the number of layers: the final, normed, states),
+    as HF's output_hidden_states[k] holds them. An EAGLE-3 draft reads them (drafts/eagle3.py)."""
     base = model.base_model
     gemma = _FAMILIES[type(base).__name__] == "gemma3"
     rows = input_ids.shape[1]
@@ -88,7 +94,9 @@ def lean_hidden(model, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
     rotary = _rotary_tables(base.rotary_emb, positions)
     masks = {}  # window -> [T, end] bool, True where a row may attend; none for one row
     x = base.embed_tokens(input_ids[0])
-    for layer in base.layers:
+    for index, layer in enumerate(base.layers):
+        if index in taps and tapped is not None:
+            tapped.append(x)
         attention = layer.self_attn
         window = getattr(attention, "sliding_window", None)
         if rows > 1 and window not in masks:
@@ -103,7 +111,10 @@ def lean_hidden(model, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
         else:
             x = x + _attention(attention, cache, _rms(layer.input_layernorm, x, gemma), cos, sin, mask, window, end)
             x = x + layer.mlp(_rms(layer.post_attention_layernorm, x, gemma))
-    return _rms(base.norm, x, gemma)
+    x = _rms(base.norm, x, gemma)
+    if len(base.layers) in taps and tapped is not None:
+        tapped.append(x)
+    return x
 
 
 def _rms(norm, x: torch.Tensor, gemma: bool) -> torch.Tensor:

@@ -39,10 +39,14 @@ def load_decoder(
     target_model, tokenizer = load_model(target, device=device, dtype=dtype)
     drafter, draft_model = build_drafter(draft, target_model, tokenizer, device=device, dtype=dtype)
     stepper = target_steps(
-        target_model, steps, round_rows(policy, drafter), hidden=drafter is not None and drafter.drafts_on_the_target
+        target_model,
+        steps,
+        round_rows(policy, drafter),
+        hidden=drafter is not None and drafter.drafts_on_the_target,
+        taps=drafter.target_taps if drafter is not None else (),
     )
     if pack:
-        use_cpu_kernels(stepper, target_model, draft_model)
+        use_cpu_kernels(stepper, target_model, draft_model, *(drafter.own_modules if drafter is not None else ()))
     decoder = SpeculativeDecoder(
         target_model, tokenizer, drafter, policy if drafter else None, draft_confidence=draft_confidence, steps=stepper
     )

@@ -12,7 +12,9 @@
   which return hidden states instead of logits, get graphs of their own.
 
 Both know which tokens their cache holds, so any decoder may pick up where another left off, and
-a request sharing a prefix with the last one feeds only the rest.
+a request sharing a prefix with the last one feeds only the rest. With `taps` (an EAGLE-3 draft's
+layer ids, drafts/eagle3.py) both also keep, for every token held, the target's states entering
+those layers, taken from the same forward passes and cut back with the cache (`features`).
 
 On the CPU fixed shapes do not pay: attention over the whole capacity costs more than over the
 tokens held, and compiling gained nothing there (docs/benchmarks/README.md, decisions).
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .kv_cache import forward_hidden, forward_logits, keep_first, new_cache
+from .kv_cache import forward_hidden, forward_logits, forward_tapped, keep_first, new_cache
 from .models import STEPS
 
 # Tokens a fixed-shape cache holds unless the model's context window is shorter: a long editor
@@ -40,18 +42,62 @@ def context_window(config) -> int | None:
     return None
 
 
+class TappedStates:
+    """The tapped states [tokens, len(taps) * hidden] of every token a target's cache holds, in a
+    buffer that doubles when full, so appending a round's rows copies only them."""
+
+    def __init__(self, taps: tuple[int, ...]):
+        self.taps = taps
+        self.length = 0
+        self._buffer: torch.Tensor | None = None
+
+    def append(self, rows: torch.Tensor) -> None:
+        end = self.length + rows.shape[0]
+        if self._buffer is None or end > self._buffer.shape[0]:
+            bigger = rows.new_empty(
+                max(end, 2 * (0 if self._buffer is None else self._buffer.shape[0]), 512), rows.shape[1]
+            )
+            if self._buffer is not None:
+                bigger[: self.length] = self._buffer[: self.length]
+            self._buffer = bigger
+        self._buffer[self.length : end] = rows
+        self.length = end
+
+    def rows(self, start: int, end: int) -> torch.Tensor:
+        if not 0 <= start <= end <= self.length or self._buffer is None:
+            raise IndexError(f"tapped states [{start}, {end}) asked of {self.length} held")
+        return self._buffer[start:end]
+
+    def truncate(self, length: int) -> None:
+        self.length = min(self.length, max(0, length))
+
+
 class EagerTarget:
     capacity: int | None = None  # grows as needed; the model's context window is the limit
     compiled = False
 
-    def __init__(self, model):
+    def __init__(self, model, taps: tuple[int, ...] = ()):
         self.model = model
         self.cache = new_cache()
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds, in order
+        self.features = TappedStates(tuple(taps)) if taps else None
+
+    def keep_states(self, taps: tuple[int, ...]) -> None:
+        """From now on keep the states entering layers `taps` (an EAGLE-3 draft's); the cache is
+        emptied, since the tokens it holds have none kept."""
+        if self.features is None or self.features.taps != taps:
+            self.features = TappedStates(taps)
+            self.truncate(0)
 
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
-        return self._append(ids, lambda: forward_logits(self.model, self.cache, ids, keep))
+        if self.features is None:
+            return self._append(ids, lambda: forward_logits(self.model, self.cache, ids, keep))
+        logits, states = self._append(
+            ids, lambda: forward_tapped(self.model, self.cache, ids, keep, self.features.taps)
+        )
+        self.features.append(states)
+        return logits
 
     def hidden(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
@@ -69,6 +115,8 @@ class EagerTarget:
     def truncate(self, length: int) -> None:
         """Forget every token past the first `length`."""
         del self.tokens[length:]
+        if self.features is not None:
+            self.features.truncate(length)
         if not self.tokens:
             self.cache = new_cache()  # also lets go of a long past prompt's buffers
         else:
@@ -125,10 +173,11 @@ def row_buckets(max_rows: int) -> tuple[int, ...]:
 
 
 class FixedShapeTarget:
-    def __init__(self, model, capacity: int, max_rows: int, compile: bool = False):
+    def __init__(self, model, capacity: int, max_rows: int, compile: bool = False, taps: tuple[int, ...] = ()):
         """capacity: the tokens the cache holds at most. max_rows: the most tokens a round feeds
         (γ + 1); a longer feed (a prefill) runs eagerly at its own shape.
-        compile: capture each row count with torch.compile (CUDA graphs on CUDA)."""
+        compile: capture each row count with torch.compile (CUDA graphs on CUDA).
+        taps: layer ids whose input states every forward also keeps (`features`)."""
         if capacity < 1 or max_rows < 1:
             raise ValueError(f"need capacity >= 1 and max_rows >= 1, got {capacity} and {max_rows}")
         self.model = model
@@ -142,6 +191,7 @@ class FixedShapeTarget:
         with torch.inference_mode():  # allocate the buffers now, outside any graph (decoding runs in this mode)
             forward_logits(model, self.cache, [0], keep=1)
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds, in order
+        self.features = TappedStates(tuple(taps)) if taps else None
         self.compiled = compile
         self._padded_logits, self._padded_hidden = self._logits_forward, self._hidden_forward
         if compile:
@@ -149,17 +199,32 @@ class FixedShapeTarget:
             self._padded_logits = torch.compile(self._logits_forward, **graphs)
             self._padded_hidden = torch.compile(self._hidden_forward, **graphs)
 
-    def _logits_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return forward_logits(self.model, self.cache, input_ids, keep=input_ids.shape[1])
+    def keep_states(self, taps: tuple[int, ...]) -> None:
+        """EagerTarget.keep_states; compiled steps must be built with their taps (target_steps)."""
+        if self.features is not None and self.features.taps == taps:
+            return
+        if self.compiled:
+            raise ValueError(f"compiled target steps keep states of layers {taps} only if built with those taps")
+        self.features = TappedStates(taps)
+        self.truncate(0)
+
+    def _logits_forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        taps = self.features.taps if self.features is not None else ()
+        return forward_tapped(self.model, self.cache, input_ids, input_ids.shape[1], taps)
 
     def _hidden_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return forward_hidden(self.model, self.cache, input_ids)
 
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
+        taps = self.features.taps if self.features is not None else ()
         if len(ids) > self.buckets[-1]:
-            return self._append_unpadded(ids, lambda: forward_logits(self.model, self.cache, ids, keep))
-        return self._append_padded(ids, self._padded_logits, keep)
+            logits, states = self._append_unpadded(ids, lambda: forward_tapped(self.model, self.cache, ids, keep, taps))
+        else:
+            logits, states = self._append_padded(ids, self._padded_logits, keep)
+        if self.features is not None:
+            self.features.append(states)
+        return logits
 
     def hidden(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
@@ -173,17 +238,22 @@ class FixedShapeTarget:
         self.tokens += ids
         return out
 
-    def _append_padded(self, ids: list[int], padded, keep: int) -> torch.Tensor:
-        """Feed `ids` padded to a row bucket; returns `padded`'s rows for the last `keep` of them."""
+    def _append_padded(self, ids: list[int], padded, keep: int):
+        """Feed `ids` padded to a row bucket; returns `padded`'s rows for the last `keep` of them
+        (for a (logits, tapped states) pair: those logits, and the states of every row fed)."""
         n = len(ids)
         self._start_at_end(n)
         rows = next(b for b in self.buckets if b >= n)
         input_ids = torch.tensor([ids + ids[-1:] * (rows - n)], device=self.model.device)
         if self.compiled:
             torch.compiler.cudagraph_mark_step_begin()
-        out = padded(input_ids)[
-            n - keep : n
-        ].clone()  # a copy: the next replay of a captured graph overwrites its output
+        out = padded(input_ids)
+        # copies: the next replay of a captured graph overwrites its outputs
+        if isinstance(out, tuple):
+            logits, states = out
+            out = (logits[n - keep : n].clone(), None if states is None else states[:n].clone())
+        else:
+            out = out[n - keep : n].clone()
         self.tokens += ids
         return out
 
@@ -196,6 +266,8 @@ class FixedShapeTarget:
         """Forget every token past the first `length`: the next forward writes over them (also
         over what a forward that raised may have written)."""
         del self.tokens[length:]
+        if self.features is not None:
+            self.features.truncate(length)
 
     @torch.inference_mode()  # as in decoding: a graph compiled outside it would be compiled again
     def warm_up(self, hidden: bool = False) -> None:
@@ -218,14 +290,17 @@ def steps_mode(mode: str, device: torch.device) -> str:
     return mode
 
 
-def target_steps(model, mode: str, max_rows: int, hidden: bool = False) -> EagerTarget | FixedShapeTarget:
+def target_steps(
+    model, mode: str, max_rows: int, hidden: bool = False, taps: tuple[int, ...] = ()
+) -> EagerTarget | FixedShapeTarget:
     """mode: one of STEPS. Compiled steps are compiled here, one graph per row count, and with
-    `hidden` (a drafter feeds the target's hidden-state steps) one more per row count for those."""
+    `hidden` (a drafter feeds the target's hidden-state steps) one more per row count for those.
+    taps: layer ids whose input states the steps keep for an EAGLE-3 draft (Drafter.target_taps)."""
     mode = steps_mode(mode, model.device)
     if mode == "eager":
-        return EagerTarget(model)
+        return EagerTarget(model, taps)
     capacity = min(context_window(model.config) or FIXED_CAPACITY, FIXED_CAPACITY)
-    steps = FixedShapeTarget(model, capacity, max_rows, compile=mode == "compiled")
+    steps = FixedShapeTarget(model, capacity, max_rows, compile=mode == "compiled", taps=taps)
     if steps.compiled:
         steps.warm_up(hidden)
     return steps

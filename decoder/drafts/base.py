@@ -1,7 +1,7 @@
 """What the decoder asks of a drafter (`Drafter`) and what a drafter answers (`Proposal`).
 
 The drafters subclass `Drafter` for its defaults: `attach` does nothing, `lookup_tokens` is 0 and
-`drafts_on_the_target` is False unless a drafter says otherwise.
+`drafts_on_the_target` is False and `target_taps` and `own_modules` empty unless a drafter says otherwise.
 """
 
 from __future__ import annotations
@@ -32,6 +32,16 @@ class Drafter(Protocol):
     # The most tokens one round proposes whatever γ says (a prompt lookup's copy); 0 where γ
     # bounds every proposal. The target's steps are sized for the rows a round feeds (engine.round_rows).
     lookup_tokens: int = 0
+
+    # Target layer ids whose input states the drafter reads (an EAGLE-3 draft's features): the
+    # target's steps keep them for every token they hold (decoder/target_steps.py).
+    target_taps: tuple[int, ...] = ()
+
+    @property
+    def own_modules(self) -> tuple[torch.nn.Module, ...]:
+        """Modules the drafter runs besides the target and a draft model (an EAGLE-3 draft's
+        layer and head): decoder/loader.py packs their linears for the CPU with the target's."""
+        return ()
 
     @property
     def drafts_on_the_target(self) -> bool:

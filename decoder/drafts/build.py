@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from transformers import PreTrainedModel
 
 from ..models import VocabularyMismatchError, check_same_vocabulary, load_model
 from .base import Drafter
 from .derived import derive_draft
+from .eagle3 import Eagle3LoadError, load_eagle3, read_config, shape_from_config
+from .eagle3 import check_target as check_eagle3_target
+from .eagle3_drafter import Eagle3Drafter
 from .hybrid import HybridDrafter
 from .model import ModelDrafter
 from .ngram import NgramDrafter
@@ -16,6 +20,7 @@ from .self_draft import SelfDrafter
 from .spec import (
     AutoDraft,
     DraftSpec,
+    Eagle3Draft,
     HybridDraft,
     LayersDraft,
     ModelDraftSpec,
@@ -42,6 +47,17 @@ def default_draft_for(target) -> TrainedDraft | LayersDraft:
     return LayersDraft((0, 1))
 
 
+def shipped_eagle3_for(target) -> Path:
+    """The EAGLE-3 draft folder shipped for a target of this shape (decoder/weights/)."""
+    for folder in sorted(SHIPPED_DRAFTS.glob("*/")):
+        try:
+            check_eagle3_target(shape_from_config(read_config(folder)), target)
+            return folder
+        except Eagle3LoadError:
+            continue
+    raise DraftLoadError("no EAGLE-3 draft ships for this target; name a folder (specdec train-eagle3 makes one)")
+
+
 def draft_label(spec: str | DraftSpec, target) -> str:
     """What telemetry calls a draft: 'auto' resolved for this target, a trained-draft folder by its name."""
     spec = parse_draft_spec(spec) if isinstance(spec, str) else spec
@@ -49,7 +65,9 @@ def draft_label(spec: str | DraftSpec, target) -> str:
         return "ngram+" + draft_label(spec.model, target)
     if isinstance(spec, AutoDraft):
         spec = default_draft_for(target)
-    return spec.folder.name if isinstance(spec, TrainedDraft) else str(spec)
+    if isinstance(spec, Eagle3Draft) and spec.folder is None:
+        return shipped_eagle3_for(target).name
+    return spec.folder.name if isinstance(spec, (TrainedDraft, Eagle3Draft)) and spec.folder else str(spec)
 
 
 def build_drafter(
@@ -76,7 +94,7 @@ def build_drafter(
 
 def _model_drafter(
     spec: ModelDraftSpec, target, tokenizer, device: str, dtype: str
-) -> tuple[ModelDrafter | SelfDrafter | None, PreTrainedModel | None]:
+) -> tuple[ModelDrafter | SelfDrafter | Eagle3Drafter | None, PreTrainedModel | None]:
     if isinstance(spec, AutoDraft):
         spec = default_draft_for(target)
     if isinstance(spec, NoDraft):
@@ -95,9 +113,10 @@ def _model_drafter(
                 )
             folder = shipped.folder
         vocab_ids = draft_vocabulary(folder, target)
-        texts = tokenizer.batch_decode([[i] for i in vocab_ids.tolist()])
-        line_ends = {i for i, text in zip(vocab_ids.tolist(), texts) if "\n" in text}
-        return SelfDrafter(target, vocab_ids, line_ends), None
+        return SelfDrafter(target, vocab_ids, _line_ends(tokenizer, vocab_ids)), None
+    if isinstance(spec, Eagle3Draft):
+        eagle = load_eagle3(spec.folder or shipped_eagle3_for(target), target)
+        return Eagle3Drafter(eagle, target, _line_ends(tokenizer, eagle.target_ids())), None
     if isinstance(spec, LayersDraft):
         draft = derive_draft(target, list(spec.layers))
         return ModelDrafter(draft), draft
@@ -110,3 +129,9 @@ def _model_drafter(
             "it could not read every token the target writes"
         )
     return ModelDrafter(draft), draft
+
+
+def _line_ends(tokenizer, vocab_ids) -> set[int]:
+    """The ids among `vocab_ids` whose text holds a newline: a round's drafting stops after one."""
+    ids = vocab_ids.tolist()
+    return {i for i, text in zip(ids, tokenizer.batch_decode([[i] for i in ids])) if "\n" in text}

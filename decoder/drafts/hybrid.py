@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import Drafter, Proposal
+from .eagle3_drafter import Eagle3Drafter
 from .model import ModelDrafter
 from .ngram import NgramDrafter
 from .self_draft import SelfDrafter
@@ -20,13 +21,25 @@ class HybridDrafter(Drafter):
     """
 
     def __init__(
-        self, model: ModelDrafter | SelfDrafter | None, lookup_tokens: int = 16, min_ngram: int = 2, max_ngram: int = 4
+        self,
+        model: ModelDrafter | SelfDrafter | Eagle3Drafter | None,
+        lookup_tokens: int = 16,
+        min_ngram: int = 2,
+        max_ngram: int = 4,
     ):
         self.model = model
         self.lookup = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.lookup_tokens = lookup_tokens  # the most one copy proposes
         self.span = lookup_tokens // 2  # what the next copy proposes
         self._copied: tuple[int, int] | None = None  # (committed length, tokens) of the last copy
+
+    @property
+    def target_taps(self) -> tuple[int, ...]:  # type: ignore[override]  # the model draft's
+        return self.model.target_taps if self.model is not None else ()
+
+    @property
+    def own_modules(self):
+        return self.model.own_modules if self.model is not None else ()
 
     @property
     def drafts_on_the_target(self) -> bool:

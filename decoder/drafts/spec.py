@@ -10,7 +10,10 @@ This docstring is the one description of the syntax; the CLI and the README poin
     self:FOLDER  the same, with the vocabulary of the trained draft in FOLDER
     layers:0,1   a draft made of these target layers, sharing its embeddings, norm and head: no
                  extra memory (drafts/derived.py); the list must include layer 0
-    FOLDER       a trained draft: a folder holding draft.json (drafts/trained.py)
+    eagle3       the EAGLE-3 draft shipped for the target (decoder/weights/); an error for a target
+                 none ships for
+    FOLDER       a trained draft: a folder holding draft.json (drafts/trained.py), or an EAGLE-3
+                 draft: a folder holding a speculators config.json (drafts/eagle3.py)
     MODEL        any other text is a model spec (decoder/models.py: a packaged alias, a local
                  model folder or a Hugging Face id) for a draft sharing the target's vocabulary
     ngram+SPEC   prompt lookup where the context repeats itself, else the draft SPEC
@@ -28,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .eagle3 import is_eagle3_draft
 from .trained import DraftLoadError, is_trained_draft
 
 
@@ -74,6 +78,14 @@ class TrainedDraft:
 
 
 @dataclass(frozen=True)
+class Eagle3Draft:
+    folder: Path | None = None  # None: the one shipped for the target
+
+    def __str__(self) -> str:
+        return "eagle3" if self.folder is None else str(self.folder)
+
+
+@dataclass(frozen=True)
 class ModelDraft:
     model: str  # a model spec for decoder/models.py
 
@@ -82,7 +94,7 @@ class ModelDraft:
 
 
 # What may follow 'ngram+': a draft that drafts with a model, or none.
-ModelDraftSpec = AutoDraft | NoDraft | SelfDraft | LayersDraft | TrainedDraft | ModelDraft
+ModelDraftSpec = AutoDraft | NoDraft | SelfDraft | LayersDraft | TrainedDraft | Eagle3Draft | ModelDraft
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,10 @@ def parse_draft_spec(text: str) -> DraftSpec:
         return NoDraft()
     if is_trained_draft(text):
         return TrainedDraft(Path(text))
+    if text == "eagle3":
+        return Eagle3Draft()
+    if is_eagle3_draft(text):
+        return Eagle3Draft(Path(text))
     if text == "ngram":
         return NgramDraft()
     if text == "self" or text.startswith("self:"):

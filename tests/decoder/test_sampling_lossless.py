@@ -176,6 +176,38 @@ def test_lossless_with_the_target_drafting_for_itself(target, small_tokenizer):
     assert p > 1e-3, f"p={p:.3g}"
 
 
+def test_lossless_with_an_eagle3_draft(target, small_tokenizer):
+    """Eagle3Drafter: a random EAGLE-3 draft over 10 of the 16 ids, fed the target's kept states.
+
+    As for the self draft, the first token comes from the prefill (no state-and-next-token row
+    exists yet), so the joint tested is that of the second and third tokens.
+    """
+    from speccomplete.decoder.drafts import Eagle3Drafter
+    from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+
+    ids = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11, 13, 15])
+    draft = init_from_target(Eagle3Shape.for_target(target, draft_vocab=len(ids)), target, ids, seed=3)
+    with torch.no_grad():
+        draft.lm_head.weight.mul_(4)  # a peakier q than the target's rows give: p and q differ
+    params = SamplingParams(temperature=1.0)
+    with torch.inference_mode():
+        x = torch.tensor([PROMPT + [a, b] for a in range(V) for b in range(V)], device=target.device)
+        probs = probabilities(target(input_ids=x, use_cache=False).logits, params).double()  # [V*V, 3, V]
+    first, second, third = probs[0, 0], probs[::V, 1], probs[:, 2].view(V, V, V)
+    exact = torch.einsum("a,ab,abc->bc", first, second, third).cpu().numpy()
+    decoder = SpeculativeDecoder(target, small_tokenizer, Eagle3Drafter(draft.eval(), target), FixedGamma(2))
+    counts = np.zeros((V, V))
+    drafted = accepted = 0
+    for seed in range(1500):
+        g = decoder.generate(PROMPT, DecodeOptions(max_new_tokens=3, sampling=params, seed=70_000 + seed))
+        counts[g.token_ids[1], g.token_ids[2]] += 1
+        drafted += g.stats.drafted
+        accepted += g.stats.accepted
+    assert drafted == 1500 and 0 < accepted < drafted
+    p = chi2_pvalue(counts, exact)
+    assert p > 1e-3, f"p={p:.3g}"
+
+
 def _narrow_draft(width=12):
     narrow = tiny_llama(seed=12, vocab=V, layers=1, hidden=16, init=0.5, eos=None, bos=None)
     head = torch.nn.Linear(16, width, bias=False, device=narrow.device)

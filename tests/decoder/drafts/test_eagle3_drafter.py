@@ -1,0 +1,144 @@
+"""Eagle3Drafter: an EAGLE-3 draft fed by the target states the verify pass keeps.
+
+Greedy output must be the target's own, token for token, whatever the draft proposes; the states
+the target's steps keep must be those a fresh pass computes, through every rollback; and the
+draft's own cache must equal its rows built afresh in one pass (the cache-equals-fresh-prefill
+rule of tests/decoder/test_kv_cache.py). Sampled output is checked in
+tests/decoder/test_sampling_lossless.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import generate, random_prompts
+
+from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter, build_drafter, parse_draft_spec
+from speccomplete.decoder.drafts.eagle3 import (
+    Eagle3Shape,
+    KVCache,
+    init_from_target,
+    save_eagle3,
+    speculators_config,
+)
+from speccomplete.decoder.drafts.spec import Eagle3Draft, HybridDraft
+from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
+from speccomplete.decoder.gamma import HeuristicGamma
+from speccomplete.decoder.target_steps import EagerTarget, FixedShapeTarget
+
+PROMPTS = random_prompts(6, seed=7)
+MAX_NEW = 24
+
+
+def make_draft(target, vocab: str = "half", seed: int = 0, taps=None):
+    rows = target.get_output_embeddings().out_features
+    if vocab == "half":
+        ids = torch.randperm(rows, generator=torch.Generator().manual_seed(seed))[: rows // 2].sort().values
+    else:
+        ids = torch.arange(rows)
+    shape = Eagle3Shape.for_target(target, draft_vocab=len(ids), aux_layers=taps)
+    draft = init_from_target(shape, target, ids, seed=seed)
+    with torch.no_grad():  # bigger weights than the init's: drafts then differ from step to step
+        for p in draft.parameters():
+            if p.requires_grad and p.dim() == 2:
+                p.mul_(10)
+    return draft.eval().requires_grad_(False)
+
+
+@pytest.mark.parametrize("steps_kind", ["eager", "fixed"])
+@pytest.mark.parametrize("lookup", [False, True], ids=["eagle3", "ngram+eagle3"])
+@pytest.mark.parametrize("name", ["llama", "gemma3"])
+def test_eagle3_draft_is_ar_token_for_token(name, lookup, steps_kind, request, tokenizer):
+    model = request.getfixturevalue(name)
+    reference = SpeculativeDecoder(model, tokenizer)
+    draft = make_draft(model, "half" if name == "llama" else "whole")
+    drafter = Eagle3Drafter(draft, model)
+    drafter = HybridDrafter(drafter, lookup_tokens=6) if lookup else drafter
+    policy = HeuristicGamma(max_gamma=6)
+    taps = drafter.target_taps
+    steps = (
+        EagerTarget(model, taps)
+        if steps_kind == "eager"
+        else FixedShapeTarget(model, 256, round_rows(policy, drafter), taps=taps)
+    )
+    spec = SpeculativeDecoder(model, tokenizer, drafter, policy, steps=steps)
+    drafted = 0
+    for prompt in PROMPTS:
+        want = generate(reference, prompt, max_new_tokens=MAX_NEW).token_ids
+        got = generate(spec, prompt, max_new_tokens=MAX_NEW)
+        assert got.token_ids == want, prompt
+        drafted += got.stats.drafted - got.stats.lookup_drafted
+    assert drafted > 0  # the EAGLE draft itself proposed, not only the lookup
+
+
+@pytest.mark.parametrize("steps_kind", ["eager", "fixed"])
+def test_kept_states_are_a_fresh_pass_s_after_rollbacks(steps_kind, llama, tokenizer):
+    draft = make_draft(llama)
+    drafter = Eagle3Drafter(draft, llama)
+    policy = HeuristicGamma(max_gamma=6)
+    steps = (
+        EagerTarget(llama, drafter.target_taps)
+        if steps_kind == "eager"
+        else FixedShapeTarget(llama, 256, round_rows(policy, drafter), taps=drafter.target_taps)
+    )
+    spec = SpeculativeDecoder(llama, tokenizer, drafter, policy, steps=steps)
+    for prompt in PROMPTS[:3]:  # later prompts reuse part of the cache and its states
+        gen = generate(spec, prompt, max_new_tokens=MAX_NEW)
+        assert gen.stats.drafted > gen.stats.accepted  # rollbacks happened
+        held = steps.tokens
+        with torch.inference_mode():
+            out = llama(input_ids=torch.tensor([held], device=llama.device), output_hidden_states=True)
+        want = torch.cat([out.hidden_states[k][0] for k in drafter.target_taps], dim=-1)
+        assert steps.features is not None and steps.features.length == len(held)
+        torch.testing.assert_close(steps.features.rows(0, len(held)), want, rtol=1e-4, atol=1e-4)
+
+
+def test_draft_cache_equals_its_rows_built_afresh(llama, tokenizer):
+    draft = make_draft(llama)
+    drafter = Eagle3Drafter(draft, llama)
+    spec = SpeculativeDecoder(llama, tokenizer, drafter, HeuristicGamma(max_gamma=6))
+    for prompt in PROMPTS[:3]:
+        generate(spec, prompt, max_new_tokens=MAX_NEW)
+        rows = drafter.rows
+        assert rows > 0 and drafter.cache.length == rows  # chained rows were dropped
+        tokens = spec.steps.tokens
+        fresh = KVCache()
+        with torch.inference_mode():
+            draft.step(
+                F.embedding(torch.tensor(tokens[1 : rows + 1]), drafter.embeddings),
+                draft.fuse(spec.steps.features.rows(0, rows)),
+                torch.arange(1, rows + 1),
+                fresh,
+            )
+        torch.testing.assert_close(drafter.cache.keys, fresh.keys, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(drafter.cache.values, fresh.values, rtol=1e-4, atol=1e-5)
+
+
+def test_attaching_makes_plain_steps_keep_the_draft_s_states(llama, tokenizer):
+    """A decoder sharing steps built without taps (the bench's AR and compared drafts do) still works."""
+    steps = EagerTarget(llama)
+    ar = SpeculativeDecoder(llama, tokenizer, steps=steps)
+    want = generate(ar, PROMPTS[0], max_new_tokens=MAX_NEW).token_ids
+    drafter = Eagle3Drafter(make_draft(llama), llama)
+    spec = SpeculativeDecoder(llama, tokenizer, drafter, HeuristicGamma(max_gamma=6), steps=steps)
+    assert steps.features is not None and steps.features.taps == drafter.target_taps and not steps.tokens
+    assert generate(spec, PROMPTS[0], max_new_tokens=MAX_NEW).token_ids == want
+    assert generate(ar, PROMPTS[1], max_new_tokens=MAX_NEW).stats.new_tokens == MAX_NEW  # AR keeps states too
+    assert steps.features.length == len(steps.tokens)
+
+
+def test_specs_name_eagle3_drafts(llama, tokenizer, tmp_path):
+    draft = make_draft(llama)
+    folder = tmp_path / "eagle"
+    save_eagle3(draft, folder, speculators_config(draft.shape, ["LlamaForCausalLM"], None, 3, head_from_target=True))
+    assert parse_draft_spec("eagle3") == Eagle3Draft()
+    assert parse_draft_spec(str(folder)) == Eagle3Draft(folder)
+    assert parse_draft_spec(f"ngram+{folder}") == HybridDraft(Eagle3Draft(folder))
+    drafter, model = build_drafter(f"ngram+{folder}", llama, tokenizer)
+    assert isinstance(drafter, HybridDrafter) and isinstance(drafter.model, Eagle3Drafter) and model is None
+    assert drafter.target_taps == draft.shape.aux_layers
+    # the loaded draft (bf16 on disk) drafts what the saved one does, the head rebuilt from the target
+    loaded = drafter.model.draft
+    torch.testing.assert_close(loaded.lm_head.weight, draft.lm_head.weight)
+    torch.testing.assert_close(loaded.fc.weight, draft.fc.weight, rtol=1e-2, atol=1e-2)
