@@ -15,7 +15,19 @@ import torch
 
 from speccomplete.decoder.models import ModelError
 
-from .harness import bench, cases, complete, drafting, gpu_pack, nextline, report, serve, stepcost, sweep
+from .harness import (
+    bench,
+    cases,
+    complete,
+    drafting,
+    eagle3_training,
+    gpu_pack,
+    nextline,
+    report,
+    serve,
+    stepcost,
+    sweep,
+)
 from .harness import eval as server_eval
 
 # (add the subcommand's parser, run it), in the order `specdec --help` lists them
@@ -29,6 +41,7 @@ SUBCOMMANDS = (
     (stepcost.add_parser, stepcost.run),
     (drafting.add_corpus_parser, drafting.cmd_corpus),
     (drafting.add_finetune_parser, drafting.cmd_finetune),
+    (eagle3_training.add_parser, eagle3_training.run),
     (serve.add_parser, serve.run),
     (server_eval.add_parser, server_eval.run),
     (gpu_pack.add_parser, gpu_pack.run),

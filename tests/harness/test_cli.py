@@ -23,6 +23,7 @@ NAMES = [
     "stepcost",
     "corpus",
     "finetune",
+    "train-eagle3",
     "serve",
     "eval",
     "gpu-pack",

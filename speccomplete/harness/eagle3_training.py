@@ -1,0 +1,288 @@
+"""`specdec train-eagle3`: extract the target's features over a corpus once, train an EAGLE-3 draft on
+them (decoder/training/eagle3.py), and write it as a speculators folder with a model card."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from speccomplete.decoder.models import DEFAULT_TARGET
+
+from .drafting import _special_ids, _tokens, _use_bf16
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("train-eagle3", help="train an EAGLE-3 draft on the target's hidden states")
+    p.add_argument("--target", default=DEFAULT_TARGET, help="packaged alias, local directory or HF id")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16 (the target's)")
+    p.add_argument("--data", required=True, help="corpus directory from `specdec corpus`")
+    p.add_argument("--dev", help="dev corpus directory: per-language fitness, and s-CDF weights")
+    p.add_argument("--out", required=True, help="output folder: the draft, its model card, log and checkpoint")
+    p.add_argument("--features", help="feature cache folder (default OUT/features; OUT/features-dev for --dev)")
+    p.add_argument("--tokens", default="1M", help="corpus tokens to extract features for (whole sequences)")
+    p.add_argument("--train-tokens", default="4M", help="tokens to train on (epochs over the features)")
+    p.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=32768,
+        help="draft vocabulary size: the shipped trained draft's vocabulary for this target when it has this "
+        "size, else the corpus's most frequent tokens",
+    )
+    p.add_argument("--aux-layers", help="comma-separated target layer ids the draft reads (default: low, mid, high)")
+    p.add_argument("--ttt-steps", type=int, default=3, help="training-time-test steps (draft tokens trained per row)")
+    p.add_argument("--decay", type=float, default=0.8, help="loss weight decay per TTT step")
+    p.add_argument("--balance", default="natural", help="natural, uniform, or scdf (upweight worst-fitting languages)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--warmup-tokens", default="100k")
+    p.add_argument("--precision", default="auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16")
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--eval-sequences", type=int, default=8, help="dev sequences per language")
+    p.add_argument("--eval-tokens", type=int, default=128, help="positions scored per dev sequence")
+    p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", help="draft:FOLDER: go on training an EAGLE-3 folder (its vocabulary and aux layers)")
+    p.add_argument("--no-resume", action="store_true")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        help="stop training after this much wall-clock time, checkpoint, and write the draft; "
+        "running the same command again resumes",
+    )
+    p.add_argument(
+        "--with-head",
+        action="store_true",
+        help="write lm_head.weight into the folder (vLLM and SGLang need it); without, loading takes the target's rows",
+    )
+    return p
+
+
+def run(args) -> int:
+    from speccomplete.decoder.drafts.eagle3 import (
+        Eagle3Shape,
+        default_aux_layers,
+        init_from_target,
+        load_eagle3,
+        save_eagle3,
+        speculators_config,
+    )
+    from speccomplete.decoder.models import load_model
+    from speccomplete.decoder.training.corpus import Shards
+    from speccomplete.decoder.training.eagle3 import Eagle3TrainConfig, extract_features, train_eagle3
+
+    out = Path(args.out)
+    target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
+    text_config = target.config.get_text_config()
+    data = Shards.load(args.data)
+    if data.manifest["vocab_size"] != len(tokenizer):
+        raise ValueError(
+            f"corpus {args.data} was tokenized with a {data.manifest['vocab_size']}-token vocabulary, "
+            f"the target has {len(tokenizer)}"
+        )
+    if args.init:
+        if not args.init.startswith("draft:"):
+            raise ValueError(f"--init takes draft:FOLDER, got {args.init!r}")
+        draft = load_eagle3(args.init.removeprefix("draft:"), target)
+        shape = draft.shape
+    else:
+        aux = (
+            tuple(int(x) for x in args.aux_layers.split(","))
+            if args.aux_layers
+            else default_aux_layers(text_config.num_hidden_layers)
+        )
+        vocab_ids = _vocabulary(target, tokenizer, data, args.draft_vocab)
+        shape = Eagle3Shape.for_target(target, len(vocab_ids), aux)
+        draft = init_from_target(shape, target, vocab_ids, seed=args.seed)
+    draft.float()  # master weights in fp32: AdamW updates are too small for bf16
+
+    features = Path(args.features) if args.features else out / "features"
+    seq_len = data.tokens.shape[1]
+    sequences = max(1, -(-_tokens(args.tokens) // seq_len))
+    bar = tqdm(total=min(sequences, len(data.tokens)), unit="seq", desc="features")
+    extract_features(target, data, features, shape.aux_layers, sequences=sequences, seed=args.seed, progress=_set(bar))
+    bar.close()
+    dev_features = None
+    if args.dev:
+        dev = Shards.load(args.dev)
+        indices = torch.cat([dev.indices_of(lang)[: args.eval_sequences] for lang in dev.languages])
+        dev_features = Path(str(features) + "-dev")
+        extract_features(target, dev, dev_features, shape.aux_layers, indices=indices)
+
+    cfg = Eagle3TrainConfig(
+        out=str(out),
+        features=str(features),
+        tokens=_tokens(args.train_tokens),
+        dev=str(dev_features) if dev_features else None,
+        steps=args.ttt_steps,
+        decay=args.decay,
+        softcap=getattr(text_config, "final_logit_softcapping", None),
+        balance=args.balance,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        warmup_tokens=_tokens(args.warmup_tokens),
+        bf16=_use_bf16(args.precision, target.device),
+        seed=args.seed,
+        eval_every=args.eval_every,
+        eval_sequences=args.eval_sequences,
+        eval_tokens=args.eval_tokens,
+        checkpoint_every=args.checkpoint_every,
+        max_seconds=args.max_minutes * 60 if args.max_minutes is not None else None,
+    )
+    bar = tqdm(total=cfg.tokens, unit="tok", unit_scale=True, desc="train-eagle3")
+
+    def progress(record):
+        bar.n = record["tokens"]
+        bar.set_postfix(
+            loss=f"{record['loss']:.3f}", top1=f"{record['top1_0']:.2f}", tok_s=f"{record['tokens_per_s']:.0f}"
+        )
+
+    state = train_eagle3(
+        target.get_input_embeddings().weight,
+        draft,
+        cfg,
+        progress=progress,
+        resume=not args.no_resume,
+        target_head=target.get_output_embeddings().weight,
+    )
+    bar.close()
+
+    command = "specdec " + shlex.join(args.argv)
+    dev_fitness = state["evals"][-1]["dev"] if state["evals"] else None
+    extra = {
+        "tokens_seen": state["tokens"],
+        "steps": state["step"],
+        "ttt_steps": args.ttt_steps,
+        "balance": args.balance,
+        "corpus": args.data,
+        "features_tokens": json.loads((features / "manifest.json").read_text())["tokens"],
+        "dev_fitness": dev_fitness,
+        "init": args.init or "fresh",
+        "command": command,
+    }
+    config = speculators_config(
+        shape,
+        list(target.config.architectures or []),
+        args.target,
+        args.ttt_steps,
+        head_from_target=not args.with_head,
+        extra=extra,
+    )
+    save_eagle3(draft, out, config)
+    write_model_card(out, args, shape, extra, data.manifest)
+    print(f"trained {state['tokens']} tokens in {state['step']} steps; EAGLE-3 draft in {out}")
+    if not state["complete"]:
+        print(f"stopped at --max-minutes {args.max_minutes:g}; the same command resumes from {out}/checkpoint")
+    if dev_fitness:
+        print(json.dumps(dev_fitness.get("all", {})))
+    return 0
+
+
+def _vocabulary(target, tokenizer, data, size: int) -> torch.Tensor:
+    """The shipped trained draft's vocabulary for this target when it has `size` ids (the engine's drafts
+    then agree on what they can write), else the corpus's `size` most frequent tokens and the specials."""
+    from speccomplete.decoder.drafts.build import default_draft_for
+    from speccomplete.decoder.drafts.spec import TrainedDraft
+    from speccomplete.decoder.drafts.trained import DraftLoadError, draft_vocabulary
+    from speccomplete.decoder.training.draft import frequent_token_ids
+
+    vocab = target.get_output_embeddings().out_features
+    shipped = default_draft_for(target)
+    if isinstance(shipped, TrainedDraft):
+        try:
+            ids = draft_vocabulary(shipped.folder, target)
+            if len(ids) == min(size, vocab):
+                return ids.sort().values
+        except DraftLoadError:
+            pass
+    return frequent_token_ids(data.tokens, size, sorted(_special_ids(tokenizer)), vocab)
+
+
+def _set(bar: tqdm):
+    def update(done: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    return update
+
+
+def write_model_card(folder: Path, args, shape, extra: dict, manifest: dict) -> None:
+    lines = [
+        f"# EAGLE-3 draft for `{args.target}`",
+        "",
+        "One Llama decoder layer that drafts from the target's own hidden states (layers "
+        f"{list(shape.aux_layers)}), in the `speculators` format (config.json + model.safetensors).",
+        "",
+        f"- Draft vocabulary: {shape.draft_vocab} target tokens (`d2t`, `t2d`); the head is the target's rows, frozen",
+        f"- Layer: hidden {shape.hidden_size}, {shape.num_heads} heads ({shape.num_kv_heads} KV) of {shape.head_dim}, "
+        f"MLP {shape.intermediate_size}",
+        f"- Trained: {extra['tokens_seen']:,} tokens in {extra['steps']} optimizer steps, {extra['ttt_steps']} "
+        f"training-time-test steps, language sampling `{extra['balance']}`, init `{extra['init']}`",
+        f"- Corpus `{args.data}` (seq_len {manifest.get('seq_len')}), features of {extra['features_tokens']:,} tokens",
+        "",
+    ]
+    if manifest.get("per_language"):
+        lines += ["| language | documents | corpus tokens |", "|---|---|---|"]
+        lines += [f"| {lang} | {r['documents']} | {r['tokens']:,} |" for lang, r in manifest["per_language"].items()]
+        lines.append("")
+    fitness = extra.get("dev_fitness")
+    if fitness:
+        steps = sorted(int(k.split("_")[1]) for k in next(iter(fitness.values())) if k.startswith("top1_"))
+        lines += [
+            "## Dev fitness (per language, on teacher-forced target features)",
+            "",
+            "Against the target's full next-token distribution, as the engine accepts: Σmin(p,q) is the chance "
+            "one sampled draft token is accepted; top-1 step s is how often the draft's greedy token s+1 of a round "
+            "is the target's, the tokens before it being right.",
+            "",
+            "| language | expected acceptance Σmin(p,q), step 0 | "
+            + " | ".join(f"top-1 step {s}" for s in steps)
+            + " |",
+            "|---|---|" + "---|" * len(steps),
+        ]
+        for lang, row in fitness.items():
+            lines.append(
+                f"| {lang} | {row['expected_acceptance']:.3f} | "
+                + " | ".join(f"{row[f'top1_{s}']:.3f}" for s in steps)
+                + " |"
+            )
+        lines.append("")
+    head_note = (
+        "This folder includes `lm_head.weight`, so it serves as is."
+        if args.with_head
+        else "This folder leaves out `lm_head.weight` (`head_from_target`: it is the target's rows); specdec "
+        "rebuilds it on load, but vLLM needs it: rerun with `--with-head` to write it in before serving elsewhere."
+    )
+    lines += [
+        "## Serving",
+        "",
+        f"With specdec: `specdec complete --target {args.target} --draft {folder}` (a folder holding a speculators "
+        "config.json is an EAGLE-3 draft: decoder/drafts/spec.py).",
+        "",
+        "With vLLM:",
+        "",
+        "```bash",
+        f"vllm serve {args.target} --speculative-config "
+        f'\'{{"method": "eagle3", "model": "{folder}", "num_speculative_tokens": {args.ttt_steps}}}\'',
+        "```",
+        "",
+        head_note,
+        "",
+        "`features/`, `features-dev/` (the target's states, bf16), `checkpoint/` and `train_log.jsonl` are training "
+        "state: leave them out when copying the draft elsewhere.",
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        extra["command"],
+        "```",
+        "",
+    ]
+    (folder / "README.md").write_text("\n".join(lines))
