@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # One step of the GPU programme (docs/gpu.md), run on the device machine after gpu/unpack.sh:
 #
-#   bash gpu/step.sh STEP [--smoke]      STEP: tests | bench | eval | train | bench-trained
+#   bash gpu/step.sh STEP [--smoke]
+#     STEP: tests | bench | eval | train | bench-trained | train-eagle3 | bench-eagle3
 #
 # Each step sources $GPU_ROOT/env.sh (PYTHONPATH to the staged site, SPECDEC_TARGET to the converted
 # target), runs one command under its own `timeout` so that it ends well inside the device tool's
 # 10 minutes, and writes what it learned under $OUT: STEP.txt (the table), STEP.json, STEP.log and
-# STEP-device.json (train: train.json, train.log and the draft in draft/, in parts of 15 MiB).
+# STEP-device.json (train: train.json, train.log and the draft in draft/, in parts of 15 MiB;
+# train-eagle3 the same, its device facts inside train-eagle3.json: the tool returns 8 files at most).
 # --smoke runs the same commands on the CPU with tiny budgets (the rehearsal in
 # tests/harness/test_gpu_steps.py: a tiny target in SPECDEC_TARGET, two cases, a few tokens).
 #
 # Knobs, for a rerun after a timeout (docs/gpu.md says when): STEP_TIMEOUT (seconds, default per step),
 # BENCH_LIMIT (cases; default all), TRAIN_MINUTES (default 6), TRAIN_TOKENS (default 100M),
-# TRAIN_BATCH (default 32), TRAIN_INIT (default draft:decoder/weights/gemma3-270m-code, the shipped draft).
+# TRAIN_BATCH (default 32), TRAIN_INIT (default draft:decoder/weights/gemma3-270m-code, the shipped draft;
+# for train-eagle3 draft:decoder/weights/gemma3-270m-eagle3 where that folder exists, else a fresh draft,
+# and TRAIN_INIT=fresh starts fresh), EAGLE_TOKENS (train-eagle3's feature tokens, default 4M: 5 kB of
+# bf16 features a token on disk for Gemma 3 270M, so 4M is ~20 GB of the machine's 64 GiB),
+# EAGLE_TRAIN_TOKENS (default 100M). train-eagle3 shares train's TRAIN_MINUTES and TRAIN_BATCH.
 set -uo pipefail
 cd "$(dirname "$0")/.." # the repo root: docs/examples/cases.jsonl, tests/
 
-step=${1:?usage: gpu/step.sh tests|bench|eval|train|bench-trained [--smoke]}
+step=${1:?usage: gpu/step.sh tests|bench|eval|train|bench-trained|train-eagle3|bench-eagle3 [--smoke]}
 smoke=${2:-}
 GPU_ROOT=${GPU_ROOT:-/tmp/gpu}
 OUT=${OUT:?OUT must name the folder results go to}
@@ -32,6 +38,8 @@ export PYTHONSAFEPATH=1
 
 cases=docs/examples/cases.jsonl
 draft_dir=$GPU_ROOT/train/draft # finetune's --out: a second call resumes from its checkpoint while the machine is warm
+eagle_dir=$GPU_ROOT/train-eagle3/draft # train-eagle3's --out, resumed the same way; its features beside it
+eagle_features=$GPU_ROOT/train-eagle3/features
 if [ "$smoke" = --smoke ]; then
   device=(--device cpu --dtype float32 --steps eager)
   # two cases (eval has no --limit): one single-line, one multi-line (docs/examples/cases.jsonl)
@@ -45,6 +53,11 @@ if [ "$smoke" = --smoke ]; then
   train_tokens=${TRAIN_TOKENS:-16k}
   train_batch=${TRAIN_BATCH:-2}
   train_extra=(--precision fp32 --warmup-tokens 128 --eval-sequences 1 --eval-tokens 32 --draft-vocab 64 --layers 0)
+  eagle_device=(--device cpu --dtype float32) # train-eagle3 has no --steps
+  eagle_tokens=${EAGLE_TOKENS:-2k}
+  eagle_train_tokens=${EAGLE_TRAIN_TOKENS:-4k}
+  eagle_extra=(--precision fp32 --draft-vocab 64 --eval-sequences 1 --warmup-tokens 128 --eval-every 10
+    --checkpoint-every 10)
 elif [ -n "$smoke" ]; then
   echo "unknown flag $smoke (only --smoke)" >&2
   exit 2
@@ -67,6 +80,15 @@ else
   # going on from the shipped draft itself (TRAIN_INIT=derived starts from the target's layers instead)
   train_extra=(--init "${TRAIN_INIT:-draft:decoder/weights/gemma3-270m-code}" --precision bf16 --warmup-tokens 2M
     --eval-sequences 2 --eval-tokens 256)
+  eagle_device=(--device cuda --dtype bfloat16)
+  eagle_tokens=${EAGLE_TOKENS:-4M}
+  eagle_train_tokens=${EAGLE_TRAIN_TOKENS:-100M}
+  # on from the shipped EAGLE-3 draft where one ships (TRAIN_INIT overrides; TRAIN_INIT=fresh: a new draft)
+  eagle_init=${TRAIN_INIT:-}
+  [ -z "$eagle_init" ] && [ -f decoder/weights/gemma3-270m-eagle3/config.json ] &&
+    eagle_init=draft:decoder/weights/gemma3-270m-eagle3
+  eagle_extra=(--precision bf16)
+  [ -n "$eagle_init" ] && [ "$eagle_init" != fresh ] && eagle_extra+=(--init "$eagle_init")
 fi
 
 # Where and when, beside every step's results: the tables are committed with their device and date.
@@ -79,6 +101,19 @@ info = {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python"
         "torch": version("torch"), "transformers": version("transformers"), "gpu": sys.argv[2] or None}
 json.dump(info, open(sys.argv[1], "w"), indent=1)
 EOF
+
+find_corpus() { # sets corpus and dev (train, train-eagle3), or exits
+  # the corpus pack (gpu/unpack.sh: $GPU_ROOT/corpus, one `specdec corpus` folder), or train/ and dev/ in it
+  corpus=${SPECDEC_CORPUS:-$GPU_ROOT/corpus}
+  [ -f "$corpus/manifest.json" ] || corpus=$corpus/train
+  [ -f "$corpus/manifest.json" ] || {
+    echo "no training corpus in ${SPECDEC_CORPUS:-$GPU_ROOT/corpus}: the pack holds one only when" \
+      "specdec gpu-pack was given --splits (.carry/PLAN.md says 'Corpus: ...')" >&2
+    exit 2
+  }
+  dev=()
+  [ -f "$(dirname "$corpus")/dev/manifest.json" ] && dev=(--dev "$(dirname "$corpus")/dev")
+}
 
 run_logged() { # run_logged LOG CMD...: the command under the step's timeout, its output in LOG and on stdout
   local log=$1
@@ -112,10 +147,17 @@ print(json.dumps(rows))
 EOF
   exit "$rc"
   ;;
-bench | bench-trained)
+bench | bench-trained | bench-eagle3)
   if [ "$step" = bench ]; then
     # our AR and spec, HF greedy and HF assisted, and the bandwidth bound, in one run
     drafts=()
+  elif [ "$step" = bench-eagle3 ]; then
+    [ -f "$eagle_dir/config.json" ] || {
+      echo "no EAGLE-3 draft in $eagle_dir: run the train-eagle3 step first, on this warm machine" >&2
+      exit 2
+    }
+    # the EAGLE-3 draft behind the lookup, against the product default and the EAGLE-3 draft alone
+    drafts=(--draft "ngram+$eagle_dir" --compare-drafts "ngram+self,$eagle_dir" --no-hf)
   else
     [ -f "$draft_dir/draft.json" ] || {
       echo "no trained draft in $draft_dir: run the train step first, on this warm machine" >&2
@@ -149,16 +191,7 @@ EOF
   exit "$rc"
   ;;
 train)
-  # the corpus pack (gpu/unpack.sh: $GPU_ROOT/corpus, one `specdec corpus` folder), or train/ and dev/ in it
-  corpus=${SPECDEC_CORPUS:-$GPU_ROOT/corpus}
-  [ -f "$corpus/manifest.json" ] || corpus=$corpus/train
-  [ -f "$corpus/manifest.json" ] || {
-    echo "no training corpus in ${SPECDEC_CORPUS:-$GPU_ROOT/corpus}: the pack holds one only when" \
-      "specdec gpu-pack was given --splits (.carry/PLAN.md says 'Corpus: ...')" >&2
-    exit 2
-  }
-  dev=()
-  [ -f "$(dirname "$corpus")/dev/manifest.json" ] && dev=(--dev "$(dirname "$corpus")/dev")
+  find_corpus
   run_logged "$OUT/train.log" "$PYTHON" -m speccomplete finetune --data "$corpus" "${dev[@]}" --out "$draft_dir" \
     --target "$SPECDEC_TARGET" "${device[@]}" --objective kd --lr 5e-4 --tokens "$train_tokens" \
     --batch-size "$train_batch" --checkpoint-every 200 --eval-every 100000000 --max-minutes "$train_minutes" \
@@ -197,8 +230,76 @@ print("\n".join(f"{k:>13}: {v}" for k, v in rows.items()))
 EOF
   exit "$rc"
   ;;
+train-eagle3)
+  find_corpus
+  # Features first (the target teacher-forced over --tokens of the corpus, cached in $eagle_features and
+  # kept by a rerun), then training-time test on them until --max-minutes; the same call again resumes.
+  run_logged "$OUT/train-eagle3.log" "$PYTHON" -m speccomplete train-eagle3 --data "$corpus" "${dev[@]}" \
+    --out "$eagle_dir" --features "$eagle_features" --target "$SPECDEC_TARGET" "${eagle_device[@]}" \
+    --tokens "$eagle_tokens" --train-tokens "$eagle_train_tokens" --batch-size "$train_batch" --lr 1e-3 \
+    --max-minutes "$train_minutes" --with-head "${eagle_extra[@]}"
+  rc=$?
+  # The draft comes back through $OUT in files of at most 15 MiB, as train's. With --with-head, Gemma 3
+  # 270M's is ~58 MB: 4 parts, config.json, README.md, the log and the summary make the tool's 8 files,
+  # so the device facts go into the summary rather than a file of their own.
+  mkdir -p "$OUT/draft"
+  for f in config.json README.md; do [ -f "$eagle_dir/$f" ] && cp "$eagle_dir/$f" "$OUT/draft/"; done
+  [ -f "$eagle_dir/model.safetensors" ] &&
+    split -b 15M -d -a 2 "$eagle_dir/model.safetensors" "$OUT/draft/model.safetensors.part-"
+  # tqdm's bars can make a long log: its last 4 MiB are enough to read what happened
+  log_bytes=$(wc -c <"$OUT/train-eagle3.log")
+  if [ "$log_bytes" -gt $((4 * 1024 * 1024)) ]; then
+    tail -c $((4 * 1024 * 1024)) "$OUT/train-eagle3.log" >"$OUT/train-eagle3.log.tail"
+    mv "$OUT/train-eagle3.log.tail" "$OUT/train-eagle3.log"
+  fi
+  "$PYTHON" - "$eagle_dir" "$eagle_features" "$OUT" "$rc" <<'EOF'
+import hashlib, json, sys
+from pathlib import Path
+draft, features, out, rc = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+def read(path):
+    return json.loads(path.read_text()) if path.exists() else {}
+# decoder/training/eagle3.py: train_log.jsonl holds a record per optimizer step (loss, top1_s, acceptance_s,
+# tokens_per_s) and one per dev eval ("dev": per language and "all", top1_s and acceptance_s per TTT step)
+log = draft / "train_log.jsonl"
+records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+steps = [r for r in records if "loss" in r]
+evals = [r for r in records if "dev" in r]
+state = read(draft / "checkpoint" / "state.json")
+weights = draft / "model.safetensors"
+def per_step(row, key):  # [row[key_0], row[key_1], ...]: one value per TTT step
+    n = sum(1 for k in row if k.startswith(key + "_"))
+    return [row[f"{key}_{s}"] for s in range(n)] if row else None
+last = evals[-1]["dev"].get("all", {}) if evals else {}
+first = evals[0]["dev"].get("all", {}) if evals else {}
+device = out / "train-eagle3-device.json"
+rows = {
+    "exit": rc,
+    "tokens": state.get("tokens"), "steps": state.get("step"), "complete": state.get("complete"),
+    # tokens_per_s counts from the start of this call's loop, so the last step's is this call's rate
+    "tokens_per_s": steps[-1]["tokens_per_s"] if steps else None,
+    "last_loss": steps[-1]["loss"] if steps else None,
+    "train_top1": per_step(steps[-1], "top1") if steps else None,  # the last batch's, per TTT step
+    "features_tokens": read(features / "manifest.json").get("tokens"),
+    # the last dev eval (a run stopped by --max-minutes evaluates every --eval-every steps, not at its end)
+    "dev_eval_step": evals[-1]["step"] if evals else None,
+    "dev_top1": per_step(last, "top1") if last else None,
+    "dev_acceptance": per_step(last, "acceptance") if last else None,
+    "dev_expected_acceptance": last.get("expected_acceptance"),
+    "dev_first_top1": per_step(first, "top1") if first else None,  # the untrained (or --init) baseline
+    "dev_last": evals[-1]["dev"] if evals else None,
+    "model_sha256": hashlib.sha256(weights.read_bytes()).hexdigest() if weights.exists() else None,
+    "parts": sorted(p.name for p in (out / "draft").glob("model.safetensors.part-*")),
+    "join": "cat model.safetensors.part-* > model.safetensors",
+    "device": read(device),
+}
+device.unlink(missing_ok=True)
+json.dump(rows, open(out / "train-eagle3.json", "w"), indent=1)
+print("\n".join(f"{k:>23}: {v}" for k, v in rows.items() if k != "dev_last"))
+EOF
+  exit "$rc"
+  ;;
 *)
-  echo "unknown step $step: tests | bench | eval | train | bench-trained" >&2
+  echo "unknown step $step: tests | bench | eval | train | bench-trained | train-eagle3 | bench-eagle3" >&2
   exit 2
   ;;
 esac

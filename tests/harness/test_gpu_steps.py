@@ -7,6 +7,7 @@ cases. What it leaves under $OUT must exist and parse, as the runbook's readers 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -94,3 +95,61 @@ def test_eval_and_tests_smoke(gpu_root, tmp_path):
     summary = json.loads((tmp_path / "tests" / "tests.json").read_text())
     assert summary["exit"] == 0 and summary["tests"] >= 2 and not summary["failed"]
     assert ET.parse(tmp_path / "tests" / "tests.xml").getroot().find("testsuite") is not None
+
+
+def test_train_eagle3_smoke_resumes_returns_the_draft_and_bench_eagle3_compares_it(gpu_root, tmp_path):
+    from safetensors.torch import load_file
+
+    from speccomplete.decoder.drafts.eagle3 import WEIGHTS, load_eagle3, read_config
+    from speccomplete.decoder.models import load_model
+
+    eagle_dir = gpu_root / "train-eagle3" / "draft"
+    first = tmp_path / "first"
+    run_step(gpu_root, first, "train-eagle3", "--smoke")  # --max-minutes 0.0005: a step or a few, then a checkpoint
+    stopped = json.loads((first / "train-eagle3.json").read_text())
+    assert stopped["exit"] == 0 and stopped["complete"] is False and stopped["steps"] >= 1
+    assert stopped["tokens_per_s"] > 0 and len(stopped["train_top1"]) == 3  # --ttt-steps 3, the default
+    assert 0 < stopped["features_tokens"] <= 2048 and stopped["features_tokens"] % 64 == 0  # whole sequences of 64
+    assert stopped["dev_eval_step"] == 0 and len(stopped["dev_first_top1"]) == 3  # the untrained baseline
+    assert stopped["device"]["date_utc"] and not (first / "train-eagle3-device.json").exists()
+    assert "the same command resumes" in (first / "train-eagle3.log").read_text()
+
+    second = tmp_path / "second"
+    run_step(gpu_root, second, "train-eagle3", "--smoke", TRAIN_MINUTES="5")  # the same command, time to finish
+    finished = json.loads((second / "train-eagle3.json").read_text())
+    assert finished["exit"] == 0 and finished["complete"] is True and finished["steps"] > stopped["steps"]
+    assert finished["tokens"] == 4000 // 128 * 128  # whole steps of 2 x 64 within --train-tokens 4k, both calls
+    # it went on from the checkpoint: one log, its steps counted on across the two calls
+    log = [json.loads(line) for line in (eagle_dir / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "loss" in r] == list(range(1, finished["steps"] + 1))
+    assert finished["features_tokens"] == stopped["features_tokens"]  # the cached features, reused
+    # the dev eval at the end: top-1 and acceptance per TTT step, from the folder's log
+    assert finished["dev_eval_step"] == finished["steps"]
+    assert len(finished["dev_top1"]) == len(finished["dev_acceptance"]) == 3
+    assert all(0 <= x <= 1 for x in finished["dev_top1"] + finished["dev_acceptance"])
+    assert finished["dev_expected_acceptance"] == finished["dev_acceptance"][0]
+    assert set(finished["dev_last"]) == {"python", "all"}
+    # at most the device tool's 8 files come back, each under 16 MiB
+    returned = [p for p in second.rglob("*") if p.is_file()]
+    assert len(returned) <= 8 and all(p.stat().st_size <= 15 * 2**20 for p in returned)
+
+    # the parts join into the file the machine wrote, and the folder loads as an EAGLE-3 draft for the target
+    parts = sorted((second / "draft").glob("model.safetensors.part-*"))
+    assert parts and [p.name for p in parts] == finished["parts"]
+    folder = second / "draft"
+    joined = b"".join(p.read_bytes() for p in parts)
+    assert hashlib.sha256(joined).hexdigest() == finished["model_sha256"]
+    (folder / WEIGHTS).write_bytes(joined)
+    for p in parts:
+        p.unlink()
+    config = read_config(folder)
+    assert config["speculators_model_type"] == "eagle3" and config["head_from_target"] is False  # --with-head
+    assert config["specdec"]["tokens_seen"] == finished["tokens"] and "lm_head.weight" in load_file(folder / WEIGHTS)
+    target, _ = load_model(str(gpu_root / "models" / "tiny"), device="cpu")  # the fixture's SPECDEC_TARGET
+    assert load_eagle3(folder, target).shape.draft_vocab == 64
+    assert "| python |" in (folder / "README.md").read_text()
+
+    run_step(gpu_root, tmp_path / "bench", "bench-eagle3", "--smoke")
+    data = json.loads((tmp_path / "bench" / "bench-eagle3.json").read_text())
+    assert {"spec_draft_ngram+self", f"spec_draft_{eagle_dir}"} <= set(data["methods"])
+    assert str(eagle_dir) in data["draft"] and "hf_greedy" not in data["methods"]  # --no-hf
