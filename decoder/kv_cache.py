@@ -115,10 +115,21 @@ def forward_tapped(
 
 def forward_hidden(model, cache: Cache, ids: list[int] | torch.Tensor) -> torch.Tensor:
     """forward_logits without the head: the final hidden states of `ids`, [len(ids), hidden]."""
+    return forward_hidden_tapped(model, cache, ids, ())[0]
+
+
+def forward_hidden_tapped(
+    model, cache: Cache, ids: list[int] | torch.Tensor, taps: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """forward_hidden that also returns the states entering layers `taps`, as forward_tapped does."""
     input_ids = _input_ids(model, ids)
     if _runs_lean(model, cache):
-        return lean_forward.lean_hidden(model, cache, input_ids)
-    return model.base_model(input_ids=input_ids, past_key_values=cache, use_cache=True).last_hidden_state[0]
+        tapped: list[torch.Tensor] = []
+        hidden = lean_forward.lean_hidden(model, cache, input_ids, taps, tapped)
+        return hidden, (torch.cat(tapped, dim=-1) if taps else None)
+    out = model.base_model(input_ids=input_ids, past_key_values=cache, use_cache=True, output_hidden_states=bool(taps))
+    features = torch.cat([out.hidden_states[k][0] for k in taps], dim=-1) if taps else None
+    return out.last_hidden_state[0], features
 
 
 def _input_ids(model, ids: list[int] | torch.Tensor) -> torch.Tensor:

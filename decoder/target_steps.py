@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .kv_cache import forward_hidden, forward_logits, forward_tapped, keep_first, new_cache
+from .kv_cache import forward_hidden_tapped, forward_logits, forward_tapped, keep_first, new_cache
 from .models import STEPS
 
 # Tokens a fixed-shape cache holds unless the model's context window is shorter: a long editor
@@ -101,7 +101,11 @@ class EagerTarget:
 
     def hidden(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
-        return self._append(ids, lambda: forward_hidden(self.model, self.cache, ids))
+        taps = self.features.taps if self.features is not None else ()
+        hidden, states = self._append(ids, lambda: forward_hidden_tapped(self.model, self.cache, ids, taps))
+        if self.features is not None:
+            self.features.append(states)
+        return hidden
 
     def _append(self, ids: list[int], run):
         try:
@@ -212,8 +216,9 @@ class FixedShapeTarget:
         taps = self.features.taps if self.features is not None else ()
         return forward_tapped(self.model, self.cache, input_ids, input_ids.shape[1], taps)
 
-    def _hidden_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return forward_hidden(self.model, self.cache, input_ids)
+    def _hidden_forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        taps = self.features.taps if self.features is not None else ()
+        return forward_hidden_tapped(self.model, self.cache, input_ids, taps)
 
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
@@ -228,32 +233,35 @@ class FixedShapeTarget:
 
     def hidden(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
+        taps = self.features.taps if self.features is not None else ()
         if len(ids) > self.buckets[-1] or not self.compiled:  # eager: the feed's own shape is cheapest
-            return self._append_unpadded(ids, lambda: forward_hidden(self.model, self.cache, ids))
-        return self._append_padded(ids, self._padded_hidden, len(ids))
+            hidden, states = self._append_unpadded(
+                ids, lambda: forward_hidden_tapped(self.model, self.cache, ids, taps)
+            )
+        else:
+            hidden, states = self._append_padded(ids, self._padded_hidden, len(ids))
+        if self.features is not None:
+            self.features.append(states)
+        return hidden
 
-    def _append_unpadded(self, ids: list[int], run) -> torch.Tensor:
+    def _append_unpadded(self, ids: list[int], run):
         self._start_at_end(len(ids))
         out = run()
         self.tokens += ids
         return out
 
     def _append_padded(self, ids: list[int], padded, keep: int):
-        """Feed `ids` padded to a row bucket; returns `padded`'s rows for the last `keep` of them
-        (for a (logits, tapped states) pair: those logits, and the states of every row fed)."""
+        """Feed `ids` padded to a row bucket; `padded` returns (rows, tapped states or None): returns
+        its rows for the last `keep` of them, and the states of every row fed."""
         n = len(ids)
         self._start_at_end(n)
         rows = next(b for b in self.buckets if b >= n)
         input_ids = torch.tensor([ids + ids[-1:] * (rows - n)], device=self.model.device)
         if self.compiled:
             torch.compiler.cudagraph_mark_step_begin()
-        out = padded(input_ids)
+        rows, states = padded(input_ids)
         # copies: the next replay of a captured graph overwrites its outputs
-        if isinstance(out, tuple):
-            logits, states = out
-            out = (logits[n - keep : n].clone(), None if states is None else states[:n].clone())
-        else:
-            out = out[n - keep : n].clone()
+        out = (rows[n - keep : n].clone(), None if states is None else states[:n].clone())
         self.tokens += ids
         return out
 

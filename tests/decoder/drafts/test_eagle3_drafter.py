@@ -94,6 +94,34 @@ def test_kept_states_are_a_fresh_pass_s_after_rollbacks(steps_kind, llama, token
         torch.testing.assert_close(steps.features.rows(0, len(held)), want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("steps_kind", ["eager", "fixed"])
+def test_a_self_draft_on_the_same_steps_keeps_the_states_aligned(steps_kind, llama, tokenizer):
+    """The bench runs every drafter on one target's steps: a SelfDrafter's hidden-state feeds must
+    keep the EAGLE-3 draft's states too, or later rounds would read another position's."""
+    from speccomplete.decoder.drafts import SelfDrafter
+
+    policy = HeuristicGamma(max_gamma=6)
+    eagle = Eagle3Drafter(make_draft(llama), llama)
+    self_draft = SelfDrafter(llama, torch.arange(llama.get_output_embeddings().out_features))
+    steps = (
+        EagerTarget(llama)
+        if steps_kind == "eager"
+        else FixedShapeTarget(llama, 256, round_rows(policy, eagle), taps=eagle.target_taps)
+    )
+    spec_eagle = SpeculativeDecoder(llama, tokenizer, eagle, policy, steps=steps)
+    spec_self = SpeculativeDecoder(llama, tokenizer, self_draft, HeuristicGamma(max_gamma=6), steps=steps)
+    reference = SpeculativeDecoder(llama, tokenizer)
+    for prompt in PROMPTS[:3]:
+        want = generate(reference, prompt, max_new_tokens=MAX_NEW).token_ids
+        assert generate(spec_self, prompt, max_new_tokens=MAX_NEW).token_ids == want
+        assert steps.features is not None and steps.features.length == len(steps.tokens)
+        assert generate(spec_eagle, prompt, max_new_tokens=MAX_NEW).token_ids == want
+        with torch.inference_mode():
+            out = llama(input_ids=torch.tensor([steps.tokens], device=llama.device), output_hidden_states=True)
+        kept = torch.cat([out.hidden_states[k][0] for k in eagle.target_taps], dim=-1)
+        torch.testing.assert_close(steps.features.rows(0, len(steps.tokens)), kept, rtol=1e-4, atol=1e-4)
+
+
 def test_draft_cache_equals_its_rows_built_afresh(llama, tokenizer):
     draft = make_draft(llama)
     drafter = Eagle3Drafter(draft, llama)
