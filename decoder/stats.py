@@ -21,6 +21,7 @@ class GenerationStats:
     gammas: list[int] = field(default_factory=list)  # drafts proposed in each round
     lookup_drafted: int = 0  # of `drafted`, the tokens copied from the context (hybrid drafts)
     lookup_accepted: int = 0
+    lookup_rejected_rounds: int = 0  # of `rejected_rounds`, those whose drafts were a copy
     prefill_ms: float = 0.0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -39,6 +40,7 @@ class GenerationStats:
         self.accepted += accepted
         if accepted < drafted:
             self.rejected_rounds += 1
+            self.lookup_rejected_rounds += lookup
         if drafted:
             while len(self.accepted_histogram) <= accepted:
                 self.accepted_histogram.append(0)
@@ -48,6 +50,11 @@ class GenerationStats:
     def alpha(self) -> float | None:
         """Per-token acceptance estimate α̂ (speccomplete.metrics.acceptance_rate)."""
         return acceptance_rate(self.accepted, self.rejected_rounds)
+
+    @property
+    def model_alpha(self) -> float | None:
+        """α̂ at the positions a model drafted (not copied by a prompt lookup): the draft's own acceptance."""
+        return acceptance_rate(self.accepted - self.lookup_accepted, self.rejected_rounds - self.lookup_rejected_rounds)
 
     @property
     def mean_accepted(self) -> float | None:
@@ -61,6 +68,7 @@ class GenerationStats:
     def to_dict(self) -> dict:
         return asdict(self) | {
             "alpha": self.alpha,
+            "model_alpha": self.model_alpha,
             "mean_accepted": self.mean_accepted,
             "tokens_per_s": self.tokens_per_s,
         }

@@ -190,6 +190,15 @@ def weight_bytes_per_token(model) -> int:
     return total
 
 
+def model_alpha(runs: list[Run]) -> float | None:
+    """α̂ pooled over runs at the positions a model drafted, lookup copies left out (GenerationStats.model_alpha)."""
+    stats = [run.stats for run in runs if run.stats is not None]
+    return acceptance_rate(
+        sum(s.accepted - s.lookup_accepted for s in stats),
+        sum(s.rejected_rounds - s.lookup_rejected_rounds for s in stats),
+    )
+
+
 def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
     """The bench JSON's `overall`, `languages` and `methods` rows, from per-case runs."""
     names = list(results[0].runs)
@@ -223,6 +232,7 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
             "decode_speedup_vs_ar": tps(rows, "spec", True) / tps(rows, "ar", True),
             "speedup_vs_assisted": spec / assisted if assisted else None,
             "alpha": acceptance_rate(accepted, rejected),
+            "model_alpha": model_alpha([r.runs["spec"] for r in rows]),
             "mean_accepted": mean_accepted_length(accepted, drafting_rounds),
             "lookup_share": sum(s.lookup_accepted for s in stats) / accepted if accepted else None,
             "identical_to_ar": all(
@@ -242,6 +252,7 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
             "tokens_per_s": tps(results, name),
             "decode_tokens_per_s": tps(results, name, True) if ours else None,
             "vs_ar": tps(results, name) / tps(results, "ar"),
+            "model_alpha": model_alpha([r.runs[name] for r in results]) if ours else None,
             "identical_to_ar": all(r.runs[name].tokens == r.runs["ar"].tokens for r in results),
         }
     followups = [r.followup for r in results if r.followup]
@@ -349,6 +360,7 @@ def format_table(data: dict) -> str:
         ("xHF", 6),
         ("HF grdy", 8),
         ("alpha", 6),
+        ("mdl α", 6),
         ("acc/rd", 6),
         ("lookup", 6),
         ("same", 5),
@@ -382,6 +394,7 @@ def format_table(data: dict) -> str:
                     fmt(r["speedup_vs_assisted"], 6),
                     fmt(r["hf_greedy_tokens_per_s"], 8, 1),
                     fmt(r["alpha"], 6),
+                    fmt(r["model_alpha"], 6),
                     fmt(r["mean_accepted"], 6),
                     fmt(r["lookup_share"], 6),
                     fmt(r["identical_to_ar"], 5),
@@ -395,11 +408,12 @@ def format_table(data: dict) -> str:
         + f"; slowest language: {low['speedup_vs_ar']:.2f}x end to end, {low['decode_speedup_vs_ar']:.2f}x decode"
     )
     lines.append("")
-    lines.append(f"{'method':>22} {'t/s':>7} {'dec t/s':>8} {'vs ar':>6} {'same':>5}  what")
+    lines.append(f"{'method':>22} {'t/s':>7} {'dec t/s':>8} {'vs ar':>6} {'model α':>7} {'same':>5}  what")
     for name, m in data["methods"].items():
         lines.append(
             f"{name:>22} {m['tokens_per_s']:7.1f} {fmt(m['decode_tokens_per_s'], 8, 1)} "
-            f"{m['vs_ar']:6.2f} {fmt(m['identical_to_ar'], 5)}  {data['methods_doc'].get(name, '')}"
+            f"{m['vs_ar']:6.2f} {fmt(m.get('model_alpha'), 7)} {fmt(m['identical_to_ar'], 5)}  "
+            f"{data['methods_doc'].get(name, '')}"
         )
     if data.get("bandwidth_bound"):
         b = data["bandwidth_bound"]

@@ -446,6 +446,16 @@ def test_stats_alpha_and_record_round():
     assert s.mean_accepted == pytest.approx(7 / 4)
 
 
+def test_model_alpha_leaves_lookup_copies_out():
+    s = GenerationStats()
+    for drafted, accepted, lookup in [(6, 6, True), (5, 2, True), (3, 1, False), (2, 2, False), (4, 0, False)]:
+        s.record_round(drafted, accepted, lookup)
+    assert s.lookup_rejected_rounds == 1 and s.rejected_rounds == 3
+    assert s.model_alpha == pytest.approx(3 / (3 + 2))  # the model's 3 accepted, its 2 rejecting rounds
+    assert s.alpha == pytest.approx(11 / (11 + 3))
+    assert s.to_dict()["model_alpha"] == s.model_alpha
+
+
 def test_stats_from_a_real_generation(llama, tokenizer):
     dec = SpeculativeDecoder(llama, tokenizer, ModelDrafter(derive_draft(llama, [0])), FixedGamma(4))
     g = generate(dec, PROMPTS[0], max_new_tokens=20)
