@@ -64,6 +64,9 @@ class Eagle3Shape:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     max_positions: int = 32768
+    # The layer's residual is the feature half after hidden_norm instead of before (speculators' and
+    # vLLM's flag of that name). Off by default: it did not train faster here (docs/eagle3.md).
+    norm_before_residual: bool = False
 
     def __post_init__(self):
         # the states are concatenated in layer order, as the target's forward passes them (vLLM does too)
@@ -141,6 +144,7 @@ class Layer(torch.nn.Module):
         self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.hidden_norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
+        self.norm_before_residual = shape.norm_before_residual
 
     def qkv(self, embeds: torch.Tensor, hidden: torch.Tensor, cos, sin):
         x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)
@@ -149,7 +153,8 @@ class Layer(torch.nn.Module):
     def finish(self, hidden: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         """attended [B, H, T, d]: the attention's output before o_proj."""
         b, _, t, _ = attended.shape
-        x = hidden + self.self_attn.o_proj(attended.transpose(1, 2).reshape(b, t, -1))
+        residual = self.hidden_norm(hidden) if self.norm_before_residual else hidden
+        x = residual + self.self_attn.o_proj(attended.transpose(1, 2).reshape(b, t, -1))
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -299,7 +304,7 @@ def speculators_config(
         "draft_vocab_size": shape.draft_vocab,
         "eagle_aux_hidden_state_layer_ids": list(shape.aux_layers),
         "target_hidden_size": None,
-        "norm_before_residual": False,
+        "norm_before_residual": shape.norm_before_residual,
         "norm_before_fc": False,
         "fc_norm": False,
         "norm_output": False,
@@ -340,6 +345,7 @@ def shape_from_config(config: dict) -> Eagle3Shape:
             rms_norm_eps=float(layer.get("rms_norm_eps", 1e-6)),
             rope_theta=float(rope.get("rope_theta", layer.get("rope_theta", 10000.0))),
             max_positions=int(layer.get("max_position_embeddings", 32768)),
+            norm_before_residual=bool(config.get("norm_before_residual", False)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise Eagle3LoadError(f"not an EAGLE-3 config: {e!r}") from e

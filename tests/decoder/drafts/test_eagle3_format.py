@@ -46,7 +46,7 @@ def _shape(kind: str, target) -> Eagle3Shape:
     if kind == "for_target":  # 32 wide: one 32-wide head
         return Eagle3Shape.for_target(target, draft_vocab=DRAFT_VOCAB)
     # grouped-query heads whose total width differs from the hidden size, a non-default rope base and eps,
-    # and the last layer id (num_layers) that speculators allows
+    # the last layer id (num_layers) that speculators allows, and the raw feature half as the residual
     return Eagle3Shape(
         hidden_size=32,
         num_heads=4,
@@ -59,6 +59,7 @@ def _shape(kind: str, target) -> Eagle3Shape:
         rms_norm_eps=1e-5,
         rope_theta=500.0,
         max_positions=512,
+        norm_before_residual=False,
     )
 
 
@@ -132,7 +133,8 @@ def test_speculators_config_classes_read_the_config(tmp_path, target, kind):
     assert config.speculators_model_type == "eagle3"
     assert config.draft_vocab_size == DRAFT_VOCAB and config.target_vocab_size == BYTE_VOCAB
     assert config.eagle_aux_hidden_state_layer_ids == list(shape.aux_layers)
-    assert not (config.norm_before_residual or config.norm_before_fc or config.fc_norm or config.norm_output)
+    assert config.norm_before_residual == shape.norm_before_residual
+    assert not (config.norm_before_fc or config.fc_norm or config.norm_output)
     layer = config.transformer_layer_config
     assert layer.model_type == "llama" and layer.num_hidden_layers == 1
     assert (layer.hidden_size, layer.num_attention_heads, layer.num_key_value_heads, layer.head_dim) == (
