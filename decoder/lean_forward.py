@@ -73,7 +73,15 @@ _LAYER_NORMS = (
 
 def _customized(module) -> bool:
     """A forward replaced on the instance, or hooked: what it does is no longer the class's."""
-    return "forward" in vars(module) or bool(module._forward_hooks or module._forward_pre_hooks)
+    hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+    return "forward" in vars(module) or any(not _records_outputs(hook) for hook in hooks)
+
+
+def _records_outputs(hook) -> bool:
+    """transformers' own output-recording hook: installed by the first forward asked for hidden states
+    (an EAGLE-3 draft's features on HF's forward) and left in place, it records only while HF's own
+    forward collects and never changes an output, so it is no reason to give up this forward."""
+    return getattr(hook, "__module__", "") == "transformers.utils.output_capturing"
 
 
 def lean_hidden(

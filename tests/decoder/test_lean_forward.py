@@ -97,3 +97,7 @@ def test_other_models_keep_hf_forward(gpt2, gemma3):
     hooked = copy.deepcopy(gemma3)
     hooked.get_submodule("model.layers.1.mlp").register_forward_hook(lambda module, args, out: out)
     assert lean_forward.supports(hooked)  # the lean forward calls the MLP as a module: its hooks run
+    recorded = copy.deepcopy(gemma3)
+    with torch.inference_mode():  # transformers installs its output-recording hooks and leaves them
+        recorded(input_ids=torch.tensor([[1, 2, 3]], device=recorded.device), output_hidden_states=True)
+    assert any(m._forward_hooks for m in recorded.modules()) and lean_forward.supports(recorded)
