@@ -40,7 +40,7 @@ from ..drafts.trained import target_signature
 from ..kv_cache import forward_tapped, new_cache
 from .corpus import Shards
 from .fitness import fitness_from_logits
-from .train import BatchSampler, learning_rate, load_checkpoint, save_checkpoint
+from .train import BatchSampler, learning_rate, load_checkpoint, record_evaluation, save_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -491,16 +491,4 @@ def _evaluate(
     draft.eval()
     fitness = dev_fitness(draft, embed_weight, dev, cfg, target_head)
     draft.train()
-    if sampler is not None:
-        sampler.set_fitness({k: v["expected_acceptance"] for k, v in fitness.items() if k != "all"}, cfg.scdf_strength)
-    entry = {"step": state["step"], "tokens": state["tokens"], "dev": fitness}
-    state["evals"].append(entry)
-    log_file.write(json.dumps(entry) + "\n")
-    log_file.flush()
-    if "all" in fitness:
-        log.info(
-            "step %d: dev expected acceptance %.3f, top-1 %.3f",
-            state["step"],
-            fitness["all"]["expected_acceptance"],
-            fitness["all"]["top1_0"],
-        )
+    record_evaluation(fitness, sampler, cfg.scdf_strength, state, log_file, top1_key="top1_0")

@@ -351,8 +351,21 @@ def _evaluate(
     draft.eval()
     fitness = dev_fitness(target, draft, dev, cfg.eval_sequences, cfg.eval_tokens)
     draft.train()
+    record_evaluation(fitness, sampler, cfg.scdf_strength, state, log_file, top1_key="top1_agreement")
+
+
+def record_evaluation(
+    fitness: dict[str, dict[str, float]],
+    sampler: BatchSampler | None,
+    scdf_strength: float,
+    state: dict,
+    log_file,
+    top1_key: str,
+) -> None:
+    """What a dev evaluation feeds: s-CDF's language weights (the sampler's), the run's state and its
+    log file. Shared with decoder/training/eagle3.py, whose fitness names top-1 per TTT step."""
     if sampler is not None:
-        sampler.set_fitness({k: v["expected_acceptance"] for k, v in fitness.items() if k != "all"}, cfg.scdf_strength)
+        sampler.set_fitness({k: v["expected_acceptance"] for k, v in fitness.items() if k != "all"}, scdf_strength)
     entry = {"step": state["step"], "tokens": state["tokens"], "dev": fitness}
     state["evals"].append(entry)
     log_file.write(json.dumps(entry) + "\n")
@@ -362,5 +375,5 @@ def _evaluate(
             "step %d: dev expected acceptance %.3f, top-1 %.3f",
             state["step"],
             fitness["all"]["expected_acceptance"],
-            fitness["all"]["top1_agreement"],
+            fitness["all"][top1_key],
         )
