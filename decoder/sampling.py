@@ -58,6 +58,20 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     return (probs / race).argmax(-1)
 
 
+def draw_draft(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, min_confidence: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """A model draft's next token from its logits [1, V']: (its index [1], and its probabilities
+    [1, V'] when sampling, the q of the acceptance test), or None where the draft's top
+    probability is under `min_confidence`: its drafting stops there."""
+    probs = probabilities(logits, params) if not params.greedy or min_confidence else None
+    if probs is not None and min_confidence and float(probs.max()) < min_confidence:
+        return None
+    if params.greedy or probs is None:
+        return logits.argmax(-1), None
+    return sample(probs, generator), probs
+
+
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Chen et al.: after a rejection, sample from norm(max(0, p - q)) (left unnormalized for `sample`).
 

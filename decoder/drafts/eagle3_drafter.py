@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from ..sampling import probabilities, sample
+from ..sampling import draw_draft
 from .base import Drafter, Proposal
 from .eagle3 import Eagle3, KVCache
 
@@ -84,15 +84,11 @@ class Eagle3Drafter(Drafter):
         qs: list[torch.Tensor] = []
         try:
             while True:
-                logits = draft.logits(state)
-                probs = probabilities(logits, params) if not params.greedy or min_confidence else None
-                if probs is not None and min_confidence and float(probs.max()) < min_confidence:
+                drawn = draw_draft(draft.logits(state), params, generator, min_confidence)
+                if drawn is None:
                     break
-                if params.greedy:
-                    index = logits.argmax(-1)
-                else:
-                    assert probs is not None  # computed for every sampled step
-                    index = sample(probs, generator)
+                index, probs = drawn
+                if probs is not None:
                     qs.append(probs.new_zeros(self.target_vocab).scatter_(0, self.vocab_ids, probs[0]))
                 token = self.vocab_ids[index]
                 tokens.append(int(token))

@@ -9,7 +9,7 @@ import torch
 
 from ..kernels import PackedLinear
 from ..kv_cache import head_logits
-from ..sampling import probabilities, sample
+from ..sampling import draw_draft
 from .base import Drafter, Proposal
 from .derived import head_rows
 
@@ -87,15 +87,11 @@ class SelfDrafter(Drafter):
         qs: list[torch.Tensor] = []
         hidden = [steps.hidden(committed[-1:])]
         while len(tokens) < min(gamma, self.max_drafts):
-            logits = head_logits(self.target, self.head, hidden[-1][-1:])
-            probs = probabilities(logits, params) if not params.greedy or min_confidence else None
-            if probs is not None and min_confidence and float(probs.max()) < min_confidence:
+            drawn = draw_draft(head_logits(self.target, self.head, hidden[-1][-1:]), params, generator, min_confidence)
+            if drawn is None:
                 break
-            if params.greedy:
-                index = logits.argmax(-1)
-            else:
-                assert probs is not None  # computed for every sampled step
-                index = sample(probs, generator)
+            index, probs = drawn
+            if probs is not None:
                 qs.append(probs.new_zeros(self.target_vocab).scatter_(0, self.vocab_ids, probs[0]))
             tokens.append(int(self.vocab_ids[index]))  # a read back per draft: the cache tracks host ids
             copied = lookup(tokens) if lookup is not None else []
