@@ -127,8 +127,18 @@ def add_finetune_parser(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("--objective", default="kd", help="ce, kd or ce+kd")
     p.add_argument("--kd-topk", type=int, default=0, help="KL on the teacher's top-k only (0: full)")
+    add_training_loop_args(p, batch_size=4, eval_sequences=4, eval_tokens=256)
+    add_model_args(p)
+    return p
+
+
+def add_training_loop_args(
+    p: argparse.ArgumentParser, *, batch_size: int, eval_sequences: int, eval_tokens: int
+) -> None:
+    """The options every draft-training command shares (finetune, train-eagle3): sampling, optimizer,
+    precision, evaluation, checkpoints and the time limit. Defaults that differ between them are arguments."""
     p.add_argument("--balance", default="natural", help="natural, uniform, or scdf (upweight worst-fitting languages)")
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=batch_size)
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--warmup-tokens", default="100k")
@@ -138,8 +148,8 @@ def add_finetune_parser(sub) -> argparse.ArgumentParser:
         help="auto (bf16 autocast on CUDA, fp32 on CPU: bf16 measured 3-30x slower on CPUs without AMX), fp32, bf16",
     )
     p.add_argument("--eval-every", type=int, default=200)
-    p.add_argument("--eval-sequences", type=int, default=4, help="dev sequences per language")
-    p.add_argument("--eval-tokens", type=int, default=256, help="positions scored per dev sequence")
+    p.add_argument("--eval-sequences", type=int, default=eval_sequences, help="dev sequences per language")
+    p.add_argument("--eval-tokens", type=int, default=eval_tokens, help="positions scored per dev sequence")
     p.add_argument("--checkpoint-every", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-resume", action="store_true")
@@ -149,8 +159,6 @@ def add_finetune_parser(sub) -> argparse.ArgumentParser:
         help="stop training after this much wall-clock time, checkpoint, and write the draft; "
         "running the same command again resumes (default: no limit)",
     )
-    add_model_args(p)
-    return p
 
 
 def cmd_finetune(args) -> int:

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from speccomplete.decoder.models import DEFAULT_TARGET
 
-from .drafting import _special_ids, _tokens, _use_bf16
+from .drafting import _special_ids, _tokens, _use_bf16, add_training_loop_args
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -37,25 +37,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--aux-layers", help="comma-separated target layer ids the draft reads (default: low, mid, high)")
     p.add_argument("--ttt-steps", type=int, default=3, help="training-time-test steps (draft tokens trained per row)")
     p.add_argument("--decay", type=float, default=0.8, help="loss weight decay per TTT step")
-    p.add_argument("--balance", default="natural", help="natural, uniform, or scdf (upweight worst-fitting languages)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--warmup-tokens", default="100k")
-    p.add_argument("--precision", default="auto", help="auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16")
-    p.add_argument("--eval-every", type=int, default=200)
-    p.add_argument("--eval-sequences", type=int, default=8, help="dev sequences per language")
-    p.add_argument("--eval-tokens", type=int, default=128, help="positions scored per dev sequence")
-    p.add_argument("--checkpoint-every", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init", help="draft:FOLDER: go on training an EAGLE-3 folder (its vocabulary and aux layers)")
-    p.add_argument("--no-resume", action="store_true")
-    p.add_argument(
-        "--max-minutes",
-        type=float,
-        help="stop training after this much wall-clock time, checkpoint, and write the draft; "
-        "running the same command again resumes",
-    )
+    add_training_loop_args(p, batch_size=8, eval_sequences=8, eval_tokens=128)
     p.add_argument(
         "--with-head",
         action="store_true",
