@@ -149,6 +149,16 @@ def test_lossless_with_a_narrower_draft_vocabulary(target, small_tokenizer):
     assert exact[12:].sum() > 0.01 or exact[:, 12:].sum() > 0.01  # tokens only the target can produce matter
 
 
+def exact_joint_of_second_and_third(model, params) -> np.ndarray:
+    """P(t2, t3) after PROMPT, summed over t1: what a drafter whose first token comes from the prefill
+    is tested on (one round drafts t2, the target adds t3)."""
+    with torch.inference_mode():
+        x = torch.tensor([PROMPT + [a, b] for a in range(V) for b in range(V)], device=model.device)
+        probs = probabilities(model(input_ids=x, use_cache=False).logits, params).double()  # [V*V, 3, V]
+    first, second, third = probs[0, 0], probs[::V, 1], probs[:, 2].view(V, V, V)
+    return torch.einsum("a,ab,abc->bc", first, second, third).cpu().numpy()
+
+
 def test_lossless_with_the_target_drafting_for_itself(target, small_tokenizer):
     """SelfDrafter: the target's own layers and a head over 10 of the 16 ids; q is zero elsewhere.
 
@@ -157,11 +167,7 @@ def test_lossless_with_the_target_drafting_for_itself(target, small_tokenizer):
     """
     ids = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11, 13, 15])
     params = SamplingParams(temperature=1.0)
-    with torch.inference_mode():
-        x = torch.tensor([PROMPT + [a, b] for a in range(V) for b in range(V)], device=target.device)
-        probs = probabilities(target(input_ids=x, use_cache=False).logits, params).double()  # [V*V, 3, V]
-    first, second, third = probs[0, 0], probs[::V, 1], probs[:, 2].view(V, V, V)
-    exact = torch.einsum("a,ab,abc->bc", first, second, third).cpu().numpy()
+    exact = exact_joint_of_second_and_third(target, params)
     outside = np.setdiff1d(np.arange(V), ids.numpy())
     assert exact[outside].sum() > 0.05  # tokens only the full head can produce matter
     decoder = SpeculativeDecoder(target, small_tokenizer, SelfDrafter(target, ids), FixedGamma(2))
@@ -190,11 +196,7 @@ def test_lossless_with_an_eagle3_draft(target, small_tokenizer):
     with torch.no_grad():
         draft.lm_head.weight.mul_(4)  # a peakier q than the target's rows give: p and q differ
     params = SamplingParams(temperature=1.0)
-    with torch.inference_mode():
-        x = torch.tensor([PROMPT + [a, b] for a in range(V) for b in range(V)], device=target.device)
-        probs = probabilities(target(input_ids=x, use_cache=False).logits, params).double()  # [V*V, 3, V]
-    first, second, third = probs[0, 0], probs[::V, 1], probs[:, 2].view(V, V, V)
-    exact = torch.einsum("a,ab,abc->bc", first, second, third).cpu().numpy()
+    exact = exact_joint_of_second_and_third(target, params)
     decoder = SpeculativeDecoder(target, small_tokenizer, Eagle3Drafter(draft.eval(), target), FixedGamma(2))
     counts = np.zeros((V, V))
     drafted = accepted = 0
