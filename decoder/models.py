@@ -104,6 +104,19 @@ def resolve(spec: str) -> str:
     return spec  # a hub id; from_pretrained says whether it is reachable
 
 
+def packaged_gguf(spec: str) -> Path:
+    """The GGUF file of a packaged alias, or `spec` itself when it is a .gguf file (for llama.cpp)."""
+    if spec in PACKAGED:
+        return PACKAGED[spec].gguf_path()
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return path
+    raise ModelNotFoundError(
+        f"llama.cpp runs GGUF files: {spec!r} is neither a packaged alias ({', '.join(PACKAGED)}) nor a .gguf file;"
+        " set the gguf option"
+    )
+
+
 def _converted_dir(alias: str) -> Path:
     out = cache_root() / "models" / alias
     if (out / "model.safetensors").exists() or (out / "model.safetensors.index.json").exists():

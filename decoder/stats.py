@@ -28,6 +28,7 @@ class GenerationStats:
     total_ms: float = 0.0
     ttft_ms: float = 0.0
     finish_reason: str = ""  # engine.FinishReason once decoded; the server also writes "reused" (no decoding)
+    draft_counts: str = "rounds"  # rounds (all recorded), totals (drafted/accepted only) or unreported (none)
     threads: int = 0  # on the CPU, the fewest intra-op threads any step ran with (cpu_threads.IdleCores); 0 elsewhere
 
     def record_round(self, drafted: int, accepted: int, lookup: bool = False) -> None:

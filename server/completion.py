@@ -12,10 +12,12 @@ import threading
 import time
 from dataclasses import dataclass
 
+from speccomplete.decoder.backends import TextDecoder
 from speccomplete.decoder.drafts import draft_label
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.loader import load_decoder
+from speccomplete.decoder.models import packaged_gguf
 from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.stats import GenerationStats
 from speccomplete.telemetry.events import CompletionEvent, Outcome, Trigger
@@ -31,17 +33,33 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Engine:
-    """The loaded models, and what telemetry calls them."""
+    """The loaded backend, and what telemetry calls it."""
 
-    decoder: SpeculativeDecoder
+    decoder: TextDecoder  # SpeculativeDecoder for the local backend
     target: str
     draft: str
     device: str
     fim: FimTokens | None  # the target's fill-in-the-middle tokens; None: prompt with the prefix only
+    backend: str = "local"
 
 
 def load_engine(options: ServerOptions) -> Engine:
-    """Load the target and build the drafter; slow (seconds to minutes), so never on the event loop."""
+    """Load the backend's models; slow (seconds to minutes), so never on the event loop."""
+    if options.backend == "llamacpp":
+        from speccomplete.decoder.backends.llamacpp import GGUFVocabulary, LlamaCppDecoder
+
+        gguf = options.gguf or str(packaged_gguf(options.target))
+        llama = LlamaCppDecoder(gguf, speculative=options.llamacpp_speculative)
+        draft = "none" if options.llamacpp_speculative == "none" else f"llama.cpp {options.llamacpp_speculative}"
+        return Engine(
+            llama, gguf, draft, f"cpu llama.cpp {llama.threads} threads", fim_tokens(GGUFVocabulary(gguf)), "llamacpp"
+        )
+    if options.backend == "openai":
+        from speccomplete.decoder.backends.openai_compatible import OpenAICompletionsDecoder
+
+        remote = OpenAICompletionsDecoder(options.openai_url, options.openai_model, options.openai_api_key_env)
+        # the server's model and drafting are its own business: prompt with the prefix only (no FIM tokens known)
+        return Engine(remote, options.openai_model or "", "unknown", options.openai_url, None, "openai")
     loaded = load_decoder(
         options.target,
         options.draft,
@@ -59,8 +77,10 @@ def load_engine(options: ServerOptions) -> Engine:
 
 
 def retune(engine: Engine, options: ServerOptions) -> Engine:
-    """The same models with a new γ policy and draft confidence (no reload)."""
+    """The same models with a new γ policy and draft confidence (no reload); other backends have neither."""
     old = engine.decoder
+    if not isinstance(old, SpeculativeDecoder):
+        return engine
     gamma = parse_gamma_policy(options.gamma)
     decoder = SpeculativeDecoder(
         old.target,
@@ -175,6 +195,7 @@ def _event(
         target=engine.target,
         draft=engine.draft,
         device=engine.device,
+        backend=engine.backend,
         settings=options.settings(),
         outcome=outcome,
         source=options.telemetry_source,

@@ -182,7 +182,7 @@ class SpecdecServer(LanguageServer):
             return  # the settings changed while it loaded; the newer load installs its own
         self.engine = engine
         log.info("models ready: %s on %s", what, engine.device)
-        self.set_status("ready", f"{options.target} + {options.draft} on {engine.device}")
+        self.set_status("ready", f"{engine.target} + {engine.draft} on {engine.device}")
 
     async def begin_progress(self, token: str, message: str) -> str | None:
         if not getattr(self.client_capabilities.window, "work_done_progress", False):

@@ -2,7 +2,7 @@
 
 Keys are camelCase, as LSP clients send them; each maps to the snake_case field below:
 
-    {"target": "gemma3-270m", "draft": "layers:0,1", "gamma": "heuristic",
+    {"backend": "local", "target": "gemma3-270m", "draft": "layers:0,1", "gamma": "heuristic",
      "maxTokensSingleLine": 32, "maxTokensMultiLine": 128, "debounceMs": 150,
      "telemetry": true, "telemetryPath": null, "telemetryText": false,
      "enabledLanguages": ["python", "rust"]}
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from speccomplete.decoder.backends.llamacpp import SPECULATIVE as LLAMACPP_SPECULATIVE
 from speccomplete.decoder.drafts import parse_draft_spec
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -32,8 +33,19 @@ from .prompt import DEFAULT_BUDGET_CHARS
 
 log = logging.getLogger(__name__)
 
-# Fields whose change needs the models reloaded; the rest apply to the next request.
-MODEL_FIELDS = ("target", "draft", "device", "dtype")
+# Fields whose change needs the models reloaded (or the backend rebuilt); the rest apply to the next request.
+MODEL_FIELDS = (
+    "backend",
+    "target",
+    "draft",
+    "device",
+    "dtype",
+    "gguf",
+    "llamacpp_speculative",
+    "openai_url",
+    "openai_model",
+    "openai_api_key_env",
+)
 
 
 @dataclass(frozen=True)
@@ -54,12 +66,25 @@ Count = Annotated[int, Range(1)]
 NonNegative = Annotated[float, Range(0)]
 
 
+def _check_speculative(name: str) -> None:
+    if name not in LLAMACPP_SPECULATIVE:
+        raise ValueError(f"expected one of {', '.join(LLAMACPP_SPECULATIVE)}")
+
+
 @dataclass(frozen=True)
 class ServerOptions:
+    # What decodes (decoder/backends/__init__.py): our decoder (target, draft, gamma, device, dtype apply),
+    # llama.cpp in-process on a GGUF (gguf, llamacpp_speculative), or an OpenAI-compatible server (openai_*).
+    backend: Literal["local", "llamacpp", "openai"] = "local"
     target: str = DEFAULT_TARGET  # packaged alias, local directory or HF id
     draft: Annotated[str, parse_draft_spec] = DEFAULT_DRAFT  # a draft spec: syntax in decoder/drafts/spec.py
     device: str = "auto"
     dtype: str = "auto"
+    gguf: str | None = None  # llamacpp: the GGUF file; None: the packaged target's own GGUF
+    llamacpp_speculative: Annotated[str, _check_speculative] = "none"  # llama.cpp's draftless methods
+    openai_url: str = "http://127.0.0.1:8080/v1"  # the server's base URL, up to /v1
+    openai_model: str | None = None  # the model name the server knows; None: its default
+    openai_api_key_env: str = "OPENAI_API_KEY"  # the environment variable holding the API key, if any
     gamma: Annotated[str, parse_gamma_policy] = "heuristic"  # an integer >= 0, heuristic[:START:MAX] or cost[:C:V]
     draft_confidence: Annotated[float, Range(0, 1)] = 0.0
     max_tokens_single_line: Count = 32

@@ -27,11 +27,16 @@ Source = Literal["eval", "bench", "sweep", "editor"]
 # covers the decoder's. Not checked when an event is built: a reason the decoder adds later must
 # not make the server fail to record a completion.
 FinishReason = Literal["", "eos", "length", "stop", "predicate", "cancelled", "reused"]
+# What the backend reported of its drafting: every round (ours: drafted, accepted, rejected_rounds,
+# the histogram), totals only (llama.cpp's draft_n and draft_n_accepted: no rounds, so no α̂), or
+# nothing (an OpenAI-compatible server such as vLLM reports no per-request draft counts).
+DraftCounts = Literal["rounds", "totals", "unreported"]
 
 TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 SOURCES: tuple[Source, ...] = get_args(Source)
 FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
+DRAFT_COUNTS: tuple[DraftCounts, ...] = get_args(DraftCounts)
 
 # GenerationStats.to_dict() keys that map onto event fields under another name.
 _STATS_RENAMES = {"new_tokens": "generated_tokens"}
@@ -67,6 +72,8 @@ class CompletionEvent:
     target: str = ""
     draft: str = ""  # "none" for plain autoregressive decoding
     device: str = ""
+    backend: str = "local"  # the decode backend: local (ours), llamacpp (in-process) or openai (an HTTP server)
+    draft_counts: DraftCounts = "rounds"
     settings: dict = field(default_factory=dict)  # gamma policy, temperature, max_new_tokens, ...
     outcome: Outcome = "shown"
     accepted_chars: int | None = None
@@ -79,6 +86,8 @@ class CompletionEvent:
             raise ValueError(f"trigger must be one of {TRIGGERS}, got {self.trigger!r}")
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+        if self.draft_counts not in DRAFT_COUNTS:
+            raise ValueError(f"draft_counts must be one of {DRAFT_COUNTS}, got {self.draft_counts!r}")
         if self.source is not None and self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES} or None, got {self.source!r}")
 

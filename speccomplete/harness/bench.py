@@ -33,7 +33,7 @@ from speccomplete.decoder.stats import GenerationStats
 from speccomplete.metrics import acceptance_rate, mean_accepted_length
 from speccomplete.telemetry.events import CompletionEvent
 
-from .bench_contenders import ABLATION_DRAFTS, Contenders, build_contenders
+from .bench_contenders import ABLATION_DRAFTS, LLAMACPP_AR, Contenders, build_contenders, llamacpp_contenders
 from .cases import Case, read_cases
 from .model_args import add_model_args, device_name, load
 
@@ -42,11 +42,16 @@ from .model_args import add_model_args, device_name, load
 class Run:
     tokens: list[int]
     seconds: float
-    stats: GenerationStats | None = None  # our decoders' runs only
+    stats: GenerationStats | None = None  # our decoders' and llama.cpp's runs (HF's keep none)
+    text: str | None = None  # llama.cpp's runs: it streams text, not our token ids
+
+    @property
+    def token_count(self) -> int:
+        return self.stats.new_tokens if self.text is not None and self.stats else len(self.tokens)
 
     @property
     def our_stats(self) -> GenerationStats:
-        """The stats of a run of one of our decoders (HF's methods keep none)."""
+        """The stats of a run of one of our decoders or llama.cpp (HF's methods keep none)."""
         assert self.stats is not None, "an HF method's run has no decoder stats"
         return self.stats
 
@@ -100,7 +105,11 @@ def build_methods(
     def assisted_const(g: int) -> Method:
         return lambda ids, group: _timed(assisted, target, draft, ids, max_new_tokens, g)
 
+    def llama(decoder) -> Method:
+        return lambda ids, group: _llamacpp(decoder, ids, DecodeOptions(max_new_tokens=max_new_tokens))
+
     methods: dict[str, Method] = {name: ours(decoder) for name, decoder in contenders.ours.items()}
+    methods |= {name: llama(decoder) for name, decoder in contenders.llamacpp.items()}
     if target is not None and draft is not None:
         methods["hf_assisted_default"] = lambda ids, group: _timed(assisted, target, draft, ids, max_new_tokens, None)
         for g in hf_gammas:
@@ -119,6 +128,12 @@ def _ours(decoder: SpeculativeDecoder, ids, options) -> Run:
     start = time.perf_counter()
     generation = decoder.generate(ids, options)
     return Run(generation.token_ids, time.perf_counter() - start, generation.stats)
+
+
+def _llamacpp(decoder, ids, options) -> Run:
+    start = time.perf_counter()  # its decoders never reuse a prompt (cache_prompt=False): every run is cold
+    generation = decoder.generate(ids, options)
+    return Run([], time.perf_counter() - start, generation.stats, text=generation.text)
 
 
 def _timed(fn, *args, **kwargs) -> Run:
@@ -208,7 +223,7 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
         groups[r.case.language].append(r)
 
     def tps(rows, name, decode_only=False):
-        tokens = sum(len(r.runs[name].tokens) for r in rows)
+        tokens = sum(r.runs[name].token_count for r in rows)
         seconds = sum(r.runs[name].seconds for r in rows)
         if decode_only:
             seconds -= sum(r.runs[name].stats.prefill_ms for r in rows) / 1000
@@ -248,12 +263,13 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
     methods = {}
     for name in names:
         ours = results[0].runs[name].stats is not None
+        per_round = ours and results[0].runs[name].our_stats.draft_counts == "rounds"
         methods[name] = {
             "tokens_per_s": tps(results, name),
             "decode_tokens_per_s": tps(results, name, True) if ours else None,
             "vs_ar": tps(results, name) / tps(results, "ar"),
-            "model_alpha": model_alpha([r.runs[name] for r in results]) if ours else None,
-            "identical_to_ar": all(r.runs[name].tokens == r.runs["ar"].tokens for r in results),
+            "model_alpha": model_alpha([r.runs[name] for r in results]) if per_round else None,
+            "identical_to_ar": all(_same_as_its_ar(r, name) for r in results),
         }
     followups = [r.followup for r in results if r.followup]
     # IdleCores gives up a core another process keeps busy, and fewer threads decode slower: say where it happened.
@@ -285,6 +301,14 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
         if followups
         else None,
     }
+
+
+def _same_as_its_ar(result: CaseRuns, name: str) -> bool:
+    """A run's output equals its own engine's AR: ours token for token, llama.cpp's text for text."""
+    run = result.runs[name]
+    if run.text is not None:
+        return run.text == result.runs[LLAMACPP_AR].text if LLAMACPP_AR in result.runs else False
+    return run.tokens == result.runs["ar"].tokens
 
 
 def _next_line_exact(result: CaseRuns, tokenizer) -> bool:
@@ -338,7 +362,7 @@ def report(
                 "id": r.case.id,
                 "language": r.case.language,
                 "next_line_exact": _next_line_exact(r, tokenizer),
-                **{f"{name}_tokens": len(run.tokens) for name, run in r.runs.items()},
+                **{f"{name}_tokens": run.token_count for name, run in r.runs.items()},
                 **{f"{name}_s": round(run.seconds, 4) for name, run in r.runs.items()},
                 "followup": r.followup,
                 "spec_stats": r.runs["spec"].stats.to_dict(),
@@ -443,14 +467,20 @@ def format_table(data: dict) -> str:
 def bench_events(
     results: list[CaseRuns], *, target: str, draft: str, device: str, gamma: str, max_new_tokens: int
 ) -> list[CompletionEvent]:
-    """One event per case for our AR and our speculative runs (HF methods keep no decoder stats).
+    """One event per case for our AR and speculative runs and llama.cpp's (HF methods keep no decoder stats).
 
     Their settings share one run id, so the report pairs the speculative runs with this run's AR.
     """
     run_id = uuid.uuid4().hex[:12]
     events = []
     for r in results:
-        for name, run_draft, run_gamma in (("ar", "none", "0"), ("spec", draft, gamma)):
+        rows = [("ar", "none", "0", "local"), ("spec", draft, gamma, "local")]
+        rows += [
+            (name, "none" if name == LLAMACPP_AR else f"llama.cpp {name.removeprefix('llamacpp_')}", "", "llamacpp")
+            for name in r.runs
+            if name.startswith("llamacpp_")
+        ]
+        for name, run_draft, run_gamma, backend in rows:
             run = r.runs[name]
             events.append(
                 CompletionEvent.from_stats(
@@ -462,6 +492,7 @@ def bench_events(
                     target=target,
                     draft=run_draft,
                     device=device,
+                    backend=backend,
                     settings={"gamma": run_gamma, "temperature": 0.0, "max_new_tokens": max_new_tokens, "run": run_id},
                     case_id=r.case.id,
                     source="bench",
@@ -503,7 +534,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=10,
         help="HF assisted with prompt lookup, this many tokens per round (0: skip)",
     )
-    p.add_argument("--events", help="also append one completion event per case for AR and spec (JSONL)")
+    p.add_argument(
+        "--llamacpp",
+        default="",
+        help="llama.cpp rows on the same prompts, one per speculative method, comma-separated: none (its AR), "
+        "ngram-mod, ngram-simple, ... (default: no llama.cpp rows)",
+    )
+    p.add_argument("--gguf", help="the GGUF llama.cpp runs (default: the packaged target's own)")
+    p.add_argument("--events", help="also append one completion event per case for AR, spec and llama.cpp (JSONL)")
     add_model_args(p)
     return p
 
@@ -541,6 +579,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_hf or (args.ablations and not args.no_pack):
         stock, _ = load_model(args.target, device=args.device, dtype=args.dtype)
     contenders, doc = build_contenders(args, target, tokenizer, decoder, other_drafts, stock)
+    if args.llamacpp:
+        from speccomplete.decoder.models import packaged_gguf
+
+        contenders.llamacpp, llama_doc = llamacpp_contenders(
+            args.llamacpp, args.gguf or str(packaged_gguf(args.target))
+        )
+        doc |= llama_doc
     if not args.no_hf:
         contenders.hf_target = stock
         # HF assisted gets the shipped model draft, whatever our product drafts with

@@ -4,22 +4,39 @@ compared beside it, and with --ablations one decoder per lever turned off or swa
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 from speccomplete.decoder.engine import SpeculativeDecoder
 
 # The drafters the ablation rows compare with the product's: lookup only, lookup then the target's
 # own draft (reduced head), lookup then the trained draft, the trained draft only.
 ABLATION_DRAFTS = ("ngram+none", "ngram+self", "ngram+auto", "auto")
+LLAMACPP_AR = "llamacpp_ar"  # llama.cpp without speculation: what its speculative rows must equal
 
 
 @dataclass
 class Contenders:
-    """Our decoders by method name ("ar" and "spec" required), and HF's models (None: skip HF)."""
+    """Our decoders by method name ("ar" and "spec" required), llama.cpp's, and HF's models (None: skip HF)."""
 
     ours: dict[str, SpeculativeDecoder]
     hf_target: object | None = None
     hf_draft: object | None = None  # full-vocabulary draft for HF assisted; None: no assisted column
+    llamacpp: dict[str, object] = field(default_factory=dict)  # LlamaCppDecoder by method name
+
+
+def llamacpp_contenders(methods: str, gguf: str) -> tuple[dict[str, object], dict[str, str]]:
+    """llama.cpp on `gguf`, one row per speculative method in the comma list ("none" is its AR), each
+    prefilling every prompt from scratch like our rows; with what each row is."""
+    from speccomplete.decoder.backends.llamacpp import LlamaCppDecoder
+
+    decoders: dict[str, object] = {}
+    doc: dict[str, str] = {}
+    for method in [m for m in methods.split(",") if m]:
+        name = LLAMACPP_AR if method == "none" else f"llamacpp_{method}"
+        decoders[name] = LlamaCppDecoder(gguf, speculative=method, cache_prompt=False)
+        doc[name] = f"llama.cpp in-process (xllamacpp) on {os.path.basename(gguf)}, speculative {method}"
+    return decoders, doc
 
 
 def build_contenders(

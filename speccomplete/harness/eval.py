@@ -31,7 +31,7 @@ from speccomplete.telemetry.events import CompletionEvent
 from speccomplete.telemetry.log import EventLog
 
 from .cases import Case, read_cases
-from .model_args import add_model_args
+from .model_args import add_backend_args, add_model_args, backend_options
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +244,7 @@ def init_options(args, telemetry_path: str) -> dict:
         "telemetryPath": telemetry_path,
         "telemetrySource": "eval",
         "trackOutcomes": False,
+        **backend_options(args),
     }
 
 
@@ -391,6 +392,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-tokens-multi-line", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     add_model_args(p)
+    add_backend_args(p)
     return p
 
 

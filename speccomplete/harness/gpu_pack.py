@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .tiny_gguf import write_tiny_gguf
+
 CALL_BYTES = 64 * 2**20  # what one device call may carry: the working tree and the carried folders
 MARGIN_BYTES = 3 * 2**20  # room for the tree to grow between packing and the GPU session
 META_BYTES = 16 * 2**10  # per load: load.json and the two checksum files
@@ -153,65 +155,6 @@ def download_wheels(requirements: list[tuple[str, str]], cache: Path) -> list[Pa
 
 
 # --------------------------------------------------------------------------- the model
-
-
-def write_tiny_gguf(path: Path, seed: int = 0) -> Path:
-    """A random two-layer llama GGUF with a byte-level tokenizer: the smoke pack's model (about 110 KB).
-
-    transformers reads it like any packaged GGUF, so the rehearsal converts it the way the machine
-    converts the real target.
-    """
-    import numpy as np
-    from gguf import GGUFWriter
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    hidden, layers, ffn, heads, kv_heads = 32, 2, 64, 4, 2
-    spelling = bytes_to_unicode()
-    # 256 byte tokens, <s>, GPT-2's end of text (which its tokenizer class would otherwise add past the
-    # model's vocabulary), and one merge (the byte-level tokenizer needs at least one)
-    tokens = [spelling[b] for b in range(256)] + ["<s>", "<|endoftext|>", spelling[32] * 2]
-    vocab = len(tokens)
-    rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = GGUFWriter(str(path), "llama")
-    writer.add_name("tiny-llama")
-    writer.add_context_length(512)
-    writer.add_embedding_length(hidden)
-    writer.add_block_count(layers)
-    writer.add_feed_forward_length(ffn)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
-    writer.add_rope_dimension_count(hidden // heads)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(vocab)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * 256 + [3, 3, 1])  # 3: control tokens
-    writer.add_token_merges([f"{spelling[32]} {spelling[32]}"])
-    writer.add_bos_token_id(256)
-    writer.add_eos_token_id(257)
-
-    def random(name: str, *shape: int) -> None:
-        writer.add_tensor(name, (rng.standard_normal(shape) * 0.2).astype(np.float32))
-
-    random("token_embd.weight", vocab, hidden)
-    writer.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
-    kv = hidden // heads * kv_heads
-    for i in range(layers):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, np.float32))
-        for name, shape in (("attn_q", (hidden, hidden)), ("attn_k", (kv, hidden)), ("attn_v", (kv, hidden))):
-            random(f"blk.{i}.{name}.weight", *shape)
-        random(f"blk.{i}.attn_output.weight", hidden, hidden)
-        random(f"blk.{i}.ffn_gate.weight", ffn, hidden)
-        random(f"blk.{i}.ffn_up.weight", ffn, hidden)
-        random(f"blk.{i}.ffn_down.weight", hidden, ffn)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def model_gguf(spec: str) -> tuple[str, Path]:

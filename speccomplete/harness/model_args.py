@@ -69,3 +69,35 @@ def device_name(model) -> str:
     if model.device.type == "cuda":
         return f"{model.device} ({torch.cuda.get_device_name(model.device)})"
     return str(model.device)
+
+
+def add_backend_args(p: argparse.ArgumentParser) -> None:
+    """The decode backend (server/options.py, `backend`): ours, llama.cpp in-process, or an OpenAI-compatible server."""
+    from speccomplete.decoder.backends import BACKENDS
+    from speccomplete.decoder.backends.llamacpp import SPECULATIVE
+
+    p.add_argument("--backend", default="local", choices=BACKENDS, help="what decodes (default: %(default)s)")
+    p.add_argument("--gguf", default=None, help="llamacpp: the GGUF file (default: the packaged target's own)")
+    p.add_argument(
+        "--llamacpp-speculative", default="none", choices=SPECULATIVE, help="llamacpp: llama.cpp's own drafting"
+    )
+    p.add_argument("--openai-url", default="http://127.0.0.1:8080/v1", help="openai: the server's base URL")
+    p.add_argument("--openai-model", default=None, help="openai: the model name the server knows")
+    p.add_argument(
+        "--openai-api-key-env", default="OPENAI_API_KEY", help="openai: the environment variable with the API key"
+    )
+
+
+def backend_options(args: argparse.Namespace) -> dict:
+    """The server settings (camelCase, as initializationOptions) that `add_backend_args` describes."""
+    options = {
+        "backend": args.backend,
+        "llamacppSpeculative": args.llamacpp_speculative,
+        "openaiUrl": args.openai_url,
+        "openaiApiKeyEnv": args.openai_api_key_env,
+    }
+    if args.gguf:
+        options["gguf"] = args.gguf
+    if args.openai_model:
+        options["openaiModel"] = args.openai_model
+    return options

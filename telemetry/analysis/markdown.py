@@ -1,4 +1,8 @@
-"""report.md: the report's tables as Markdown, with their definitions."""
+"""report.md: the report's tables as Markdown, with their definitions.
+
+A number the backend's draft counts do not define (α̂ of llama.cpp, which reports totals only; any
+acceptance of vLLM, which reports none) reads "n/a", apart from "–" for a number with nothing to count.
+"""
 
 from __future__ import annotations
 
@@ -21,9 +25,13 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
         + (f" Reproduce: `{data['command']}`." if data["command"] else ""),
         "",
         "Definitions: α̂ = Σ accepted / (Σ accepted + Σ rejected rounds) (per-token acceptance; "
-        "accepted/drafted is not α). Mean accepted length = accepted drafts per drafting round. "
+        "accepted/drafted is not α). Mean accepted length = accepted drafts per drafting round. Both need "
+        "every drafting round, which only backends that record rounds report (ours, `local`). acc/drafted = "
+        "Σ accepted / Σ drafted, the ratio llama.cpp reports (draft_n_accepted / draft_n): not α̂, shown for "
+        "every backend that reports draft counts. n/a = the backend's counts do not define the number. "
+        "Each backend has its own rows (labels name any but `local`). "
         "Speedup = spec tokens/s ÷ AR tokens/s over the cases that have AR events with the same target, "
-        "device, temperature and max_new_tokens. User acceptance = (accepted + partial) / shown, only where "
+        "backend, device, temperature and max_new_tokens. User acceptance = (accepted + partial) / shown, only where "
         f"outcome records exist. Brackets: bootstrap 95% CIs, {reps} Poisson-bootstrap resamples of cases "
         "within each language.",
         "",
@@ -36,11 +44,12 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
     shown = list(spec_configs.index[:6])
     md += ["## Per language", ""]
     for config in shown + [c for c in langs[langs.is_ar].config.unique()]:
+        rows = langs[langs.config == config]
+        md += [f"### {config}", ""]
+        md += [note, ""] if (note := counts_note(rows)) else []
         md += [
-            f"### {config}",
-            "",
             md_table(
-                langs[langs.config == config],
+                not_applicable(rows, "mean_accepted"),
                 [
                     ("language", "language"),
                     ("group", "group"),
@@ -48,6 +57,7 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
                     ("cases", "cases"),
                     ("alpha", "α̂"),
                     ("mean_accepted", "acc/round"),
+                    ("accepted_per_drafted", "acc/drafted"),
                     ("tokens_per_s", "tok/s"),
                     ("latency_p50_ms", "p50 ms"),
                     ("latency_p95_ms", "p95 ms"),
@@ -66,12 +76,16 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
         U_DEFINITION,
         "",
         "Max/min speedup are the extremes of per-language speedup; CV = population std / mean of "
-        "per-language speedup. A group needs two languages for U and CV.",
+        "per-language speedup. A group needs two languages for U and CV. U needs α̂: n/a for a backend "
+        "that does not record its drafting rounds.",
         "",
     ]
+    with_rounds = set(langs.config[langs.n_rounds > 0])
     for config in shown:
         rows = disp[disp.config == config]
         if len(rows):
+            if config not in with_rounds:
+                rows = _mark(rows, ["U", "U_std", "alpha_min", "alpha_max"], pd.Series(True, index=rows.index))
             md += [
                 f"### {config}",
                 "",
@@ -112,6 +126,7 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
                 md_table(
                     tables["delta_disparity"],
                     [
+                        *backend_column(tables["delta_disparity"]),
                         ("gamma", "γ"),
                         ("temperature", "T"),
                         ("group", "group"),
@@ -131,8 +146,9 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
             "## RQ1: base vs tuned draft, code vs natural language",
             "",
             md_table(
-                tables["rq1"],
+                not_applicable(tables["rq1"], "mean_burst"),
                 [
+                    *backend_column(tables["rq1"]),
                     ("gamma", "γ"),
                     ("temperature", "T"),
                     ("role", "role"),
@@ -141,6 +157,7 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
                     ("n", "n"),
                     ("alpha", "α̂"),
                     ("mean_burst", "acc/round"),
+                    ("accepted_per_drafted", "acc/drafted"),
                     ("speedup", "speedup"),
                 ],
             ),
@@ -154,8 +171,9 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
             f"drafting round; P(burst > {LONG_BURST}) from the accepted histograms.",
             "",
             md_table(
-                tables["rq3"],
+                not_applicable(tables["rq3"], "mean_burst"),
                 [
+                    *backend_column(tables["rq3"]),
                     ("draft", "draft"),
                     ("temperature", "T"),
                     ("gamma", "γ"),
@@ -163,6 +181,7 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
                     ("alpha", "α̂"),
                     ("mean_burst", "mean burst"),
                     ("p_burst_gt10", f"P(burst>{LONG_BURST})"),
+                    ("accepted_per_drafted", "acc/drafted"),
                     ("tokens_per_s", "tok/s"),
                     ("speedup", "speedup"),
                 ],
@@ -171,6 +190,50 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
         ]
     md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(md)
+
+
+def counts_note(rows: pd.DataFrame) -> str | None:
+    """What a configuration's backend reported of its drafting, when that is less than every round."""
+    if rows.is_ar.all():
+        return None  # nothing drafted: no acceptance to explain
+    backend, n = rows.backend.iloc[0], int(rows.n.sum())
+    n_rounds, n_totals = int(rows.n_rounds.sum()), int(rows.n_totals.sum())
+    unreported = n - n_rounds - n_totals
+    if not n_rounds and not n_totals:
+        return (
+            f"Backend `{backend}` reports no draft counts (an OpenAI-compatible server such as vLLM): α̂, "
+            "acc/round and acc/drafted are n/a. Speed, latency, user acceptance and speedup are comparable."
+        )
+    note = []
+    if not n_rounds:
+        note.append(
+            f"Backend `{backend}` reports draft totals only (llama.cpp's draft_n and draft_n_accepted): acc/drafted "
+            "is that ratio, not α̂; α̂ and acc/round need every drafting round and are n/a."
+        )
+    if unreported:
+        note.append(f"{unreported} of {n} events report no draft counts and are left out of acc/drafted.")
+    return " ".join(note) or None
+
+
+def not_applicable(df: pd.DataFrame, tau: str) -> pd.DataFrame:
+    """`df` with "n/a" for α̂ and τ where no event recorded its rounds, and for acc/drafted where
+    no event reported even totals (the rows of queries.COUNT_SUMS)."""
+    if not len(df):
+        return df
+    df = _mark(df, ["alpha", tau, "p_burst_gt10"], df.n_rounds == 0)
+    return _mark(df, ["accepted_per_drafted"], df.n_rounds + df.n_totals == 0)
+
+
+def _mark(df: pd.DataFrame, columns: list[str], where: pd.Series) -> pd.DataFrame:
+    df = df.copy()
+    for column in columns:
+        df[column] = df[column].astype(object).where(~where, "n/a")
+    return df
+
+
+def backend_column(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """A backend column for a table pooled over configurations, unless every row is our own decoder's."""
+    return [("backend", "backend")] if len(df) and set(df.backend) != {"local"} else []
 
 
 def md_table(df: pd.DataFrame, columns: list[tuple[str, str]], cis: dict[str, str] | None = None) -> str:

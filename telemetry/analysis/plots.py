@@ -1,4 +1,8 @@
-"""The report's PNG plots: α̂ and speedup by language, and the RQ3 γ sweep (speedup heatmap, bursts)."""
+"""The report's PNG plots: α̂ and speedup by language, and the RQ3 γ sweep (speedup heatmap, bursts).
+
+Plots are drawn per configuration or per backend and draft (the configuration label names the
+backend), so two backends never share a bar, cell or line; α̂ and bursts exist for "rounds" events only.
+"""
 
 from __future__ import annotations
 
@@ -50,10 +54,12 @@ def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups:
 
     sweep = rq3_table[rq3_table.speedup.notna() & rq3_table.temperature.notna()]
     if not sweep.empty:
-        drafts = sorted(sweep.draft.unique())
-        fig, axes = plt.subplots(1, len(drafts), figsize=(5.5 * len(drafts), 4), squeeze=False)
-        for ax, draft in zip(axes[0], drafts):
-            grid = sweep[sweep.draft == draft].pivot_table(index="temperature", columns="gamma", values="speedup")
+        # One panel per backend and draft: pivot_table would average two backends' cells into one.
+        panels = sorted(set(zip(sweep.backend, sweep.draft)))
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+        for ax, (backend, draft) in zip(axes[0], panels):
+            rows = sweep[(sweep.backend == backend) & (sweep.draft == draft)]
+            grid = rows.pivot_table(index="temperature", columns="gamma", values="speedup")
             image = ax.imshow(grid.to_numpy(), cmap="viridis", aspect="auto", origin="lower")
             ax.set_xticks(range(len(grid.columns)), [str(g) for g in grid.columns])
             ax.set_yticks(range(len(grid.index)), [f"{t:g}" for t in grid.index])
@@ -62,7 +68,7 @@ def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups:
                     ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=8)
             ax.set_xlabel("γ")
             ax.set_ylabel("temperature")
-            ax.set_title(f"speedup vs AR, draft {draft}")
+            ax.set_title(f"speedup vs AR, draft {draft}" + ("" if backend == "local" else f" via {backend}"))
             fig.colorbar(image, ax=ax)
         fig.tight_layout()
         fig.savefig(out / "rq3_speedup_heatmap.png", dpi=110)
@@ -72,9 +78,10 @@ def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups:
     bursts = rq3_table[rq3_table.mean_burst.notna()]
     if not bursts.empty:
         fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-        for (draft, temperature), rows in bursts.groupby(["draft", "temperature"], dropna=False):
+        for (backend, draft, temperature), rows in bursts.groupby(["backend", "draft", "temperature"], dropna=False):
             rows = rows.sort_values("gamma")
             label = f"{draft} T={temperature:g}" if pd.notna(temperature) else draft
+            label += "" if backend == "local" else f" via {backend}"
             left.plot(rows.gamma, rows.mean_burst, marker="o", label=label)
             right.plot(rows.gamma, rows.p_burst_gt10, marker="o", label=label)
         for ax, ylabel in ((left, "accepted tokens per round"), (right, f"P(burst > {LONG_BURST})")):

@@ -3,6 +3,12 @@ per-case sums the bootstrap resamples, and the pooled RQ1 / RQ3 rows.
 
 DuckDB sums the counts; the ratios and percentiles made of those sums are speccomplete.metrics's
 (α̂, τ, latency percentiles), applied per row in Python: one row per configuration and language.
+
+Every row and pooled group is split by decode backend (local, llamacpp, openai), so two backends never
+share a number. Each acceptance number is summed over the events whose `draft_counts` carry it: α̂, τ
+and the burst statistics over "rounds" events only (they need every drafting round), accepted/drafted
+over "rounds" and "totals" events (llama.cpp reports draft_n and draft_n_accepted per request), and
+neither over "unreported" ones (vLLM reports no draft counts). Speed and user acceptance use every event.
 """
 
 from __future__ import annotations
@@ -22,20 +28,40 @@ RQ3_GAMMAS = (1, 2, 4, 8, 16, 32)
 REPORT_COLUMNS = [
     "language",
     "generated_tokens",
+    "drafted",
     "accepted",
     "rejected_rounds",
     "total_ms",
     "latency_ms",
     "target",
     "device",
+    "backend",
+    "draft_counts",
 ]
 
-# A configuration is (target, draft, γ policy, temperature); CONFIG_LABEL names one in tables and plots.
-CONFIG = "target, draft, gamma, temperature"
+# A configuration is (target, draft, γ policy, temperature, backend); CONFIG_LABEL names one in tables
+# and plots, and is the key the bootstrap groups by, so it names the backend (all but our own, local,
+# whose labels stay as they were before backends existed).
+CONFIG = "target, draft, gamma, temperature, backend"
 CONFIG_LABEL = (
     "concat_ws(' ', coalesce(draft, '?'), 'γ=' || gamma, "
-    "'T=' || coalesce(CAST(temperature AS VARCHAR), '-'), '[' || coalesce(target, '?') || ']')"
+    "'T=' || coalesce(CAST(temperature AS VARCHAR), '-'), '[' || coalesce(target, '?') || ']', "
+    "'via ' || nullif(backend, 'local'))"
 )
+# Which events carry which counts (events.DraftCounts).
+ROUNDS = "draft_counts = 'rounds'"
+COUNTED = "draft_counts IN ('rounds', 'totals')"
+# The draft counts of a row or pooled group, each summed over the events that report it. round_accepted
+# (accepted over "rounds" events) is α̂'s and τ's numerator; `accepted` also holds the totals-only events.
+COUNT_SUMS = f"""
+    count(*) FILTER (WHERE {ROUNDS}) AS n_rounds, count(*) FILTER (WHERE draft_counts = 'totals') AS n_totals,
+    string_agg(DISTINCT draft_counts, '+' ORDER BY draft_counts) AS draft_counts,
+    sum(drafted) FILTER (WHERE {COUNTED}) AS drafted, sum(accepted) FILTER (WHERE {COUNTED}) AS accepted,
+    sum(accepted) FILTER (WHERE {ROUNDS}) AS round_accepted,
+    sum(rejected_rounds) FILTER (WHERE {ROUNDS}) AS rejected_rounds,
+    sum(burst_rounds) FILTER (WHERE {ROUNDS}) AS drafting_rounds,
+    sum(long_bursts) FILTER (WHERE {ROUNDS}) AS long_bursts
+"""
 # End-to-end latency where the producer measured it, else the decoder's time.
 LATENCY = "coalesce(nullif(latency_ms, 0), total_ms)"
 
@@ -45,14 +71,17 @@ def prepare(con) -> None:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE cases AS
         SELECT {CONFIG}, {CONFIG_LABEL} AS config, device, max_new_tokens, coalesce(is_ar, false) AS is_ar,
-               language, unit, run, count(*) AS n, sum(accepted) AS acc, sum(rejected_rounds) AS rej,
+               language, unit, run, count(*) AS n,
+               coalesce(sum(accepted) FILTER (WHERE {ROUNDS}), 0) AS acc,  -- α̂'s counts: "rounds" events only
+               coalesce(sum(rejected_rounds) FILTER (WHERE {ROUNDS}), 0) AS rej,
                sum(generated_tokens) AS tokens, sum(total_ms) AS ms
         FROM events GROUP BY ALL
     """)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE units AS
         WITH ar AS (
-            SELECT target, device, temperature, max_new_tokens, unit, run, sum(tokens) AS ar_tokens, sum(ms) AS ar_ms
+            SELECT target, backend, device, temperature, max_new_tokens, unit, run,
+                   sum(tokens) AS ar_tokens, sum(ms) AS ar_ms
             FROM cases WHERE is_ar GROUP BY ALL
         )
         SELECT c.config, any_value(c.is_ar) AS is_ar, c.language, c.unit,
@@ -63,6 +92,7 @@ def prepare(con) -> None:
                bool_or(ar.unit IS NOT NULL) AS paired
         FROM cases c LEFT JOIN ar
           ON NOT c.is_ar AND ar.unit = c.unit AND ar.target IS NOT DISTINCT FROM c.target
+         AND ar.backend = c.backend  -- llama.cpp's speculative run against llama.cpp's AR, ours against ours
          AND ar.device IS NOT DISTINCT FROM c.device AND ar.temperature IS NOT DISTINCT FROM c.temperature
          AND ar.max_new_tokens IS NOT DISTINCT FROM c.max_new_tokens
          AND ar.run IS NOT DISTINCT FROM c.run  -- a harness run times spec and AR together; pair within it
@@ -83,13 +113,12 @@ def prepare(con) -> None:
 
 
 def language_table(con) -> pd.DataFrame:
-    """One row per configuration and language: counts, α̂, τ, tokens/s, latency percentiles,
-    user acceptance and paired speedup. Needs `prepare`."""
+    """One row per configuration and language: counts, α̂, τ, accepted/drafted, tokens/s, latency
+    percentiles, user acceptance and paired speedup. Needs `prepare`."""
     rows = con.execute(f"""
         SELECT {CONFIG}, {CONFIG_LABEL} AS config, bool_or(coalesce(is_ar, false)) AS is_ar, language,
-               count(*) AS n, count(DISTINCT unit) AS cases,
-               sum(accepted) AS accepted, sum(rejected_rounds) AS rejected_rounds, sum(burst_rounds) AS drafting_rounds,
-               sum(long_bursts) AS long_bursts, sum(generated_tokens) AS generated_tokens, sum(total_ms) AS total_ms,
+               count(*) AS n, count(DISTINCT unit) AS cases, {COUNT_SUMS},
+               sum(generated_tokens) AS generated_tokens, sum(total_ms) AS total_ms,
                count(*) FILTER (WHERE outcome IN ('accepted', 'partial')) AS user_accepted,
                count(*) FILTER (WHERE outcome IN ('shown', 'accepted', 'partial', 'rejected')) AS user_shown,
                count(*) FILTER (WHERE has_feedback) AS with_feedback
@@ -117,9 +146,7 @@ def language_table(con) -> pd.DataFrame:
     df = rows.merge(latency, on=["config", "language"], how="left")
     df = df[[*rows.columns[:latency_at], "latency_p50_ms", "latency_p95_ms", *rows.columns[latency_at:]]]
     df = df.merge(paired, on=["config", "language"], how="left")
-    df["alpha"] = per_row(acceptance_rate, df.accepted, df.rejected_rounds)
-    df["mean_accepted"] = per_row(mean_accepted_length, df.accepted, df.drafting_rounds)
-    df["p_burst_gt10"] = ratio(df.long_bursts, df.drafting_rounds)
+    acceptance(df, "mean_accepted")
     df["tokens_per_s"] = ratio(1000 * df.generated_tokens, df.total_ms)
     df["user_acceptance"] = ratio(df.user_accepted, df.user_shown).where(df.with_feedback > 0)
     df["speedup"] = speedup(df.sp_tokens, df.sp_ms, df.ar_tokens, df.ar_ms).where(~df.is_ar)
@@ -127,13 +154,13 @@ def language_table(con) -> pd.DataFrame:
 
 
 def pooled(con, where: str, by: dict[str, str]) -> pd.DataFrame:
-    """α̂, burst stats, tokens/s and paired speedup pooled over the events matching `where`, grouped
-    by `by` (column name -> SQL expression). Needs `prepare`."""
+    """α̂, burst stats, accepted/drafted, tokens/s and paired speedup pooled over the events matching
+    `where`, grouped by backend and `by` (column name -> SQL expression). Needs `prepare`."""
+    by = {"backend": "backend", **by}  # whatever else a caller groups by, backends are never pooled
     keys = list(by)
     select = ", ".join(f"{expr} AS {name}" for name, expr in by.items())
     stats = con.execute(f"""
-        SELECT {select}, count(*) AS n, sum(accepted) AS accepted, sum(rejected_rounds) AS rejected_rounds,
-               sum(burst_rounds) AS drafting_rounds, sum(long_bursts) AS long_bursts,
+        SELECT {select}, count(*) AS n, {COUNT_SUMS},
                sum(generated_tokens) AS generated_tokens, sum(total_ms) AS total_ms
         FROM events WHERE NOT coalesce(is_ar, false) AND ({where}) GROUP BY ALL ORDER BY ALL
     """).df()
@@ -144,9 +171,7 @@ def pooled(con, where: str, by: dict[str, str]) -> pd.DataFrame:
         WHERE NOT u.is_ar AND ({where}) GROUP BY ALL
     """).df()
     df = stats.merge(paired, on=keys, how="left")
-    df["alpha"] = per_row(acceptance_rate, df.accepted, df.rejected_rounds)
-    df["mean_burst"] = per_row(mean_accepted_length, df.accepted, df.drafting_rounds)
-    df["p_burst_gt10"] = ratio(df.long_bursts, df.drafting_rounds)
+    acceptance(df, "mean_burst")
     df["tokens_per_s"] = ratio(1000 * df.generated_tokens, df.total_ms)
     df["speedup"] = speedup(df.sp_tokens, df.sp_ms, df.ar_tokens, df.ar_ms)
     return df
@@ -172,6 +197,17 @@ def rq3(con, by_language: bool = False) -> pd.DataFrame:
     if by_language:
         by["language"] = "language"
     return pooled(con, f"gamma IN ({gammas})", by)
+
+
+def acceptance(df: pd.DataFrame, tau: str) -> None:
+    """Add alpha (α̂), `tau` (τ), p_burst_gt10 and accepted_per_drafted to rows of COUNT_SUMS, and drop
+    round_accepted. α̂ and τ are NaN where no event recorded its rounds (llama.cpp, vLLM): α̂ is not
+    accepted/drafted, which is its own column, NaN where no event reported even totals."""
+    df["alpha"] = per_row(acceptance_rate, df.round_accepted.fillna(0), df.rejected_rounds.fillna(0))
+    df[tau] = per_row(mean_accepted_length, df.round_accepted.fillna(0), df.drafting_rounds.fillna(0))
+    df["p_burst_gt10"] = ratio(df.long_bursts, df.drafting_rounds)
+    df["accepted_per_drafted"] = ratio(df.accepted, df.drafted)
+    del df["round_accepted"]
 
 
 def per_row(formula: Callable[..., float | None], *columns: Iterable) -> pd.Series:

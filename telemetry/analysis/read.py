@@ -24,7 +24,7 @@ from ..log import rotated_paths
 
 LONG_BURST = 10  # a drafting round that accepted more than this many drafts is a long burst
 
-# Columns read from every line; keys a newer writer adds are ignored, missing ones are NULL.
+# Columns read from every line; keys a newer writer adds are ignored, missing ones are NULL (or DEFAULTS).
 COLUMNS = {
     "schema": "INTEGER",
     "record": "VARCHAR",
@@ -55,6 +55,8 @@ COLUMNS = {
     "target": "VARCHAR",
     "draft": "VARCHAR",
     "device": "VARCHAR",
+    "backend": "VARCHAR",
+    "draft_counts": "VARCHAR",
     "settings": "JSON",
     "outcome": "VARCHAR",
     "accepted_chars": "BIGINT",
@@ -62,6 +64,11 @@ COLUMNS = {
     "source": "VARCHAR",
     "text": "VARCHAR",
 }
+
+
+# What a field missing from a line means: files written before the field existed hold events of
+# that default (our own decoder, every round recorded), as CompletionEvent's defaults say.
+DEFAULTS = {"backend": "'local'", "draft_counts": "'rounds'"}
 
 
 class UnreadableLineWarning(UserWarning):
@@ -99,13 +106,16 @@ def connect(
     outcome record exists), and burst_rounds / long_bursts (drafting rounds, and those that accepted
     more than LONG_BURST drafts: histogram entry n counts the rounds that accepted n, and DuckDB
     lists count from 1, so those rounds start at list index LONG_BURST + 2). `columns` limits the
-    event fields read (the report skips the long `gammas` lists and `text`).
+    event fields read (the report skips the long `gammas` lists and `text`); `backend` and
+    `draft_counts` are always read, and lines written before those fields existed get
+    CompletionEvent's defaults (local, rounds).
     """
     files = expand_paths(paths)
     con = con or duckdb.connect()
     con.execute("SET preserve_insertion_order = false")
     con.execute("SET enable_progress_bar = false")
     keep = set(columns or COLUMNS) | {"schema", "time", "request_id", "outcome", "accepted_chars", "draft", "case_id"}
+    keep |= set(DEFAULTS)  # every row and group is split by them, so a query never pools two backends
     read = keep | {"record", "settings", "accepted_histogram"}
     spec = "{" + ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS.items() if k in read) + "}"
     # Derived columns are computed while reading, so the wide settings and histogram columns
@@ -113,7 +123,7 @@ def connect(
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE raw AS
-        SELECT {", ".join(k for k in COLUMNS if k in keep and k != "record")}, record, filename,
+        SELECT {", ".join(_select(k) for k in COLUMNS if k in keep and k != "record")}, record, filename,
                coalesce(settings->>'gamma', '') AS gamma,
                TRY_CAST(settings->>'temperature' AS DOUBLE) AS temperature,
                TRY_CAST(settings->>'max_new_tokens' AS BIGINT) AS max_new_tokens,
@@ -150,6 +160,10 @@ def connect(
     """)
     con.execute("DROP TABLE raw")
     return con
+
+
+def _select(column: str) -> str:
+    return f"coalesce({column}, {DEFAULTS[column]}) AS {column}" if column in DEFAULTS else column
 
 
 def read_events(paths: Sequence[str | Path]) -> pd.DataFrame:

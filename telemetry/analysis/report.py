@@ -4,13 +4,16 @@ Aggregation runs in DuckDB (read.py, queries.py); only per-case sums reach numpy
 (statistics.py). Every number is pooled as a ratio of sums, never a mean of per-event ratios:
   α̂  = Σ accepted / (Σ accepted + Σ rejected_rounds)            per-token acceptance
   τ  = Σ accepted / Σ drafting rounds                            mean accepted length (burst)
+  accepted / drafted                                             what llama.cpp reports; not α̂
   tokens/s = 1000 Σ generated_tokens / Σ total_ms
   speedup  = (spec tokens/s) / (AR tokens/s) over the cases that have both, where an AR event
-             (draft "none" or γ "0") has the same target, device, temperature, max_new_tokens, case
-             and run id (where the harness sets one: speed is compared within one run).
+             (draft "none" or γ "0") has the same target, backend, device, temperature, max_new_tokens,
+             case and run id (where the harness sets one: speed is compared within one run).
 α̂, τ and the latency percentiles are speccomplete.metrics's (docs/speculative-decoding.md, "Measuring
 acceptance: α̂ and τ", says why α̂ is not accepted / drafted).
-A configuration is (target, draft, γ policy, temperature); each gets its own rows.
+A configuration is (target, draft, γ policy, temperature, backend); each gets its own rows. α̂ and τ
+come from events that recorded every drafting round ("rounds"), accepted/drafted also from those with
+totals only (llama.cpp), neither from a backend that reports no draft counts (queries.py says how).
 """
 
 from __future__ import annotations
@@ -89,8 +92,19 @@ def build_report(
         "groups": groups,
         "definitions": {
             "U": U_DEFINITION,
-            "alpha": "Σ accepted / (Σ accepted + Σ rejected_rounds)",
-            "speedup": "spec tokens/s ÷ AR tokens/s over cases with both (same target, device, T, max_new_tokens)",
+            "alpha": "Σ accepted / (Σ accepted + Σ rejected_rounds), over events with draft_counts 'rounds' only",
+            "mean_accepted": "τ = Σ accepted / Σ drafting rounds, over events with draft_counts 'rounds' only",
+            "accepted_per_drafted": (
+                "Σ accepted / Σ drafted over events with draft_counts 'rounds' or 'totals': llama.cpp's own "
+                "ratio (draft_n_accepted / draft_n), not α̂"
+            ),
+            "draft_counts": (
+                "what the backend reported of its drafting: rounds (every round), totals (drafted and "
+                "accepted only) or unreported (none); a row lists the kinds among its events"
+            ),
+            "speedup": (
+                "spec tokens/s ÷ AR tokens/s over cases with both (same target, backend, device, T, max_new_tokens)"
+            ),
             "bootstrap": f"{reps} Poisson-bootstrap resamples of cases within each language; 95% percentile intervals",
         },
         "base_tuned": list(pair) if pair else None,

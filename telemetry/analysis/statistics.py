@@ -2,6 +2,8 @@
 the disparity across the languages of a group (U, the spread of speedup), base vs tuned draft.
 
 α̂ of a replicate and the interval bounds are speccomplete.metrics's acceptance_rate and percentile.
+α̂'s sums (queries.prepare) hold only events that recorded every drafting round, so a backend that
+reports totals (llama.cpp) or nothing (vLLM) has no α̂ and no U, only its speedup disparity.
 """
 
 from __future__ import annotations
@@ -121,7 +123,13 @@ def _stat(name, fn, members, point, replicates, minimum: int = 2) -> dict:
 
 def _config_columns(frame: pd.DataFrame) -> dict:
     first = frame.iloc[0]
-    return {"target": first.target, "draft": first.draft, "gamma": first.gamma, "temperature": first.temperature}
+    return {
+        "target": first.target,
+        "draft": first.draft,
+        "gamma": first.gamma,
+        "temperature": first.temperature,
+        "backend": first.backend,
+    }
 
 
 def u_replicates(langs: pd.DataFrame, replicates: dict[str, Replicates], groups: dict[str, list[str]]) -> dict:
@@ -137,12 +145,13 @@ def u_replicates(langs: pd.DataFrame, replicates: dict[str, Replicates], groups:
 
 
 def delta_disparity(disp: pd.DataFrame, replicates_u: dict, pair: tuple[str, str]) -> pd.DataFrame:
-    """Base vs tuned U per group, for each (target, γ, T) both drafts were run with."""
+    """Base vs tuned U per group, for each (target, γ, T, backend) both drafts were run with: a draft
+    is compared with itself on the same backend only."""
     base, tuned = pair
     rows = []
-    keyed = disp.set_index(["draft", "target", "gamma", "temperature", "group"], drop=False)
-    for (_, target, gamma, temperature, group), b in keyed.loc[keyed.draft == base].iterrows():
-        key = (tuned, target, gamma, temperature, group)
+    keyed = disp.set_index(["draft", "target", "gamma", "temperature", "backend", "group"], drop=False)
+    for (_, target, gamma, temperature, backend, group), b in keyed.loc[keyed.draft == base].iterrows():
+        key = (tuned, target, gamma, temperature, backend, group)
         if key not in keyed.index:
             continue
         t = keyed.loc[key]
@@ -150,6 +159,7 @@ def delta_disparity(disp: pd.DataFrame, replicates_u: dict, pair: tuple[str, str
             "target": target,
             "gamma": gamma,
             "temperature": temperature,
+            "backend": backend,
             "group": group,
             "languages": b.languages,
             "base": base,

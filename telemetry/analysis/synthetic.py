@@ -1,7 +1,8 @@
 """Synthetic events for timing the report on a million events (no model involved).
 
 Each language gets its own per-token acceptance α; rounds draw geometric bursts, so the
-histograms, counts and times are mutually consistent like the decoder's.
+histograms, counts and times are mutually consistent like the decoder's. Events can also look like
+another backend's: llama.cpp's keep only the totals drafted and accepted, vLLM's no draft counts.
 """
 
 from __future__ import annotations
@@ -40,8 +41,15 @@ def write_synthetic(
     temperatures=(0.0, 0.5, 1.0),
     drafts=("layers:0,1", "tuned"),
     cases_per_language: int = 200,
+    backend: str = "local",
+    draft_counts: str = "rounds",
 ) -> None:
-    """n events over languages × cases × (AR + drafts × γ × T); one in ten gets an outcome record."""
+    """n events over languages × cases × (AR + drafts × γ × T); one in ten gets an outcome record.
+
+    draft_counts "totals" keeps drafted and accepted and zeroes the per-round counts (rounds, rejected
+    rounds, gammas, histogram), as llama.cpp reports; "unreported" zeroes drafted and accepted too.
+    The same seed draws the same completions whatever the counts, so the kinds can be compared.
+    """
     rng = np.random.default_rng(seed)
     alpha = {lang: a for lang, a in zip(LANGUAGES, np.linspace(0.85, 0.45, len(LANGUAGES)))}
     with open(path, "w") as f:
@@ -62,6 +70,11 @@ def write_synthetic(
             accepted = sum(k * c for k, c in enumerate(hist))
             total_ms = rounds * (100 + 10 * gamma) + rng.normal(0, 5)
             request_id = uuid.uuid4().hex
+            drafted = gamma * rounds
+            if draft_counts != "rounds":  # taken after every draw, so the rng stream is the same
+                rounds, rejected, hist = 0, 0, []
+            if draft_counts == "unreported":
+                drafted, accepted = 0, 0
             event = {
                 "schema": 1,
                 "time": 1.7e9 + i,
@@ -72,13 +85,13 @@ def write_synthetic(
                 "prompt_tokens": 500,
                 "prompt_truncated_tokens": 0,
                 "generated_tokens": tokens,
-                "drafted": gamma * rounds,
+                "drafted": drafted,
                 "accepted": accepted,
                 "rounds": rounds,
                 "rejected_rounds": rejected,
                 "gammas": [gamma] * rounds,
                 "accepted_histogram": hist if gamma else [],
-                "draft_ms": 10.0 * gamma * rounds,
+                "draft_ms": 10.0 * drafted,
                 "verify_ms": 100.0 * rounds,
                 "prefill_ms": 50.0,
                 "total_ms": total_ms,
@@ -88,6 +101,8 @@ def write_synthetic(
                 "target": "gemma3-270m",
                 "draft": draft,
                 "device": "cpu",
+                "backend": backend,
+                "draft_counts": draft_counts,
                 "settings": {"gamma": str(gamma), "temperature": temperature, "max_new_tokens": 64},
                 "outcome": "shown",
                 "accepted_chars": None,

@@ -1,4 +1,7 @@
-"""Reading event files back: globs, directories and rotated siblings, torn lines, outcomes joined."""
+"""Reading event files back: globs, directories and rotated siblings, torn lines, outcomes joined,
+older files without the fields added since."""
+
+import json
 
 import pytest
 
@@ -61,3 +64,20 @@ def test_latest_outcome_is_joined_onto_its_event(tmp_path):
     )
     assert rows[first.request_id] == ("partial", 7, True)
     assert rows[second.request_id] == ("shown", None, False)
+
+
+def test_events_written_before_backends_existed_read_as_our_decoders(tmp_path):
+    """Lines without `backend` and `draft_counts` (older files) get CompletionEvent's defaults, also
+    next to newer lines in the same file and when the reader is asked for other columns only."""
+    old = _event(case_id="old", accepted=3, rejected_rounds=1).to_dict()
+    del old["backend"], old["draft_counts"]
+    assert CompletionEvent.from_dict(old).backend == "local"  # the dataclass fills them the same way
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    only_old = read_events([path])
+    assert (only_old.backend[0], only_old.draft_counts[0]) == ("local", "rounds")
+    with EventLog(path) as log:
+        log.write(_event(case_id="new", backend="llamacpp", draft_counts="totals"))
+    con = connect([path], columns=["language"])
+    rows = con.execute("SELECT case_id, backend, draft_counts FROM events ORDER BY case_id").fetchall()
+    assert rows == [("new", "llamacpp", "totals"), ("old", "local", "rounds")]
