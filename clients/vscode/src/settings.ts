@@ -6,6 +6,12 @@ import * as vscode from 'vscode';
 // Setting name -> initializationOptions key (server/options.py). A setting left unset (null, or "" for strings) is
 // not sent, so the server's own default applies.
 const SERVER_OPTIONS: Record<string, string> = {
+  backend: 'backend',
+  gguf: 'gguf',
+  'llamacpp.speculative': 'llamacppSpeculative',
+  'openai.url': 'openaiUrl',
+  'openai.model': 'openaiModel',
+  'openai.apiKeyEnv': 'openaiApiKeyEnv',
   target: 'target',
   draft: 'draft',
   device: 'device',

@@ -15,7 +15,8 @@ M.defaults = {
   cmd = { 'specdec', 'serve' },
   -- Filetypes that start the server; nil: every buffer with a filetype.
   filetypes = nil,
-  -- initializationOptions, camelCase as in server/options.py: target, draft, device, dtype,
+  -- initializationOptions, camelCase as in server/options.py: backend (local, llamacpp, openai),
+  -- gguf, llamacppSpeculative, openaiUrl, openaiModel, openaiApiKeyEnv, target, draft, device, dtype,
   -- gamma, maxTokensSingleLine, maxTokensMultiLine, temperature, debounceMs, telemetry,
   -- telemetryPath, telemetryText, enabledLanguages. Unset keys take the server's defaults.
   init_options = {},
