@@ -23,6 +23,7 @@ from .harness import (
     eagle3_training,
     gpu_pack,
     nextline,
+    replay,
     report,
     serve,
     stepcost,
@@ -44,6 +45,7 @@ SUBCOMMANDS = (
     (eagle3_training.add_parser, eagle3_training.run),
     (serve.add_parser, serve.run),
     (server_eval.add_parser, server_eval.run),
+    (replay.add_parser, replay.run),
     (gpu_pack.add_parser, gpu_pack.run),
 )
 

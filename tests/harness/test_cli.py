@@ -26,6 +26,7 @@ NAMES = [
     "train-eagle3",
     "serve",
     "eval",
+    "replay",
     "gpu-pack",
 ]
 
