@@ -12,6 +12,12 @@ packed product: one parallel region fewer per layer.
 
 Packing is for inference only: packed weights have no gradient and no `.weight` to read, so it
 is applied after every draft has been built from the target.
+
+`Int8Linear` reads a quarter of those bytes: int8 weights with one scale per output row, int8
+activations with one scale per input row, and an exact int32 product (`torch._int_mm`, oneDNN).
+Each input row's result depends on that row alone, so a k-row verify computes what k one-row steps
+compute, bit for bit, and greedy speculative output stays equal to its own AR. (fbgemm's dynamic
+quantization, rejected in docs/benchmarks, scales a whole batch by one activation scale.)
 """
 
 from __future__ import annotations
@@ -51,17 +57,50 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
+class Int8Linear(torch.nn.Module):
+    """int8 weights (a scale per output row) times int8 activations (a scale per input row)."""
+
+    def __init__(self, *linears: torch.nn.Linear):
+        """One linear, or several over the same input fused into one (outputs concatenated)."""
+        super().__init__()
+        self.in_features, self.out_features = linears[0].in_features, sum(m.out_features for m in linears)
+        weight = torch.cat([m.weight.detach().float() for m in linears])
+        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
+        self.weight_t = (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8).t()  # [in, out] view
+        self.weight_scale = scale
+        biases = [m.bias for m in linears]
+        self.bias = (
+            None
+            if all(b is None for b in biases)
+            else torch.cat(
+                [m.bias.detach() if m.bias is not None else weight.new_zeros(m.out_features) for m in linears]
+            )
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).float()
+        scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
+        quantized = (rows / scale).round().to(torch.int8)
+        out = torch._int_mm(quantized, self.weight_t).float() * (scale * self.weight_scale)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row scales"
+
+
 class PackedGatedMLP(torch.nn.Module):
     """down(act(gate(x)) * up(x)) with gate and up as one packed product."""
 
-    def __init__(self, mlp: torch.nn.Module):
+    def __init__(self, mlp: torch.nn.Module, linear: type[PackedLinear] | type[Int8Linear] = PackedLinear):
         super().__init__()
         # Module attributes type as Tensor | Module; _is_gated_mlp has checked that these are Linears.
         gate_proj, up_proj, down_proj = (
             cast(torch.nn.Linear, getattr(mlp, name)) for name in ("gate_proj", "up_proj", "down_proj")
         )
-        self.gate_up = PackedLinear(gate_proj, up_proj)
-        self.down_proj = PackedLinear(down_proj)
+        self.gate_up = linear(gate_proj, up_proj)
+        self.down_proj = linear(down_proj)
         self.act_fn = cast(Callable[[torch.Tensor], torch.Tensor], mlp.act_fn)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -95,9 +134,13 @@ def can_pack(model) -> bool:
     )
 
 
-def pack_linear_weights(*models) -> int:
-    """Swap the gated MLPs and every other nn.Linear of these CPU fp32 models for packed ones;
-    returns how many nn.Linear were replaced.
+def can_int8(model) -> bool:
+    return model.device.type == "cpu" and model.dtype == torch.float32 and hasattr(torch, "_int_mm")
+
+
+def pack_linear_weights(*models, int8: bool = False) -> int:
+    """Swap the gated MLPs and every other nn.Linear of these CPU fp32 models for packed ones
+    (Int8Linear ones with `int8`); returns how many nn.Linear were replaced.
 
     Models may share modules (a derived draft shares the target's layers and head): a shared
     module is packed once and the pack is shared too.
@@ -105,16 +148,17 @@ def pack_linear_weights(*models) -> int:
     # id -> (original, pack); holding the original keeps its id from being reused during the pass
     packed: dict[int, tuple[torch.nn.Module, torch.nn.Module]] = {}
     replaced = 0
+    linear = Int8Linear if int8 else PackedLinear
 
     def swap_children(parent: torch.nn.Module) -> None:
         nonlocal replaced
         for name, child in list(parent.named_children()):
             if id(child) not in packed:
                 if _is_gated_mlp(child):
-                    packed[id(child)] = (child, PackedGatedMLP(child))
+                    packed[id(child)] = (child, PackedGatedMLP(child, linear))
                     replaced += 3
                 elif isinstance(child, torch.nn.Linear):
-                    packed[id(child)] = (child, PackedLinear(child))
+                    packed[id(child)] = (child, linear(child))
                     replaced += 1
                 else:
                     swap_children(child)
@@ -122,8 +166,8 @@ def pack_linear_weights(*models) -> int:
             setattr(parent, name, packed[id(child)][1])
 
     for model in models:
-        if model is not None and can_pack(model):
+        if model is not None and (can_int8(model) if int8 else can_pack(model)):
             swap_children(model)
     if packed:
-        log.info("packed %d linear layers for oneDNN", replaced)
+        log.info("packed %d linear layers for oneDNN%s", replaced, " in int8" if int8 else "")
     return replaced

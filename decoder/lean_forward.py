@@ -17,6 +17,7 @@ on the instance, no hooks on it or on the parts it recomputes). Anything else ke
 from __future__ import annotations
 
 import weakref
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,20 @@ def supports(model) -> bool:
         return False
     rope = model.base_model.rotary_emb.rope_type
     return all(kind in _FIXED_ROPE for kind in (rope.values() if isinstance(rope, dict) else [rope]))
+
+
+def attend_row_by_row(model) -> None:
+    """Attend for each row of a short feed (a verify) separately, over exactly the keys a one-row step
+    at its position sees, so its result is the step's bit for bit. Batched attention sums in another
+    order (about 1e-7 apart), harmless in fp32 but not before int8 activations, where it can move a
+    value across a rounding step (kernels.Int8Linear); loaders set it for int8 targets."""
+    _ROW_BY_ROW.add(model)
+
+
+# a feed of at most this many rows attends row by row (a verify is 2 to γ+1 rows); a prefill attends batched
+ROW_BY_ROW_MAX = 32
+_ROW_BY_ROW: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+EACH_ROW = "each row"  # the attention "mask" of a feed attended row by row
 
 
 def keep_hf_forward(model) -> None:
@@ -102,6 +117,7 @@ def lean_hidden(
     rotary = _rotary_tables(base.rotary_emb, positions)
     masks = {}  # window -> [T, end] bool, True where a row may attend; none for one row
     x = base.embed_tokens(input_ids[0])
+    row_by_row = 1 < rows <= ROW_BY_ROW_MAX and model in _ROW_BY_ROW
     for index, layer in enumerate(base.layers):
         if index in taps and tapped is not None:
             tapped.append(x)
@@ -110,7 +126,7 @@ def lean_hidden(
         if rows > 1 and window not in masks:
             masks[window] = _causal_mask(positions, end, window)
         cos, sin = rotary[getattr(attention, "layer_type", None)]
-        mask = masks.get(window)
+        mask = EACH_ROW if row_by_row else masks.get(window)
         if gemma:  # norms after attention and after the MLP too
             h = _attention(attention, cache, _rms(layer.input_layernorm, x, gemma), cos, sin, mask, window, end)
             x = x + _rms(layer.post_attention_layernorm, h, gemma)
@@ -161,7 +177,10 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _attention(attention, cache: Cache, h: torch.Tensor, cos, sin, mask, window: int | None, end: int) -> torch.Tensor:
+def _attention(
+    attention, cache: Cache, h: torch.Tensor, cos, sin, mask: torch.Tensor | str | None, window: int | None, end: int
+) -> torch.Tensor:
+    """mask: [T, end] for a batched feed, None for one row, EACH_ROW (attend_row_by_row)."""
     rows, head_dim = h.shape[0], attention.head_dim
     q = attention.q_proj(h).view(rows, -1, head_dim)
     k = attention.k_proj(h).view(rows, -1, head_dim)
@@ -170,9 +189,24 @@ def _attention(attention, cache: Cache, h: torch.Tensor, cos, sin, mask, window:
         q, k = _rms(attention.q_norm, q, True), _rms(attention.k_norm, k, True)
     q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
     keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], attention.layer_idx)
-    if mask is None and window and end > window:  # one row: its window is the last `window` keys
-        keys, values = keys[:, :, end - window :], values[:, :, end - window :]
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], keys, values, attn_mask=mask, scale=attention.scaling, enable_gqa=True
-    )
+    queries = q.transpose(0, 1)[None]
+    if mask is EACH_ROW:  # each row as the one-row step at its position: its own keys, no mask
+        out = torch.cat(
+            [
+                _attend(attention, queries[:, :, row : row + 1], keys, values, None, window, end - rows + row + 1)
+                for row in range(rows)
+            ],
+            dim=2,
+        )
+    else:
+        out = _attend(attention, queries, keys, values, cast(torch.Tensor | None, mask), window, end)
     return attention.o_proj(out[0].transpose(0, 1).reshape(rows, -1))
+
+
+def _attend(attention, queries, keys, values, mask: torch.Tensor | None, window: int | None, end: int) -> torch.Tensor:
+    """SDPA of `queries` over the first `end` keys; with no mask (one row), only the last `window` of them."""
+    start = end - window if mask is None and window and end > window else 0
+    keys, values = keys[:, :, start:end], values[:, :, start:end]
+    return F.scaled_dot_product_attention(
+        queries, keys, values, attn_mask=mask, scale=attention.scaling, enable_gqa=True
+    )

@@ -9,9 +9,13 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from .drafts import build_drafter
 from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
-from .kernels import pack_linear_weights
+from .kernels import can_int8, pack_linear_weights
+from .lean_forward import attend_row_by_row, supports
 from .models import load_model
 from .target_steps import target_steps
+
+# what the target's linear weights become on the CPU: packed fp32 ("none"), or int8 (decoder/kernels.py)
+QUANTIZATIONS = ("none", "int8")
 
 
 @dataclass
@@ -32,9 +36,13 @@ def load_decoder(
     draft_confidence: float = 0.0,
     pack: bool = True,
     steps: str = "auto",
+    quantization: str = "none",
 ) -> LoadedDecoder:
-    """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (use_cpu_kernels);
+    """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (use_cpu_kernels), or
+    with `quantization` "int8" for int8 ones (a caller that packs later passes it on: the bench);
     `steps` says how the target runs (decoder/target_steps.py)."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     policy = parse_gamma_policy(gamma)
     target_model, tokenizer = load_model(target, device=device, dtype=dtype)
     drafter, draft_model = build_drafter(draft, target_model, tokenizer, device=device, dtype=dtype)
@@ -46,16 +54,28 @@ def load_decoder(
         taps=drafter.target_taps if drafter is not None else (),
     )
     if pack:
-        use_cpu_kernels(stepper, target_model, draft_model, *(drafter.own_modules if drafter is not None else ()))
+        use_cpu_kernels(
+            stepper,
+            target_model,
+            draft_model,
+            *(drafter.own_modules if drafter is not None else ()),
+            int8=quantization == "int8",
+        )
     decoder = SpeculativeDecoder(
         target_model, tokenizer, drafter, policy if drafter else None, draft_confidence=draft_confidence, steps=stepper
     )
     return LoadedDecoder(decoder, target_model, tokenizer, draft_model)
 
 
-def use_cpu_kernels(steps, *models) -> None:
+def use_cpu_kernels(steps, *models, int8: bool = False) -> None:
     """oneDNN-packed linears (decoder/kernels.py) for models run on eager steps; compiled steps keep
     the stock linears, which inductor packs itself. Call it after the drafts are built, from the
-    target's plain weights."""
+    target's plain weights. The first model is the target: with `int8`, its verify rows also attend
+    one by one, so a verify stays bit-equal to one-row steps (lean_forward.attend_row_by_row)."""
+    if int8:
+        target = models[0]
+        if steps.compiled or not can_int8(target) or not supports(target):
+            raise ValueError("int8 weights run on the CPU, for Llama and Gemma-3 targets in float32, with eager steps")
+        attend_row_by_row(target)
     if not steps.compiled:
-        pack_linear_weights(*models)
+        pack_linear_weights(*models, int8=int8)

@@ -67,10 +67,11 @@ def load_engine(options: ServerOptions) -> Engine:
         dtype=options.dtype,
         gamma=options.gamma,
         draft_confidence=options.draft_confidence,
+        quantization=options.quantization,
     )
     decoder = loaded.decoder
     target, tokenizer = loaded.target, loaded.tokenizer
-    device = f"{target.device} {str(target.dtype).removeprefix('torch.')}"
+    device = f"{target.device} {'int8' if options.quantization == 'int8' else str(target.dtype).removeprefix('torch.')}"
     return Engine(
         decoder, options.target, draft_label(options.draft, target), device, fim_tokens(tokenizer.get_vocab())
     )

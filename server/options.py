@@ -40,6 +40,7 @@ MODEL_FIELDS = (
     "draft",
     "device",
     "dtype",
+    "quantization",
     "gguf",
     "llamacpp_speculative",
     "openai_url",
@@ -73,13 +74,15 @@ def _check_speculative(name: str) -> None:
 
 @dataclass(frozen=True)
 class ServerOptions:
-    # What decodes (decoder/backends/__init__.py): our decoder (target, draft, gamma, device, dtype apply),
-    # llama.cpp in-process on a GGUF (gguf, llamacpp_speculative), or an OpenAI-compatible server (openai_*).
+    # What decodes (decoder/backends/__init__.py): our decoder (target, draft, gamma, device, dtype and
+    # quantization apply), llama.cpp in-process on a GGUF (gguf, llamacpp_speculative), or an
+    # OpenAI-compatible server (openai_*).
     backend: Literal["local", "llamacpp", "openai"] = "local"
     target: str = DEFAULT_TARGET  # packaged alias, local directory or HF id
     draft: Annotated[str, parse_draft_spec] = DEFAULT_DRAFT  # a draft spec: syntax in decoder/drafts/spec.py
     device: str = "auto"
     dtype: str = "auto"
+    quantization: Literal["none", "int8"] = "none"  # int8: the target's linears in int8 on the CPU (decoder/kernels.py)
     gguf: str | None = None  # llamacpp: the GGUF file; None: the packaged target's own GGUF
     llamacpp_speculative: Annotated[str, _check_speculative] = "none"  # llama.cpp's draftless methods
     openai_url: str = "http://127.0.0.1:8080/v1"  # the server's base URL, up to /v1

@@ -33,7 +33,15 @@ from speccomplete.decoder.stats import GenerationStats
 from speccomplete.metrics import acceptance_rate, mean_accepted_length
 from speccomplete.telemetry.events import CompletionEvent
 
-from .bench_contenders import ABLATION_DRAFTS, LLAMACPP_AR, Contenders, build_contenders, llamacpp_contenders
+from .bench_contenders import (
+    ABLATION_DRAFTS,
+    LLAMACPP_AR,
+    QUANTIZED_ROWS,
+    Contenders,
+    build_contenders,
+    llamacpp_contenders,
+    quantization_contenders,
+)
 from .cases import Case, read_cases
 from .model_args import add_model_args, device_name, load
 
@@ -194,10 +202,14 @@ def memory_bandwidth_gbs(device: torch.device | str = "cpu", megabytes: int = 51
     return buffer.numel() * 4 / statistics.median(times[1:]) / 1e9
 
 
-def weight_bytes_per_token(model) -> int:
+def weight_bytes_per_token(model, int8: bool = False) -> int:
     """Bytes of weights one decode step reads: every parameter, except an untied input embedding
-    (a step reads one row of it). A tied embedding is read whole, as the head."""
+    (a step reads one row of it). A tied embedding is read whole, as the head. With `int8`, the
+    linear weights count one byte each (decoder/kernels.py, Int8Linear; its scales are left out)."""
     total = sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights count once
+    if int8:
+        linears = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
+        total -= sum(w.numel() * (w.element_size() - 1) for w in linears.values())
     embedding = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     if head is None or getattr(head, "weight", None) is not embedding:
@@ -308,7 +320,8 @@ def _same_as_its_ar(result: CaseRuns, name: str) -> bool:
     run = result.runs[name]
     if run.text is not None:
         return run.text == result.runs[LLAMACPP_AR].text if LLAMACPP_AR in result.runs else False
-    return run.tokens == result.runs["ar"].tokens
+    engine = name.split("_")[0]  # fp32_spec and int8_spec are checked against their own AR
+    return run.tokens == result.runs[f"{engine}_ar" if engine in QUANTIZED_ROWS.values() else "ar"].tokens
 
 
 def _next_line_exact(result: CaseRuns, tokenizer) -> bool:
@@ -541,6 +554,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "ngram-mod, ngram-simple, ... (default: no llama.cpp rows)",
     )
     p.add_argument("--gguf", help="the GGUF llama.cpp runs (default: the packaged target's own)")
+    p.add_argument(
+        "--compare-quantization",
+        choices=tuple(QUANTIZED_ROWS),
+        help="also time the target with these weights (a second copy): rows fp32_ar and fp32_spec for none, "
+        "int8_ar and int8_spec for int8",
+    )
     p.add_argument("--events", help="also append one completion event per case for AR, spec and llama.cpp (JSONL)")
     add_model_args(p)
     return p
@@ -571,9 +590,12 @@ def run(args: argparse.Namespace) -> int:
         for spec in compared
         if spec and spec != args.draft
     }
-    weight_bytes = weight_bytes_per_token(target)  # before packing: a packed linear keeps no .weight
-    if not args.no_pack:
-        use_cpu_kernels(decoder.steps, target, loaded.draft_model, *(model for _, model in other_drafts.values()))
+    int8 = args.quantization == "int8"
+    weight_bytes = weight_bytes_per_token(target, int8)  # before packing: a packed linear keeps no .weight
+    if not args.no_pack or int8:
+        use_cpu_kernels(
+            decoder.steps, target, loaded.draft_model, *(model for _, model in other_drafts.values()), int8=int8
+        )
     # The stock model, as HF users run it (no packed kernels): HF's columns and the unpacked ablations.
     stock = None
     if not args.no_hf or (args.ablations and not args.no_pack):
@@ -586,6 +608,10 @@ def run(args: argparse.Namespace) -> int:
             args.llamacpp, args.gguf or str(packaged_gguf(args.target))
         )
         doc |= llama_doc
+    if args.compare_quantization and args.compare_quantization != args.quantization:
+        rows, rows_doc = quantization_contenders(args, args.compare_quantization)
+        contenders.ours |= rows
+        doc |= rows_doc
     if not args.no_hf:
         contenders.hf_target = stock
         # HF assisted gets the shipped model draft, whatever our product drafts with

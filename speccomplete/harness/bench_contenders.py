@@ -13,6 +13,7 @@ from speccomplete.decoder.engine import SpeculativeDecoder
 # own draft (reduced head), lookup then the trained draft, the trained draft only.
 ABLATION_DRAFTS = ("ngram+none", "ngram+self", "ngram+auto", "auto")
 LLAMACPP_AR = "llamacpp_ar"  # llama.cpp without speculation: what its speculative rows must equal
+QUANTIZED_ROWS = {"none": "fp32", "int8": "int8"}  # --compare-quantization: the prefix of its two rows
 
 
 @dataclass
@@ -39,6 +40,33 @@ def llamacpp_contenders(methods: str, gguf: str) -> tuple[dict[str, object], dic
     return decoders, doc
 
 
+def quantization_contenders(
+    args: argparse.Namespace, quantization: str
+) -> tuple[dict[str, SpeculativeDecoder], dict[str, str]]:
+    """A second copy of the target with other weights (decoder/kernels.py): its AR and the product's
+    decoder on it, rows `<fp32|int8>_ar` and `<fp32|int8>_spec`; each must equal its own AR."""
+    from speccomplete.decoder.loader import load_decoder
+
+    loaded = load_decoder(
+        args.target,
+        args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        gamma=args.gamma,
+        draft_confidence=args.draft_confidence,
+        steps=args.steps,
+        quantization=quantization,
+    )
+    prefix = QUANTIZED_ROWS[quantization]
+    weights = "int8 weights, per-row scales" if quantization == "int8" else "oneDNN-packed fp32 weights"
+    rows = {
+        f"{prefix}_ar": SpeculativeDecoder(loaded.target, loaded.tokenizer, steps=loaded.decoder.steps),
+        f"{prefix}_spec": loaded.decoder,
+    }
+    doc = {f"{prefix}_ar": f"our AR on {weights}", f"{prefix}_spec": f"draft {args.draft} on {weights}"}
+    return rows, doc
+
+
 def build_contenders(
     args: argparse.Namespace, target, tokenizer, decoder: SpeculativeDecoder, other_drafts: dict, stock
 ) -> tuple[Contenders, dict[str, str]]:
@@ -56,7 +84,7 @@ def build_contenders(
     from speccomplete.decoder.kernels import pack_linear_weights
     from speccomplete.decoder.lean_forward import keep_hf_forward
 
-    packed = "oneDNN-packed" if not args.no_pack else "plain"
+    packed = "int8" if args.quantization == "int8" else "oneDNN-packed" if not args.no_pack else "plain"
     steps = decoder.steps  # every decoder on the target runs on the product's cache (and compiled graphs)
     ours = {"ar": SpeculativeDecoder(target, tokenizer, steps=steps), "spec": decoder}
     doc = {

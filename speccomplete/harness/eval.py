@@ -234,6 +234,7 @@ def init_options(args, telemetry_path: str) -> dict:
         "draft": args.draft,
         "device": args.device,
         "dtype": args.dtype,
+        "quantization": args.quantization,
         "gamma": args.gamma,
         "draftConfidence": args.draft_confidence,
         "maxTokensSingleLine": args.max_tokens_single_line,

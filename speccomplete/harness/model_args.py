@@ -38,6 +38,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         help="keep the stock nn.Linear weights on the CPU (no oneDNN packing, decoder/kernels.py)",
     )
     p.add_argument(
+        "--quantization",
+        default="none",
+        choices=("none", "int8"),
+        help="int8: the target's linear weights in int8 with per-row scales, a quarter of the fp32 bytes, "
+        "on the CPU (decoder/kernels.py, Int8Linear); none: packed fp32",
+    )
+    p.add_argument(
         "--steps",
         default="auto",
         choices=STEPS,
@@ -61,6 +68,7 @@ def load(args: argparse.Namespace, pack: bool | None = None) -> LoadedDecoder:
         draft_confidence=args.draft_confidence,
         pack=not args.no_pack if pack is None else pack,
         steps=args.steps,
+        quantization=args.quantization,
     )
 
 

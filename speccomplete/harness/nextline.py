@@ -61,25 +61,36 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--target", default=DEFAULT_TARGET)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
+    p.add_argument(
+        "--quantization",
+        default="none",
+        choices=("none", "int8"),
+        help="int8: the target's linear weights in int8, as `--quantization int8` decodes (decoder/kernels.py)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--json")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    from speccomplete.decoder.loader import use_cpu_kernels
     from speccomplete.decoder.models import load_model
 
     from .bench import write_json
     from .cases import read_cases
 
     model, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
-    rows = next_line_quality(SpeculativeDecoder(model, tokenizer), read_cases(args.cases), args.max_new_tokens)
-    print(
-        f"target={args.target} device={model.device} dtype={model.dtype} (greedy next line, prompt cut at line start)"
-    )
+    decoder = SpeculativeDecoder(model, tokenizer)
+    if args.quantization == "int8":
+        use_cpu_kernels(decoder.steps, model, int8=True)
+    rows = next_line_quality(decoder, read_cases(args.cases), args.max_new_tokens)
+    weights = "int8" if args.quantization == "int8" else str(model.dtype).removeprefix("torch.")
+    print(f"target={args.target} device={model.device} weights={weights} (greedy next line, prompt cut at line start)")
     print("language".rjust(11) + "n".rjust(4) + "exact".rjust(8) + "similar".rjust(9) + "tok/s".rjust(8))
     for name, r in rows.items():
         print(f"{name:>11}{r['cases']:4d}{r['exact_match']:8.2f}{r['similarity']:9.2f}{r['tokens_per_s']:8.1f}")
     if args.json:
-        write_json({"target": args.target, "device": str(model.device), "languages": rows}, args.json)
+        write_json(
+            {"target": args.target, "device": str(model.device), "weights": weights, "languages": rows}, args.json
+        )
     return 0

@@ -270,6 +270,7 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         "draft": args.draft,
         "device": args.device,
         "dtype": args.dtype,
+        "quantization": args.quantization,
         "gamma": args.gamma,
         "draftConfidence": args.draft_confidence,
         "maxTokensSingleLine": args.max_tokens_single_line,

@@ -16,6 +16,7 @@ const SERVER_OPTIONS: Record<string, string> = {
   draft: 'draft',
   device: 'device',
   dtype: 'dtype',
+  quantization: 'quantization',
   gamma: 'gamma',
   draftConfidence: 'draftConfidence',
   'maxTokens.singleLine': 'maxTokensSingleLine',

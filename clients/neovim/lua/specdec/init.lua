@@ -16,7 +16,7 @@ M.defaults = {
   -- Filetypes that start the server; nil: every buffer with a filetype.
   filetypes = nil,
   -- initializationOptions, camelCase as in server/options.py: backend (local, llamacpp, openai),
-  -- gguf, llamacppSpeculative, openaiUrl, openaiModel, openaiApiKeyEnv, target, draft, device, dtype,
+  -- gguf, llamacppSpeculative, openaiUrl, openaiModel, openaiApiKeyEnv, target, draft, device, dtype, quantization,
   -- gamma, maxTokensSingleLine, maxTokensMultiLine, temperature, debounceMs, telemetry,
   -- telemetryPath, telemetryText, enabledLanguages. Unset keys take the server's defaults.
   init_options = {},

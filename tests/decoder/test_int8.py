@@ -1,0 +1,98 @@
+"""int8 linears with per-row scales: close to fp32, each row's result its own, and greedy speculative
+output on them equal to their own AR, token for token (decoder/kernels.py, Int8Linear)."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import generate, random_prompts
+
+from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
+from speccomplete.decoder.engine import SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.decoder.kernels import Int8Linear, PackedGatedMLP, can_int8
+from speccomplete.decoder.loader import use_cpu_kernels
+from speccomplete.decoder.target_steps import EagerTarget
+
+pytestmark = pytest.mark.skipif(not hasattr(torch, "_int_mm"), reason="no torch._int_mm in this torch")
+
+
+def test_int8_linear_is_close_to_fp32():
+    linear = torch.nn.Linear(256, 96, bias=True)
+    x = torch.randn(7, 256)
+    want = linear(x)
+    got = Int8Linear(linear)(x)
+    assert got.shape == want.shape
+    assert ((got - want).norm() / want.norm()).item() < 0.02
+
+
+def test_each_row_is_computed_alone():
+    """A row's result is bit for bit the same whatever rows share its product: what makes a k-row
+    verify equal k one-row steps."""
+    layer = Int8Linear(torch.nn.Linear(640, 300, bias=False))
+    x = torch.randn(17, 640) * torch.logspace(-2, 2, 17)[:, None]  # rows of very different scales
+    together = layer(x)
+    for rows in (1, 2, 5):
+        for start in range(0, 17 - rows + 1, 3):
+            assert torch.equal(layer(x[start : start + rows]), together[start : start + rows])
+
+
+def int8_pair(model):
+    """An int8 copy of `model` and a one-layer draft derived from it, quantized with it."""
+    target = copy.deepcopy(model)
+    draft = derive_draft(target, [0])
+    use_cpu_kernels(SimpleNamespace(compiled=False), target, draft, int8=True)
+    return target, draft
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_every_linear_becomes_int8(family, request):
+    target, draft = int8_pair(request.getfixturevalue(family))
+    assert not any(isinstance(m, torch.nn.Linear) for m in target.modules())
+    assert isinstance(target.lm_head, Int8Linear) and draft.lm_head is target.lm_head
+    mlp = target.model.layers[0].mlp
+    assert isinstance(mlp, PackedGatedMLP) and isinstance(mlp.gate_up, Int8Linear)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+def test_verify_rows_equal_one_row_steps_bit_for_bit(family, request):
+    """Past Gemma-3's sliding window (8 tokens in the tiny model) too."""
+    target, _ = int8_pair(request.getfixturevalue(family))
+    ids = torch.randint(3, 200, (30,)).tolist()
+    with torch.inference_mode():
+        batched = EagerTarget(target)
+        batched.forward(ids[:12], keep=1)
+        together = batched.forward(ids[12:], keep=18)
+        stepped = EagerTarget(target)
+        stepped.forward(ids[:12], keep=1)
+        alone = torch.cat([stepped.forward([token], keep=1) for token in ids[12:]])
+    assert torch.equal(together, alone)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+@pytest.mark.parametrize("drafting", ["model", "lookup"])
+def test_speculative_on_int8_matches_its_ar(family, drafting, tokenizer, request):
+    target, draft = int8_pair(request.getfixturevalue(family))
+    drafter = ModelDrafter(draft) if drafting == "model" else HybridDrafter(None)
+    ar = SpeculativeDecoder(target, tokenizer)
+    spec = SpeculativeDecoder(target, tokenizer, drafter, FixedGamma(4))
+    gens = []
+    for prompt in random_prompts(16, seed=9):
+        want = generate(ar, prompt, max_new_tokens=24)
+        got = generate(spec, prompt, max_new_tokens=24)
+        assert got.token_ids == want.token_ids, prompt
+        gens.append(got)
+    assert sum(g.stats.accepted for g in gens) > 0 and sum(g.stats.rejected_rounds for g in gens) > 0
+
+
+def test_int8_needs_cpu_float32_eager_and_our_forward(llama, gpt2):
+    assert not can_int8(copy.deepcopy(llama).to(torch.bfloat16))
+    with pytest.raises(ValueError, match="int8"):
+        use_cpu_kernels(SimpleNamespace(compiled=True), copy.deepcopy(llama), int8=True)
+    with pytest.raises(ValueError, match="int8"):
+        use_cpu_kernels(SimpleNamespace(compiled=False), copy.deepcopy(llama).to(torch.bfloat16), int8=True)
+    with pytest.raises(ValueError, match="int8"):  # HF's forward attends batched: no bit-equal verify
+        use_cpu_kernels(SimpleNamespace(compiled=False), copy.deepcopy(gpt2), int8=True)
