@@ -6,6 +6,14 @@ the file header (imports, package and module lines, includes); the next enclosin
 siblings, nearest first (far ones are dropped first); then single lines nearest the cursor. Pieces are whole
 lines, never parts of lines, except for a single cursor line that alone exceeds the budget.
 
+The prefix starts stably while the user types (the backends keep the KV cache of the last prompt, and only what
+differs is prefilled): past the budget, the file is split into pages of a quarter of the budget, at line starts.
+The lines of the cursor's page up to the cursor are kept whole (the live part), and before them comes the
+selection above for a cursor at the page's first line, within half the budget (the stable part). Typing
+inside a page only appends to the prompt; the stable part changes when the cursor's line enters the next page.
+Without pages, the selection moved with every line and a warm request reused about half of its prompt
+(docs/benchmarks/README.md, section 10).
+
 The budget is in characters (the `promptBudgetChars` setting, server/options.py). Code tokenizes to about
 3.5 characters per token with the packaged models' tokenizers, so the default 2000 characters is about 570 tokens.
 """
@@ -24,6 +32,7 @@ DEFAULT_BUDGET_CHARS = 2000  # prefill runs ~175 tokens/s on a 2-core CPU, so co
 SUFFIX_SHARE = 3  # nearest-first growth takes 3 lines before the cursor for each line after it
 HEADER_SHARE = 4  # the header may use at most a quarter of the budget
 HEADER_ROWS = 1000  # a header is at the top: look no further
+PAGES = 4  # a page is a quarter of the budget: the live part's usual length, and the suffix's at most
 
 # The end of the text before the cursor that opens a block (a multi-line completion follows), and the lines that
 # belong to the file header, matched after indentation: each language's patterns are in speccomplete/languages.py.
@@ -81,8 +90,43 @@ def build_prompt(text: str, offset: int, language: str, budget_chars: int = DEFA
     elif len(before) + len(after) + 1 > budget_chars:
         prefix, suffix = _cut_long_line(before, after, budget_chars)
     else:
-        prefix, suffix = _fit(text, offset, language, tree, budget_chars)
+        prefix, suffix = _paged(text, offset, language, tree, budget_chars)
     return Prompt(prefix, suffix, multiline, indent, language)
+
+
+def _paged(text: str, offset: int, language: str, tree: Tree | None, budget: int) -> tuple[str, str]:
+    """The stable part (a selection for a cursor at the page's start, within half the budget) and the live part
+    (the page up to the cursor, at most half the budget) before the cursor; whole lines after it in what is
+    left, up to a page. A live part too long for its half (long lines) falls back to `select_lines` for the cursor."""
+    page = max(1, budget // PAGES)
+    line_start = text.rfind("\n", 0, offset) + 1
+    anchor = _page_start(text, line_start, page)
+    live = text[anchor:offset]
+    if anchor == 0 or len(live) > budget - budget // 2:
+        return select_lines(text, offset, language, tree, budget)
+    head, room = text[:anchor], budget // 2
+    stable = head if len(head) <= room else select_lines(head, anchor, language, syntax.parse(language, head), room)[0]
+    return stable + live, _lines_after(text, offset, min(page, budget - len(stable) - len(live)))
+
+
+def _page_start(text: str, line_start: int, page: int) -> int:
+    """The first line start at or after the last multiple of `page` at or before `line_start` (a line start):
+    edits at or below the cursor's line never move it."""
+    boundary = line_start // page * page
+    return text.find("\n", boundary - 1) + 1 if boundary > 0 else 0
+
+
+def _lines_after(text: str, offset: int, budget: int) -> str:
+    """The rest of the cursor's line and the whole lines after it that fit in `budget` characters."""
+    end = text.find("\n", offset)
+    if end < 0:
+        return text[offset:]
+    while True:
+        following = text.find("\n", end + 1)
+        following = len(text) if following < 0 else following
+        if following - offset > budget or end >= len(text):
+            return text[offset:end]
+        end = following
 
 
 def _multiline(before: str, after: str, language: str) -> bool:
@@ -155,7 +199,8 @@ class _Rows:
                 j += 1
 
 
-def _fit(text: str, offset: int, language: str, tree: Tree | None, budget: int) -> tuple[str, str]:
+def select_lines(text: str, offset: int, language: str, tree: Tree | None, budget: int) -> tuple[str, str]:
+    """The selection of whole lines described at the top, for a cursor at `offset`: (prefix, suffix)."""
     lines = text.split("\n")
     row = text.count("\n", 0, offset)
     kept = _Rows(lines, budget)

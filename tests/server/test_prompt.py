@@ -1,11 +1,21 @@
-"""The prompt builder: single vs multi-line, cuts at syntactic boundaries within the budget, FIM formatting."""
+"""The prompt builder: single vs multi-line, cuts at syntactic boundaries within the budget, a start that stays put
+while the user types, FIM formatting."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import CODE_LANGUAGES
 
-from speccomplete.server.prompt import FIM_STYLES, FimTokens, Prompt, build_prompt, fim_tokens, format_fim
+from speccomplete.server import syntax
+from speccomplete.server.prompt import (
+    FIM_STYLES,
+    FimTokens,
+    Prompt,
+    build_prompt,
+    fim_tokens,
+    format_fim,
+    select_lines,
+)
 
 # (language, document with █ at the cursor, multi-line?)
 MULTILINE_CASES = [
@@ -54,6 +64,14 @@ MULTILINE_CASES = [
 def _prompt(doc: str, language: str, budget: int = 4000) -> Prompt:
     prefix, suffix = doc.split("█")
     return build_prompt(prefix + suffix, len(prefix), language, budget)
+
+
+def _selected(doc: str, language: str, budget: int) -> Prompt:
+    """The line selection for a cursor at █ (what a page's stable part is made of), as a Prompt."""
+    prefix, suffix = doc.split("█")
+    text = prefix + suffix
+    before, after = select_lines(text, len(prefix), language, syntax.parse(language, text), budget)
+    return Prompt(before, after, False, "", language)
 
 
 @pytest.mark.parametrize(
@@ -131,7 +149,7 @@ def test_cuts_are_whole_lines_within_budget(budget):
 
 
 def test_enclosing_definition_and_header_kept_far_siblings_dropped():
-    p = _prompt(PYTHON, "python", 250)
+    p = _selected(PYTHON, "python", 250)
     assert "    def m2(self, y):\n        z = y + 1\n" in p.prefix and "        return z" in p.suffix
     assert p.prefix.startswith("import os\nfrom typing import (\n    Any,\n)\n")  # a multi-line import whole
     assert "class A:\n" in p.prefix  # the signature of the enclosing class that did not fit whole
@@ -143,7 +161,7 @@ def test_enclosing_definition_and_header_kept_far_siblings_dropped():
 def test_enclosing_definition_too_big_keeps_its_signature_and_nearest_lines():
     body = "".join(f"    x{i} = {i}\n" for i in range(200))
     doc = "import os\n\ndef big():\n" + body[:1400] + "    █\n" + body[1400:]
-    p = _prompt(doc, "python", 600)
+    p = _selected(doc, "python", 600)
     assert p.prefix.startswith("import os\n\ndef big():\n")
     assert len(p.prefix) + len(p.suffix) <= 600
     assert p.prefix.endswith(body[:1400].split("\n")[-2] + "\n    ")
@@ -178,7 +196,7 @@ class A {
 
 
 def test_java_siblings_within_the_class():
-    p = _prompt(JAVA, "java", 260)
+    p = _selected(JAVA, "java", 260)
     assert p.prefix.startswith("package a;\nimport java.util.List;\n")
     assert "class A {\n" in p.prefix and "  int three(int x) {\n    " in p.prefix
     assert "  int two() {\n    return 2;\n  }\n" in p.prefix and "int four()" in p.suffix
@@ -188,7 +206,7 @@ def test_java_siblings_within_the_class():
 
 def test_unknown_language_keeps_nearest_lines():
     doc = "".join(f"line {i}\n" for i in range(100)) + "now █here\n" + "".join(f"after {i}\n" for i in range(100))
-    p = _prompt(doc, "text", 200)
+    p = _selected(doc, "text", 200)
     assert p.prefix.endswith("line 99\nnow ") and p.suffix.startswith("here\nafter 0\n")
     assert len(p.prefix) + len(p.suffix) <= 200 and len(p.prefix) > len(p.suffix)
 
@@ -220,3 +238,42 @@ def test_format_fim():
     p = Prompt("def f():\n    ", "\n\nx = 1\n", True, "    ", "python")
     text = format_fim(p, FimTokens("<P>", "<S>", "<M>"))
     assert text == "<P>def f():\n    <S>\n\nx = 1\n<M>"
+
+
+def _typed_file(functions: int = 60) -> str:
+    return "import os\nimport sys\n\n\n" + "".join(
+        f"def f{i}(x, y):\n    z = x * {i} + y\n    if z > {i}:\n        return z - 1\n    return z\n\n\n"
+        for i in range(functions)
+    )
+
+
+def test_typing_down_a_file_only_appends_to_the_prompt_inside_a_page():
+    """The user types the file from the top and pauses at each new line: a request's prompt starts with the
+    last one's, except when the cursor's line enters the next page (a quarter of the budget)."""
+    text, budget = _typed_file(), 800
+    starts = [i + 1 for i, c in enumerate(text) if c == "\n"]
+    prompts = [build_prompt(text[:at], at, "python", budget) for at in starts]
+    appended = sum(b.prefix.startswith(a.prefix) for a, b in zip(prompts, prompts[1:]))
+    past_budget = sum(at > budget for at in starts)
+    assert appended >= len(prompts) - 1 - (len(text) // (budget // 4) + 1)  # at most one new start per page
+    assert past_budget > 100 and appended / (len(prompts) - 1) > 0.8
+    for p in prompts:
+        assert len(p.prefix) + len(p.suffix) <= budget
+        _whole_lines(p, text)
+
+
+def test_typing_along_a_line_only_appends():
+    text, budget = _typed_file(), 800
+    line = text.index("    z = x * 40 + y")
+    prompts = [build_prompt(text, at, "python", budget) for at in range(line, line + 18)]
+    assert all(b.prefix.startswith(a.prefix) for a, b in zip(prompts, prompts[1:]))
+    assert prompts[0].prefix.startswith("import os\nimport sys\n")  # the header, in the stable part
+    assert prompts[0].prefix.endswith("def f40(x, y):\n")  # the page's lines up to the cursor, whole
+
+
+def test_the_stable_part_ignores_edits_below_it():
+    text, budget = _typed_file(), 800
+    at = text.index("    return z\n", text.index("def f30("))
+    edited = text[:at] + "    # a new comment\n" + text[at:]
+    a, b = build_prompt(text, at, "python", budget), build_prompt(edited, at + 20, "python", budget)
+    assert b.prefix.startswith(a.prefix)
