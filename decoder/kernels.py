@@ -17,11 +17,14 @@ is applied after every draft has been built from the target.
 activations with one scale per input row, and an exact int32 product (`torch._int_mm`, oneDNN).
 Each input row's result depends on that row alone, so a k-row verify computes what k one-row steps
 compute, bit for bit, and greedy speculative output stays equal to its own AR. (fbgemm's dynamic
-quantization, rejected in docs/benchmarks, scales a whole batch by one activation scale.)
+quantization, rejected in docs/benchmarks, scales a whole batch by one activation scale.) On CPUs
+without VNNI, oneDNN adds pairs of 8-bit products in 16 bits and saturates, so weights there keep
+7 bits (`int8_full_range`), and int8 is slower than packed fp32 (docs/benchmarks/README.md, section 10).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import cast
@@ -57,6 +60,17 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
+@functools.cache
+def int8_full_range() -> bool:
+    """Whether `torch._int_mm` multiplies full-range int8 exactly on this CPU (oneDNN's VNNI and AMX kernels).
+    Without VNNI it does not: under ONEDNN_MAX_CPU_ISA=AVX2 random full-range products were off by up to
+    3e7, and exact with weights in [-63, 63]."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(-127, 128, (5, 512), dtype=torch.int8, generator=generator)
+    w = torch.randint(-127, 128, (64, 512), dtype=torch.int8, generator=generator)
+    return all(torch.equal(torch._int_mm(x[:rows], w.t()).long(), x[:rows].long() @ w.t().long()) for rows in (1, 5))
+
+
 class Int8Linear(torch.nn.Module):
     """int8 weights (a scale per output row) times int8 activations (a scale per input row)."""
 
@@ -65,8 +79,9 @@ class Int8Linear(torch.nn.Module):
         super().__init__()
         self.in_features, self.out_features = linears[0].in_features, sum(m.out_features for m in linears)
         weight = torch.cat([m.weight.detach().float() for m in linears])
-        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
-        self.weight_t = (weight / scale[:, None]).round().clamp(-127, 127).to(torch.int8).t()  # [in, out] view
+        levels = 127 if int8_full_range() else 63  # 7 bits where products of 8 would saturate
+        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / levels
+        self.weight_t = (weight / scale[:, None]).round().clamp(-levels, levels).to(torch.int8).t()  # [in, out] view
         self.weight_scale = scale
         biases = [m.bias for m in linears]
         self.bias = (

@@ -9,13 +9,15 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from .drafts import build_drafter
 from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
-from .kernels import can_int8, pack_linear_weights
+from .kernels import can_int8, int8_full_range, pack_linear_weights
 from .lean_forward import attend_row_by_row, supports
 from .models import load_model
 from .target_steps import target_steps
 
-# what the target's linear weights become on the CPU: packed fp32 ("none"), or int8 (decoder/kernels.py)
-QUANTIZATIONS = ("none", "int8")
+# what the target's linear weights become on the CPU: packed fp32 ("none"), int8 (decoder/kernels.py), or
+# "auto": int8 where it is fast (resolve_quantization), since there it was the fastest in the typing replay
+# (docs/benchmarks/README.md, section 10)
+QUANTIZATIONS = ("auto", "none", "int8")
 
 
 @dataclass
@@ -24,6 +26,7 @@ class LoadedDecoder:
     target: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     draft_model: PreTrainedModel | None  # None for model-free drafts
+    quantization: str = "none"  # what the target's linear weights are: "none" or "int8" (auto resolved)
 
 
 def load_decoder(
@@ -36,7 +39,7 @@ def load_decoder(
     draft_confidence: float = 0.0,
     pack: bool = True,
     steps: str = "auto",
-    quantization: str = "none",
+    quantization: str = "auto",
 ) -> LoadedDecoder:
     """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (use_cpu_kernels), or
     with `quantization` "int8" for int8 ones (a caller that packs later passes it on: the bench);
@@ -53,6 +56,7 @@ def load_decoder(
         hidden=drafter is not None and drafter.drafts_on_the_target,
         taps=drafter.target_taps if drafter is not None else (),
     )
+    quantization = resolve_quantization(quantization, target_model, stepper)
     if pack:
         use_cpu_kernels(
             stepper,
@@ -64,7 +68,16 @@ def load_decoder(
     decoder = SpeculativeDecoder(
         target_model, tokenizer, drafter, policy if drafter else None, draft_confidence=draft_confidence, steps=stepper
     )
-    return LoadedDecoder(decoder, target_model, tokenizer, draft_model)
+    return LoadedDecoder(decoder, target_model, tokenizer, draft_model, quantization)
+
+
+def resolve_quantization(requested: str, target, steps) -> str:
+    """Auto is int8 where int8 runs (the CPU, a Llama or Gemma-3 target in float32, eager steps) on fast int8
+    products (VNNI or AMX: int8_full_range), else none."""
+    if requested != "auto":
+        return requested
+    runs = not steps.compiled and can_int8(target) and supports(target)
+    return "int8" if runs and int8_full_range() else "none"
 
 
 def use_cpu_kernels(steps, *models, int8: bool = False) -> None:

@@ -71,7 +71,8 @@ def load_engine(options: ServerOptions) -> Engine:
     )
     decoder = loaded.decoder
     target, tokenizer = loaded.target, loaded.tokenizer
-    device = f"{target.device} {'int8' if options.quantization == 'int8' else str(target.dtype).removeprefix('torch.')}"
+    weights = "int8" if loaded.quantization == "int8" else str(target.dtype).removeprefix("torch.")
+    device = f"{target.device} {weights}"
     return Engine(
         decoder, options.target, draft_label(options.draft, target), device, fim_tokens(tokenizer.get_vocab())
     )

@@ -82,7 +82,8 @@ class ServerOptions:
     draft: Annotated[str, parse_draft_spec] = DEFAULT_DRAFT  # a draft spec: syntax in decoder/drafts/spec.py
     device: str = "auto"
     dtype: str = "auto"
-    quantization: Literal["none", "int8"] = "none"  # int8: the target's linears in int8 on the CPU (decoder/kernels.py)
+    # the target's linear weights: int8 (decoder/kernels.py), none (fp32), auto (int8 where it runs: the CPU)
+    quantization: Literal["auto", "none", "int8"] = "auto"
     gguf: str | None = None  # llamacpp: the GGUF file; None: the packaged target's own GGUF
     llamacpp_speculative: Annotated[str, _check_speculative] = "none"  # llama.cpp's draftless methods
     openai_url: str = "http://127.0.0.1:8080/v1"  # the server's base URL, up to /v1

@@ -577,6 +577,7 @@ def run(args: argparse.Namespace) -> int:
     if args.limit:
         cases = cases[: args.limit]
     loaded = load(args, pack=False)
+    args.quantization = loaded.quantization  # auto resolved: what the rows say they ran on
     tokenizer, decoder = loaded.tokenizer, loaded.decoder
     target = loaded.target
     # Drafts are built from the target's plain weights, so the ablations' drafts come before packing.

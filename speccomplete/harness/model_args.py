@@ -39,10 +39,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--quantization",
-        default="none",
-        choices=("none", "int8"),
+        default="auto",
+        choices=("auto", "none", "int8"),
         help="int8: the target's linear weights in int8 with per-row scales, a quarter of the fp32 bytes, "
-        "on the CPU (decoder/kernels.py, Int8Linear); none: packed fp32",
+        "on the CPU (decoder/kernels.py, Int8Linear); none: packed fp32; auto (default): int8 where it runs",
     )
     p.add_argument(
         "--steps",

@@ -10,11 +10,12 @@ import pytest
 import torch
 from conftest import generate, random_prompts
 
+from speccomplete.decoder import kernels, loader
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.kernels import Int8Linear, PackedGatedMLP, can_int8
-from speccomplete.decoder.loader import use_cpu_kernels
+from speccomplete.decoder.loader import resolve_quantization, use_cpu_kernels
 from speccomplete.decoder.target_steps import EagerTarget
 
 pytestmark = pytest.mark.skipif(not hasattr(torch, "_int_mm"), reason="no torch._int_mm in this torch")
@@ -96,3 +97,19 @@ def test_int8_needs_cpu_float32_eager_and_our_forward(llama, gpt2):
         use_cpu_kernels(SimpleNamespace(compiled=False), copy.deepcopy(llama).to(torch.bfloat16), int8=True)
     with pytest.raises(ValueError, match="int8"):  # HF's forward attends batched: no bit-equal verify
         use_cpu_kernels(SimpleNamespace(compiled=False), copy.deepcopy(gpt2), int8=True)
+
+
+def test_without_vnni_weights_keep_seven_bits_and_auto_keeps_fp32(monkeypatch, llama):
+    """Where oneDNN's int8 products saturate (no VNNI), weights stay in [-63, 63], and "auto" is fp32 (int8 is
+    slower there); with VNNI or AMX, "auto" is int8 for a Llama or Gemma-3 target on eager steps."""
+    eager, compiled = SimpleNamespace(compiled=False), SimpleNamespace(compiled=True)
+    monkeypatch.setattr(kernels, "int8_full_range", lambda: False)
+    monkeypatch.setattr(loader, "int8_full_range", lambda: False)
+    assert Int8Linear(torch.nn.Linear(64, 32)).weight_t.abs().max() == 63
+    assert resolve_quantization("auto", llama, eager) == "none"
+    monkeypatch.setattr(kernels, "int8_full_range", lambda: True)
+    monkeypatch.setattr(loader, "int8_full_range", lambda: True)
+    assert Int8Linear(torch.nn.Linear(64, 32)).weight_t.abs().max() == 127
+    assert resolve_quantization("auto", llama, eager) == "int8"
+    assert resolve_quantization("auto", llama, compiled) == "none"
+    assert resolve_quantization("none", llama, eager) == "none"
