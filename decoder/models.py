@@ -248,8 +248,11 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto"):
 
 def check_same_vocabulary(target_tokenizer, draft_tokenizer, what: str = "draft") -> None:
     """Speculation compares token ids, so both models must share one vocabulary."""
-    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+    target_vocab, draft_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if target_vocab != draft_vocab:
+        # same-sized vocabularies can differ too, so say how many entries differ
+        differ = len(target_vocab.items() ^ draft_vocab.items()) // 2 or 1
         raise VocabularyMismatchError(
-            f"the {what} tokenizer differs from the target's ({len(draft_tokenizer)} vs {len(target_tokenizer)} "
-            "tokens); speculative decoding needs both models to share one vocabulary"
+            f"the {what} tokenizer differs from the target's: {len(draft_vocab)} vs {len(target_vocab)} tokens, "
+            f"{differ} of them mapped differently; speculative decoding needs both models to share one vocabulary"
         )

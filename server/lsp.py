@@ -36,6 +36,7 @@ from speccomplete.telemetry.events import Outcome, Trigger
 from speccomplete.telemetry.log import EventLog
 
 from .completion import Completion, Engine, Request, complete, load_engine, retune, reuse, typed_along
+from .documents import use_lsp_lines
 from .options import ServerOptions, models_changed, parse_options
 from .positions import PositionError, offset_at
 
@@ -216,9 +217,14 @@ class SpecdecServer(LanguageServer):
 
     # ------------------------------------------------------------------ completions
 
+    def open_document(self, uri: str):
+        """The open document at `uri`, or None. pygls files documents under their unquoted URIs, so a
+        percent-encoded one (spaces, non-ASCII names, `file:///c%3A/...`) is looked up unquoted too."""
+        return self.workspace.text_documents.get(unquote(uri))
+
     async def completion_at(self, uri: str, position: types.Position, trigger: Trigger) -> Completion | None:
         """The completion to show at `position`, or None. Raises JsonRpcInvalidParams for a bad position."""
-        document = self.workspace.text_documents.get(uri)
+        document = self.open_document(uri)
         if document is None:
             log.warning("completion requested for %s, which is not open; empty answer", uri)
             return None
@@ -287,7 +293,7 @@ class SpecdecServer(LanguageServer):
     def deliver(self, uri: str, version: int | None, request: Request, result: Completion) -> Completion | None:
         """Record the completion's event and start tracking its outcome; None if there is nothing to show."""
         event = result.event
-        document = self.workspace.text_documents.get(uri)
+        document = self.open_document(uri)
         if event.outcome == "shown" and (document is None or document.version != version):
             log.info("dropping a completion for %s version %s: the document has changed", uri, version)
             event.outcome = "cancelled"
@@ -338,6 +344,7 @@ def path_of(uri: str) -> str:
 
 @SERVER.feature(types.INITIALIZE)
 def initialize(ls: SpecdecServer, params: types.InitializeParams) -> None:
+    use_lsp_lines(ls.workspace)  # pygls made it just before this handler; no document is open yet
     ls.configure(params.initialization_options)
 
 

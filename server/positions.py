@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 
 class PositionError(ValueError):
     pass
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")  # LSP's line terminators, and only those
 
 
 def offset_at(text: str, line: int, character: int) -> int:
@@ -12,13 +17,13 @@ def offset_at(text: str, line: int, character: int) -> int:
     if line < 0 or character < 0:
         raise PositionError(f"negative position {line}:{character}")
     start = 0
-    for _ in range(line):
-        newline = text.find("\n", start)
-        if newline < 0:
-            raise PositionError(f"line {line} is past the end of a {text.count(chr(10)) + 1}-line document")
-        start = newline + 1
-    end = text.find("\n", start)
-    end = len(text) if end < 0 else end
+    for counted in range(line):
+        newline = _LINE_END.search(text, start)
+        if newline is None:
+            raise PositionError(f"line {line} is past the end of a {counted + 1}-line document")
+        start = newline.end()
+    found = _LINE_END.search(text, start)
+    end = len(text) if found is None else found.start()
     units = 0
     for i in range(start, end):
         if units >= character:

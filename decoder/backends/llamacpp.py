@@ -12,6 +12,7 @@ request are lost (the event says "unreported").
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import mmap
 import os
@@ -66,6 +67,7 @@ class LlamaCppDecoder:
             kind = "COMMON_SPECULATIVE_TYPE_" + speculative.upper().replace("-", "_")
             params.speculative.types = [getattr(xllamacpp.common_speculative_type, kind)]
         self.server = xllamacpp.Server(params)  # its HTTP side listens on a loopback port (listening_address)
+        _never_destroyed(self.server)
 
     @property
     def label(self) -> str:
@@ -109,6 +111,14 @@ class LlamaCppDecoder:
         stats.finish_reason = finish
         stats.total_ms = _ms(start)
         return Generation(text, [], finish, stats)
+
+
+def _never_destroyed(server) -> None:
+    """Keep `server` alive until the process exits. xllamacpp's Server destructor can wait forever for its
+    loop thread: the second Server destroyed in a process hung in ~Server (std::thread::join) in each of
+    several tries, and so did a test that made and dropped one. A server reloaded with new settings therefore
+    keeps the old llama.cpp context's memory; the process's exit frees it, and destroys nothing."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(server))
 
 
 class GGUFVocabulary:

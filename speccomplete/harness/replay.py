@@ -14,8 +14,9 @@ the end of the line above too: an unmeasured request whose prefill is all that c
 server's cancelled requests leave the cache while the user types.
 
     warm   the backend's cache holds the file as typed up to the line above (KV reuse of the prefix),
-           as far as the prompt starts alike: past promptBudgetChars the prompt is a selection of lines
-           that moves with the cursor, so the reused tokens say how warm a request really was
+           as far as the prompt starts alike: past promptBudgetChars its start moves when the cursor's
+           line enters the next page (server/prompt.py), so the reused tokens say how warm a request
+           really was
     cold   the same request again, right after one on an unrelated document (the user switched files):
            its prefix is prefilled whole. Every --cold-every-th position only (from the middle of the
            first N), to bound the time.

@@ -236,8 +236,11 @@ def test_derive_draft_shares_modules_and_costs_no_memory(llama, gpt2):
 def test_check_same_vocabulary(tokenizer):
     check_same_vocabulary(tokenizer, make_byte_tokenizer())  # equal vocabularies pass
     for other in (make_byte_tokenizer(eos_name="<|end|>"), make_byte_tokenizer(bos=False, eos=False)):
-        with pytest.raises(VocabularyMismatchError, match="vocabulary"):
+        with pytest.raises(VocabularyMismatchError, match="vocabulary") as error:
             check_same_vocabulary(tokenizer, other)
+        assert "mapped differently" in str(error.value)
+    with pytest.raises(VocabularyMismatchError, match=r"(\d+) vs \1 tokens, 1 of them mapped differently"):
+        check_same_vocabulary(tokenizer, make_byte_tokenizer(eos_name="<|end|>"))  # same size, one token renamed
     assert issubclass(VocabularyMismatchError, ModelError)
 
 

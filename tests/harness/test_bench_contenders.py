@@ -26,6 +26,7 @@ def test_ablation_rows_each_turn_one_lever(tokenizer):
         compare_confidences="0.3,0.6",
         device="cpu",
         dtype="auto",
+        quantization="none",
     )
     product, _ = build_drafter(args.draft, target, tokenizer)
     other = {"ngram+auto": build_drafter("ngram+auto", target, tokenizer)}  # 'auto' derives layers 0,1 here
@@ -60,7 +61,7 @@ def test_ablation_rows_each_turn_one_lever(tokenizer):
 
 def test_without_ablations_only_the_compared_drafts(tokenizer):
     target = tiny_llama(seed=4)
-    args = argparse.Namespace(draft="ngram+none", gamma="heuristic", ablations=False, no_pack=True)
+    args = argparse.Namespace(draft="ngram+none", gamma="heuristic", ablations=False, no_pack=True, quantization="none")
     product, _ = build_drafter(args.draft, target, tokenizer)
     other = {"ngram+auto": build_drafter("ngram+auto", target, tokenizer)}
     decoder = SpeculativeDecoder(target, tokenizer, product, HeuristicGamma())

@@ -319,6 +319,29 @@ async def test_unknown_language_still_completes(client: LanguageClient, workdir)
     close_document(client, uri)
 
 
+@pytest.mark.parametrize("uri", ["file:///work/a%20b.py", "file:///work/caf%C3%A9.py", "file:///c%3A/work/win.py"])
+async def test_percent_encoded_uris_get_completions(client: LanguageClient, workdir, uri):
+    """Spaces, non-ASCII names and Windows drive letters arrive percent-encoded."""
+    before = len(records(workdir["events"]))
+    open_document(client, uri, "def add(a, b):\n    ", "python")
+    await inline(client, uri, 1, 4)
+    close_document(client, uri)
+    assert len(records(workdir["events"])) > before, "no completion was decoded"
+    event = latest_event(workdir["events"])
+    assert event["language"] == "python" and event["generated_tokens"] > 0
+
+
+@pytest.mark.parametrize("newline", ["\r", "\r\n"])
+async def test_cr_and_crlf_documents_complete(client: LanguageClient, workdir, newline):
+    uri = f"file:///work/lines{len(newline)}.py"
+    before = len(records(workdir["events"]))
+    open_document(client, uri, newline.join(["def f(x):", "    y = x * 2", "    "]), "python")
+    await inline(client, uri, 2, 4)  # line 2 exists whatever the terminator
+    close_document(client, uri)
+    assert len(records(workdir["events"])) > before, "no completion was decoded"
+    assert latest_event(workdir["events"])["language"] == "python"
+
+
 async def test_unopened_document_answers_empty(client: LanguageClient):
     assert await inline(client, "file:///work/never_opened.py", 0, 0) == []
     await still_serving(client)

@@ -19,3 +19,12 @@ def test_offset_at_counts_utf16_units():
 def test_offset_at_rejects_positions_past_the_end(line, character):
     with pytest.raises(PositionError):
         offset_at("a🙂b\nxyz", line, character)
+
+
+def test_only_lsp_line_terminators_end_a_line():
+    """\\r\\n, \\r and \\n end a line; a form feed, U+0085 or U+2028 inside a line does not."""
+    text = "a\r\nb\rc\nd\x0ce\x85f\u2028g"
+    assert [offset_at(text, line, 0) for line in range(4)] == [0, 3, 5, 7]
+    assert offset_at(text, 3, 7) == len(text)
+    with pytest.raises(PositionError, match="4-line"):
+        offset_at(text, 4, 0)

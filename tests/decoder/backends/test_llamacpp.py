@@ -4,6 +4,8 @@ identity with its own AR, and clear errors."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -111,3 +113,14 @@ def test_gguf_vocabulary_finds_tokens_without_decoding_them(gguf):
     vocabulary = GGUFVocabulary(gguf)
     assert "<|endoftext|>" in vocabulary and "<s>" in vocabulary
     assert "<fim_prefix>" not in vocabulary and 3 not in vocabulary
+
+
+def test_dropping_decoders_never_hangs(gguf):
+    """A settings reload drops the old decoder; xllamacpp's Server destructor could hang joining its thread."""
+    code = (
+        "import sys\n"
+        "from speccomplete.decoder.backends.llamacpp import LlamaCppDecoder\n"
+        "for _ in range(3):\n"
+        "    LlamaCppDecoder(sys.argv[1], threads=1, context=512)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(gguf)], timeout=120, check=True, capture_output=True)
