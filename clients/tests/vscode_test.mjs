@@ -53,6 +53,8 @@ function writeSettings(userDir) {
   // the Machine settings, as a user sets them under "Remote" in the settings editor.
   const machine = { 'specdec.server.command': SPECDEC };
   const user = {
+    // fp32 weights, as in neovim_test.lua: int8 (the default on CPUs with VNNI) completes some cases with nothing
+    'specdec.quantization': 'none',
     'specdec.maxTokens.singleLine': 8,
     'specdec.maxTokens.multiLine': 16,
     'specdec.telemetry.enabled': true,
