@@ -19,7 +19,7 @@ Each input row's result depends on that row alone, so a k-row verify computes wh
 compute, bit for bit, and greedy speculative output stays equal to its own AR. (fbgemm's dynamic
 quantization, rejected in docs/benchmarks, scales a whole batch by one activation scale.) On CPUs
 without VNNI, oneDNN adds pairs of 8-bit products in 16 bits and saturates, so weights there keep
-7 bits (`int8_full_range`), and int8 is slower than packed fp32 (docs/benchmarks/README.md, section 10).
+7 bits (`int8_full_range`), and int8 is slower than packed fp32 (docs/benchmarks/README.md, decisions).
 """
 
 from __future__ import annotations

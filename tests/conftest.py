@@ -240,6 +240,18 @@ def generate(decoder: SpeculativeDecoder, prompt, **options) -> Generation:
     return gen
 
 
+def assert_greedy_matches(ar: SpeculativeDecoder, spec: SpeculativeDecoder, prompts, max_new_tokens: int) -> None:
+    """`spec` writes what `ar` writes on every prompt, token for token, and its drafts were both
+    accepted and rejected along the way (so both paths of the acceptance ran)."""
+    gens = []
+    for prompt in prompts:
+        want = generate(ar, prompt, max_new_tokens=max_new_tokens)
+        got = generate(spec, prompt, max_new_tokens=max_new_tokens)
+        assert got.token_ids == want.token_ids, prompt
+        gens.append(got)
+    assert sum(g.stats.accepted for g in gens) > 0 and sum(g.stats.rejected_rounds for g in gens) > 0
+
+
 def write_python_splits(root: Path, files: int) -> Path:
     """`root/splits` with python.train.txt and python.dev.txt, each listing `files` small Python sources
     (what `specdec corpus --splits` reads); returns the splits folder."""

@@ -45,18 +45,9 @@ def quantization_contenders(
 ) -> tuple[dict[str, SpeculativeDecoder], dict[str, str]]:
     """A second copy of the target with other weights (decoder/kernels.py): its AR and the product's
     decoder on it, rows `<fp32|int8>_ar` and `<fp32|int8>_spec`; each must equal its own AR."""
-    from speccomplete.decoder.loader import load_decoder
+    from .model_args import load
 
-    loaded = load_decoder(
-        args.target,
-        args.draft,
-        device=args.device,
-        dtype=args.dtype,
-        gamma=args.gamma,
-        draft_confidence=args.draft_confidence,
-        steps=args.steps,
-        quantization=quantization,
-    )
+    loaded = load(args, pack=True, quantization=quantization)
     prefix = QUANTIZED_ROWS[quantization]
     weights = "int8 weights, per-row scales" if quantization == "int8" else "oneDNN-packed fp32 weights"
     rows = {

@@ -54,9 +54,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def load(args: argparse.Namespace, pack: bool | None = None) -> LoadedDecoder:
+def load(args: argparse.Namespace, pack: bool | None = None, quantization: str | None = None) -> LoadedDecoder:
     """The target, tokenizer, draft model and decoder the model arguments describe; `pack` overrides
-    --no-pack (the bench packs only after building its other drafts from the plain weights)."""
+    --no-pack (the bench packs only after building its other drafts from the plain weights), and
+    `quantization` --quantization (the bench's second copy of the target)."""
     from speccomplete.decoder.loader import load_decoder
 
     return load_decoder(
@@ -68,7 +69,7 @@ def load(args: argparse.Namespace, pack: bool | None = None) -> LoadedDecoder:
         draft_confidence=args.draft_confidence,
         pack=not args.no_pack if pack is None else pack,
         steps=args.steps,
-        quantization=args.quantization,
+        quantization=args.quantization if quantization is None else quantization,
     )
 
 

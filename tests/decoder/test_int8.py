@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import generate, random_prompts
+from conftest import assert_greedy_matches, random_prompts
 
 from speccomplete.decoder import kernels, loader
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
@@ -80,13 +80,7 @@ def test_speculative_on_int8_matches_its_ar(family, drafting, tokenizer, request
     drafter = ModelDrafter(draft) if drafting == "model" else HybridDrafter(None)
     ar = SpeculativeDecoder(target, tokenizer)
     spec = SpeculativeDecoder(target, tokenizer, drafter, FixedGamma(4))
-    gens = []
-    for prompt in random_prompts(16, seed=9):
-        want = generate(ar, prompt, max_new_tokens=24)
-        got = generate(spec, prompt, max_new_tokens=24)
-        assert got.token_ids == want.token_ids, prompt
-        gens.append(got)
-    assert sum(g.stats.accepted for g in gens) > 0 and sum(g.stats.rejected_rounds for g in gens) > 0
+    assert_greedy_matches(ar, spec, random_prompts(16, seed=9), max_new_tokens=24)
 
 
 def test_int8_needs_cpu_float32_eager_and_our_forward(llama, gpt2):

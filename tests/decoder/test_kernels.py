@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import generate, random_prompts
+from conftest import assert_greedy_matches, random_prompts
 
 from speccomplete.decoder.drafts import ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
@@ -61,13 +61,7 @@ def test_speculative_on_packed_weights_matches_ar(packed_pair, tokenizer):
     _, packed, draft = packed_pair
     ar = SpeculativeDecoder(packed, tokenizer)
     spec = SpeculativeDecoder(packed, tokenizer, ModelDrafter(draft), FixedGamma(4))
-    gens = []
-    for p in random_prompts(20, seed=5):
-        want = generate(ar, p, max_new_tokens=12)
-        got = generate(spec, p, max_new_tokens=12)
-        assert got.token_ids == want.token_ids, p
-        gens.append(got)
-    assert sum(g.stats.accepted for g in gens) > 0 and sum(g.stats.rejected_rounds for g in gens) > 0
+    assert_greedy_matches(ar, spec, random_prompts(20, seed=5), max_new_tokens=12)
 
 
 def test_only_cpu_float32_is_packed(llama):
