@@ -170,6 +170,14 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
     return finish(completion, prompt.multiline, generation.stats, "shown" if completion else "empty")
 
 
+def cancelled(engine: Engine, options: ServerOptions, request: Request) -> Completion:
+    """A request cancelled before it reached the decoder (the user typed on during the debounce)."""
+    language = detect_language(request.path, request.language_id, request.text)
+    return Completion(
+        "", language, False, _event(engine, options, request, language, False, GenerationStats(), "cancelled", "")
+    )
+
+
 def reuse(engine: Engine, options: ServerOptions, request: Request, previous: Completion, rest: str) -> Completion:
     """Serve the rest of an earlier completion the user is typing along (see `typed_along`): no decoding."""
     stats = GenerationStats(finish_reason="reused")

@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import queue
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -29,16 +30,30 @@ from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from speccomplete.telemetry.events import Outcome, Trigger
 from speccomplete.telemetry.log import EventLog
 
-from .completion import Completion, Engine, Request, complete, load_engine, retune, reuse, typed_along
+from .completion import (
+    Completion,
+    Engine,
+    Request,
+    cancelled,
+    complete,
+    load_engine,
+    retune,
+    reuse,
+    typed_along,
+)
 from .documents import use_lsp_lines
+from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, SERVER_NOT_INITIALIZED, Reply
+from .log_limits import limit_logging
 from .options import ServerOptions, models_changed, parse_options
 from .positions import PositionError, offset_at
+from .transport import serve_stdio, serve_tcp
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +61,7 @@ VERSION = "0.1.0"
 STATUS = "specdec/status"
 COMPLETED = "specdec/completed"
 ACCEPT = "specdec.accept"
+POPUPS_PER_MINUTE = 3  # a client sending bad settings in a loop must not bury the editor in popups
 
 
 class AnsweredError(JsonRpcInvalidParams):
@@ -53,6 +69,66 @@ class AnsweredError(JsonRpcInvalidParams):
 
 
 class Protocol(LanguageServerProtocol):
+    """pygls' LSP protocol, fed checked messages by server/transport.py, answering every request.
+
+    `receive` adds what pygls leaves out: requests before `initialize`, a second `initialize` and requests
+    after `shutdown` get LSP's errors instead of silence, and no error sent to the client carries a
+    traceback (the log has it)."""
+
+    initialized = False  # this session has received its initialize request
+
+    def reply(self, reply: Reply) -> None:
+        self._send_response(reply.id, error=types.ResponseError(reply.code, reply.message))
+
+    def receive(self, message: dict) -> None:
+        method, msg_id = message.get("method"), message.get("id")
+        is_request = "id" in message and "method" in message
+        refusal = self.refusal(method)
+        if refusal is not None:
+            if is_request:
+                self.reply(Reply(msg_id, *refusal))
+            else:
+                log.warning("dropping %s: %s", method, refusal[1])
+            return
+        if is_request and method == types.INITIALIZE:
+            self.initialized = True
+        try:
+            structured = self.structure_message(message)
+        except AnsweredError:
+            return
+        except JsonRpcException as e:  # a notification pygls cannot read; nobody to answer
+            log.warning("dropping a malformed %s: %s", method, e.__cause__ or e)
+            return
+        try:
+            self.handle_message(structured)
+        except Exception as e:  # pygls fails on some values it let through (a dict as $/cancelRequest's id)
+            log.exception("could not handle %s", method)
+            if is_request:
+                self.reply(Reply(msg_id, INTERNAL_ERROR, f"internal error: {type(e).__name__}"))
+
+    def refusal(self, method) -> tuple[int, str] | None:
+        """Why a message with `method` is not handled now (LSP's error code and message), or None.
+        Responses to the server's own requests (no method) are always handled."""
+        if method is None or method == types.EXIT:
+            return None
+        if method == types.INITIALIZE and self.initialized:
+            return INVALID_REQUEST, "initialize was already received"
+        if not self.initialized and method != types.INITIALIZE:
+            return SERVER_NOT_INITIALIZED, "the server is not initialized"
+        if self._shutdown:
+            return INVALID_REQUEST, "the server is shutting down"
+        return None
+
+    def end_session(self) -> None:
+        """Forget the session (its client left): the next client starts with initialize."""
+        for future in self._request_futures.values():
+            future.cancel()
+        self._request_futures.clear()
+        self._workspace = None
+        self._shutdown = False
+        self.initialized = False
+        self.writer = None
+
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams):
         # server/positions.py counts UTF-16 code units, LSP's default; never negotiate UTF-8 or UTF-32.
@@ -66,12 +142,18 @@ class Protocol(LanguageServerProtocol):
             return super().structure_message(data)
         except JsonRpcException as e:
             # pygls logs a request it cannot parse and never answers it, so the client would wait forever.
-            if isinstance(data, dict) and "id" in data and "method" in data:
+            if "id" in data and "method" in data:
                 detail = str(e.__cause__ or e)[:300]
                 error = JsonRpcInvalidParams(f"malformed {data['method']} params: {detail}")
                 self._send_response(data["id"], error=error.to_response_error())
                 raise AnsweredError(error.message) from e
             raise
+
+    def _send_response(self, msg_id, result=None, error=None):
+        if error is not None and error.data is not None:
+            log.error("error answered to request %s: %s %s", msg_id, error.message, error.data)
+            error = types.ResponseError(error.code, error.message)  # a traceback is for the log, not the client
+        super()._send_response(msg_id, result, error)
 
 
 class Worker:
@@ -127,14 +209,30 @@ class SpecdecServer(LanguageServer):
         self.shown: dict[str, Shown] = {}  # by document URI
         self.loads = 0  # counts model loads, so a superseded load does not install its models
         self.load_task: asyncio.Task | None = None
+        self.loaded_with: ServerOptions | None = None  # the options the engine was loaded with
         self.latencies: deque[float] = deque(maxlen=100)
         self.verdicts: deque[bool] = deque(maxlen=100)  # accepted (or typed along) vs rejected
+        self.popups: deque[float] = deque()  # when error popups were shown, within the last minute
 
     def report_server_error(self, error, source):
-        if isinstance(error, AnsweredError):
-            log.warning("%s", error)  # the client already has the error as the request's answer
-            return
-        super().report_server_error(error, source)
+        # Logged (rate-limited: server/log_limits.py), never shown: a popup per malformed message floods the
+        # editor, and the user can do nothing about a client's bad message.
+        log.warning("%s: %s", source.__name__, error)
+
+    # ------------------------------------------------------------------ TCP sessions (server/transport.py)
+
+    def attach(self, writer) -> None:
+        self.protocol.set_writer(writer)
+
+    def detach(self) -> None:
+        """The client left: cancel its work, settle its completions and forget its documents."""
+        for cancel in self.running.values():
+            cancel.set()
+        self.running.clear()
+        for shown in self.shown.values():
+            self.resolve(shown, "rejected")
+        self.shown.clear()
+        self.protocol.end_session()
 
     # ------------------------------------------------------------------ settings and models
 
@@ -145,13 +243,24 @@ class SpecdecServer(LanguageServer):
         if errors:
             message = "specdec: some settings were rejected and keep their previous value: " + "; ".join(errors)
             log.error("%s", message)
-            self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
+            self.show_error(message)
         new = self.options
         if self.events is None or (old.telemetry, old.telemetry_path) != (new.telemetry, new.telemetry_path):
             if self.events is not None:
                 self.events.close()
             self.events = EventLog(new.telemetry_path, enabled=new.telemetry)
         return old
+
+    def show_error(self, message: str) -> None:
+        """An error popup in the editor, at most POPUPS_PER_MINUTE of them (the log has every one)."""
+        now = time.monotonic()
+        while self.popups and now - self.popups[0] > 60:
+            self.popups.popleft()
+        if len(self.popups) >= POPUPS_PER_MINUTE:
+            log.warning("not shown (%d popups in the last minute): %s", len(self.popups), message)
+            return
+        self.popups.append(now)
+        self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
 
     def start_loading(self) -> None:
         self.loads += 1
@@ -170,18 +279,14 @@ class SpecdecServer(LanguageServer):
             log.exception("could not load %s", what)
             if load_id == self.loads:
                 # the message first: a client that sees the error state has the reason already
-                self.window_show_message(
-                    types.ShowMessageParams(
-                        type=types.MessageType.Error, message=f"specdec: could not load the models ({what}): {e}"
-                    )
-                )
+                self.show_error(f"specdec: could not load the models ({what}): {e}")
                 self.set_status("error", f"could not load {what}: {e}")
             self.end_progress(token, "failed")
             return
         self.end_progress(token, "ready")
         if load_id != self.loads:
             return  # the settings changed while it loaded; the newer load installs its own
-        self.engine = engine
+        self.engine, self.loaded_with = engine, options
         log.info("models ready: %s on %s", what, engine.device)
         self.set_status("ready", f"{engine.target} + {engine.draft} on {engine.device}")
 
@@ -251,11 +356,16 @@ class SpecdecServer(LanguageServer):
                 uri, version, request, reuse(self.engine, self.options, request, self.shown[uri].completion, rest)
             )
         cancel = self.running[uri] = threading.Event()
+        engine = self.engine
         try:
             if trigger == "automatic" and self.options.debounce_ms:
-                await asyncio.sleep(self.options.debounce_ms / 1000)
-                if cancel.is_set() or document.version != version:
-                    return None  # the user typed on; a newer request follows
+                try:
+                    await asyncio.sleep(self.options.debounce_ms / 1000)
+                except asyncio.CancelledError:  # $/cancelRequest
+                    self.deliver(uri, version, request, cancelled(engine, self.options, request))
+                    raise
+                if cancel.is_set() or document.version != version:  # the user typed on; a newer request follows
+                    return self.deliver(uri, version, request, cancelled(engine, self.options, request))
                 request.received = time.perf_counter()
             engine, options = self.engine, self.options
             if engine is None:
@@ -345,11 +455,17 @@ def path_of(uri: str) -> str:
 @SERVER.feature(types.INITIALIZE)
 def initialize(ls: SpecdecServer, params: types.InitializeParams) -> None:
     use_lsp_lines(ls.workspace)  # pygls made it just before this handler; no document is open yet
-    ls.configure(params.initialization_options)
+    options = params.initialization_options
+    if isinstance(options, dict):
+        options = {k: v for k, v in options.items() if k != "token"}  # TCP's (server/transport.py), not a setting
+    ls.configure(options)
 
 
 @SERVER.feature(types.INITIALIZED)
 def initialized(ls: SpecdecServer, params: types.InitializedParams) -> None:
+    if ls.engine is not None and ls.loaded_with is not None and not models_changed(ls.loaded_with, ls.options):
+        ls.set_status("ready", ls.state_message)  # a TCP client came back: its models are loaded already
+        return
     ls.start_loading()
 
 
@@ -432,7 +548,9 @@ def accept(ls: SpecdecServer, request_id: str) -> bool:
 
 
 def serve(tcp: bool = False, port: int = 2087) -> None:
+    limit_logging()
     if tcp:
-        SERVER.start_tcp("127.0.0.1", port)  # never another interface: completions are source code
+        serve_tcp(SERVER.protocol, SERVER, port)
     else:
-        SERVER.start_io()
+        SERVER.protocol.set_writer(StdoutWriter(sys.stdout.buffer))
+        serve_stdio(SERVER.protocol)

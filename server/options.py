@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import logging
 import re
+import reprlib
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,7 +65,6 @@ class Range:
 
 
 Count = Annotated[int, Range(1)]
-NonNegative = Annotated[float, Range(0)]
 
 
 def _check_speculative(name: str) -> None:
@@ -93,14 +93,16 @@ class ServerOptions:
     draft_confidence: Annotated[float, Range(0, 1)] = 0.0
     max_tokens_single_line: Count = 32
     max_tokens_multi_line: Count = 128
-    temperature: NonNegative = 0.0
-    debounce_ms: Annotated[int, Range(0)] = 150  # for automatic triggers; an invoked completion starts at once
+    temperature: Annotated[float, Range(0, 10)] = 0.0
+    # for automatic triggers; an invoked completion starts at once. Bounded: a request waits this long.
+    debounce_ms: Annotated[int, Range(0, 5000)] = 150
     telemetry: bool = True
     telemetry_path: str | None = None  # None: telemetry.log.default_path()
     telemetry_text: bool = False  # store completion text in events (opt-in: it is source code)
     telemetry_source: Literal["editor", "eval"] = "editor"  # what produced the events: the editor, or the harness
     track_outcomes: bool = True  # record accepted/rejected; off for headless runs where nobody accepts
-    reject_after_s: NonNegative = 10.0  # a shown completion not accepted within this is recorded rejected
+    # a shown completion not accepted within this is recorded rejected
+    reject_after_s: Annotated[float, Range(0, 86400)] = 10.0
     enabled_languages: tuple[str, ...] | None = None  # speccomplete/languages.py names; None: every language
     prompt_budget_chars: Count = DEFAULT_BUDGET_CHARS
     max_document_chars: Count = 1_000_000  # larger documents get no completion (and are not tokenized)
@@ -222,7 +224,7 @@ def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOp
         try:
             changes[name] = _check(name, value)
         except ValueError as e:
-            errors.append(f"{key}: {e} (got {value!r})")
+            errors.append(f"{key}: {e} (got {reprlib.repr(value)})")
     return dataclasses.replace(base, **changes), errors
 
 

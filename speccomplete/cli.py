@@ -27,6 +27,7 @@ from .harness import (
     report,
     serve,
     stepcost,
+    stress,
     sweep,
 )
 from .harness import eval as server_eval
@@ -46,6 +47,7 @@ SUBCOMMANDS = (
     (serve.add_parser, serve.run),
     (server_eval.add_parser, server_eval.run),
     (replay.add_parser, replay.run),
+    (stress.add_parser, stress.run),
     (gpu_pack.add_parser, gpu_pack.run),
 )
 

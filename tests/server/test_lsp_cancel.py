@@ -132,7 +132,10 @@ async def test_debounced_request_for_a_changed_document_never_decodes(client: La
     latest = await inline(client, uri, 1, 1, invoked=False)
     assert await typing == []
     assert latest and latest[0].insert_text == "x" * 8
-    assert len(events(workdir)) == seen + 1, "only the request after the user paused was decoded"
+    skipped, decoded = events(workdir)[seen:]
+    assert skipped["outcome"] == "cancelled", "a request cancelled in its debounce is recorded"
+    assert skipped["prompt_tokens"] == 0 and skipped["generated_tokens"] == 0, "and never reached the decoder"
+    assert decoded["outcome"] == "shown" and decoded["generated_tokens"] == 8
     configure(client, debounceMs=0)
     close_document(client, uri)
 

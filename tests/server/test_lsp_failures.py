@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -77,7 +78,8 @@ def test_tcp_listens_on_localhost_only():
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([*SERVER_COMMAND, "--tcp", "--port", str(port)], stderr=subprocess.PIPE)
+    env = {**os.environ, "SPECDEC_TOKEN": "launch-token"}  # as a client that starts the server passes it
+    server = subprocess.Popen([*SERVER_COMMAND, "--tcp", "--port", str(port)], stderr=subprocess.PIPE, env=env)
     try:
         listening = asyncio.run(_listening_while_connected(port))
         assert f"0100007F:{port:04X}" in listening
@@ -99,7 +101,8 @@ async def _listening_while_connected(port: int) -> list[str]:
     result = await asyncio.wait_for(
         client.initialize_async(
             types.InitializeParams(
-                capabilities=types.ClientCapabilities(), initialization_options={"target": "/nonexistent"}
+                capabilities=types.ClientCapabilities(),
+                initialization_options={"target": "/nonexistent", "token": "launch-token"},
             )
         ),
         60,

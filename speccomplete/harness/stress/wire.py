@@ -1,0 +1,194 @@
+"""Raw LSP on the wire, for the checks that send what no well-behaved client would: `specdec serve` as a
+subprocess, bytes written as given, and every frame it sends back recorded."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+SERVER_COMMAND = [sys.executable, "-m", "speccomplete", "serve"]
+
+
+def save_tiny_model(path: Path) -> Path:
+    """A tiny random Llama with a byte-level tokenizer, as safetensors: the server loads it in a second."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    if (path / "model.safetensors").exists():
+        return path
+    # one token per byte (ByteLevel's 256-character alphabet), then <s> and </s>: any text encodes
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
+    config = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(path, safe_serialization=True)
+    fast.save_pretrained(path)
+    return path
+
+
+def frame(message) -> bytes:
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+class FrameParser:
+    """Splits what the server writes into JSON messages (the server frames correctly)."""
+
+    def __init__(self):
+        self.buffer = b""
+
+    def feed(self, data: bytes) -> list[dict]:
+        self.buffer += data
+        out = []
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            headers = self.buffer[:end].decode("ascii", "replace").split("\r\n")
+            length = next(int(h.split(":", 1)[1]) for h in headers if h.lower().startswith("content-length"))
+            if len(self.buffer) < end + 4 + length:
+                break
+            out.append(json.loads(self.buffer[end + 4 : end + 4 + length]))
+            self.buffer = self.buffer[end + 4 + length :]
+        return out
+
+
+class Inbox:
+    """What the server sent: responses by id (null ids in a list) and notifications, in arrival order."""
+
+    def __init__(self):
+        self.lock = threading.Condition()
+        self.responses: dict = {}  # id -> response
+        self.null_id: list[dict] = []
+        self.notifications: list[dict] = []
+
+    def add(self, message: dict) -> None:
+        with self.lock:
+            if "method" in message:
+                self.notifications.append(message)
+            elif message.get("id") is None:
+                self.null_id.append(message)
+            else:
+                self.responses[message["id"]] = message
+            self.lock.notify_all()
+
+    def wait_for(self, ids, timeout: float) -> set:
+        """Wait until every id in `ids` has a response; returns those still missing."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while missing := {i for i in ids if i not in self.responses}:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return missing
+                self.lock.wait(left)
+        return set()
+
+
+class StdioServer:
+    """`specdec serve` over pipes, its stdout parsed on a thread and its stderr kept (last lines and counts)."""
+
+    def __init__(self, env: dict | None = None):
+        self.process = subprocess.Popen(
+            SERVER_COMMAND,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(env or {})},
+        )
+        self.inbox = Inbox()
+        self.stderr_lines = 0
+        self.tracebacks = 0
+        self.stderr_tail: deque[str] = deque(maxlen=20)
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read_stdout(self) -> None:
+        parser = FrameParser()
+        assert self.process.stdout is not None
+        while data := os.read(self.process.stdout.fileno(), 65536):
+            for message in parser.feed(data):
+                self.inbox.add(message)
+
+    def _read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for raw in self.process.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self.stderr_lines += 1
+            self.tracebacks += line.startswith("Traceback")
+            self.stderr_tail.append(line)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, data: bytes) -> bool:
+        """Write raw bytes; False if the server is gone."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(data)
+            self.process.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def request(self, msg_id, method: str, params, timeout: float = 30.0) -> dict | None:
+        self.send(frame({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}))
+        self.inbox.wait_for([msg_id], timeout)
+        return self.inbox.responses.get(msg_id)
+
+    def notify(self, method: str, params) -> None:
+        self.send(frame({"jsonrpc": "2.0", "method": method, "params": params}))
+
+    def stop(self) -> int | None:
+        """Shut down politely, then kill; returns the exit code."""
+        if self.alive:
+            self.request("stop-shutdown", "shutdown", None, timeout=10)
+            self.notify("exit", None)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.process.wait()
+        return self.process.returncode
+
+
+def initialize_params(options: dict) -> dict:
+    return {"processId": os.getpid(), "capabilities": {}, "initializationOptions": options}
+
+
+def wait_for_status(inbox: Inbox, states=("ready", "error"), timeout: float = 120.0) -> dict | None:
+    deadline = time.monotonic() + timeout
+    with inbox.lock:
+        while True:
+            for note in inbox.notifications:
+                if note.get("method") == "specdec/status" and note["params"].get("state") in states:
+                    return note["params"]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            inbox.lock.wait(left)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
