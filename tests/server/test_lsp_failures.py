@@ -25,6 +25,8 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient as PlainClient
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from speccomplete.harness.stress.wire import StdioServer
+
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER_COMMAND, client_factory=make_client))
 async def client(lsp_client: LanguageClient, tmp_path):
@@ -114,3 +116,15 @@ async def _listening_while_connected(port: int) -> list[str]:
     client.exit(None)
     await client.stop()
     return listening
+
+
+def test_requests_before_initialize_get_server_not_initialized():
+    server = StdioServer()
+    try:
+        answer = server.request(1, "textDocument/completion", {"textDocument": {"uri": "file:///a.py"}})
+        assert answer is not None and answer["error"]["code"] == types.ErrorCodes.ServerNotInitialized
+        answer = server.request(2, "shutdown", None)
+        assert answer is not None and "error" in answer, "shutdown too: it comes after initialize"
+    finally:
+        server.process.kill()
+        server.process.wait()

@@ -356,6 +356,20 @@ async def test_malformed_params_get_an_error(client: LanguageClient):
     await still_serving(client)
 
 
+async def test_a_second_initialize_is_refused_and_forgets_nothing(client: LanguageClient, workdir):
+    uri = "file:///work/kept.py"
+    open_document(client, uri, "def total(items):\n    ", "python")
+    ready = len(client.statuses)
+    with pytest.raises(JsonRpcException) as error:
+        await send_raw(client, types.INITIALIZE, {"capabilities": {}, "initializationOptions": {"target": "/none"}})
+    assert error.value.code == types.ErrorCodes.InvalidRequest
+    before = len(records(workdir["events"]))
+    await inline(client, uri, 1, 4)
+    assert len(records(workdir["events"])) > before, "the document is still open and the models still loaded"
+    assert all(s["state"] != "loading" for s in client.statuses[ready:]), "nothing was reloaded"
+    close_document(client, uri)
+
+
 async def send_raw(client: LanguageClient, method: str, params):
     """Send a request as raw JSON, bypassing the client's own typing, as a broken client would."""
     msg_id = uuid.uuid4().hex
