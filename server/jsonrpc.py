@@ -197,7 +197,7 @@ def check(message: Any) -> dict | Reply | None:
     if not isinstance(method, str):
         return Reply(answer_to, INVALID_REQUEST, "Invalid Request: the method is a string")
     params = message.get("params")
-    if "params" in message and not isinstance(params, (dict, list)):
+    if params is not None and not isinstance(params, (dict, list)):  # null: clients send it for "no params"
         if has_id:
             return Reply(msg_id, INVALID_PARAMS, f"Invalid params: {method} params are an object or an array")
         return None

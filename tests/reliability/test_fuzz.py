@@ -10,6 +10,6 @@ def test_every_fuzzed_request_is_answered_and_the_server_survives(tmp_path):
     m = result.metrics
     assert not m["crashed"] and m["answered_late_or_never"] == 0, result.notes
     assert m["requests"] > 200 and m["null_id_answers"] == m["null_id_expected"] > 0
-    assert m["answers_with_traceback"] == 0
+    assert m["answers_with_traceback"] == 0 and m["exit_code"] == 0
     assert m["bad_frames_next_request_unanswered"] == 0, result.notes
     assert result.passed, result.targets

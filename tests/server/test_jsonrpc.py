@@ -111,5 +111,7 @@ def test_well_formed_messages_pass_and_broken_notifications_are_not_answered():
     request = {"jsonrpc": "2.0", "id": 1, "method": "textDocument/completion", "params": {}}
     response = {"jsonrpc": "2.0", "id": "srv-1", "result": None}
     assert check(request) is request and check(response) is response
+    no_params = {"jsonrpc": "2.0", "id": 2, "method": "shutdown", "params": None}
+    assert check(no_params) is no_params, "clients send null params for shutdown and exit"
     assert check({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": 5}) is None
     assert check({"jsonrpc": "1.0", "id": 9, "result": 1}) is None, "a broken response has nobody to answer"

@@ -241,6 +241,7 @@ def run(seed: int, full: bool, workdir: Path) -> CheckResult:
         stderr_tracebacks=server.tracebacks,
     )
     result.target("crashes", int(not alive), "== 0", alive)
+    result.target("exit code after shutdown and exit", code, "== 0", code == 0)
     result.target(
         "unanswered requests", m.get("answered_late_or_never", -1), "== 0", m.get("answered_late_or_never") == 0
     )
