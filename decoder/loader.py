@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .drafts import build_drafter
+from .drafts import build_drafter, parse_draft_spec
 from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
 from .kernels import can_int8, int8_full_range, pack_linear_weights
@@ -47,8 +47,9 @@ def load_decoder(
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     policy = parse_gamma_policy(gamma)
+    draft_spec = parse_draft_spec(draft)  # a mistyped one fails now, not after the target has loaded
     target_model, tokenizer = load_model(target, device=device, dtype=dtype)
-    drafter, draft_model = build_drafter(draft, target_model, tokenizer, device=device, dtype=dtype)
+    drafter, draft_model = build_drafter(draft_spec, target_model, tokenizer, device=device, dtype=dtype)
     stepper = target_steps(
         target_model,
         steps,

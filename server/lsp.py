@@ -198,6 +198,8 @@ class Shown:
 
 
 class SpecdecServer(LanguageServer):
+    protocol: Protocol
+
     def __init__(self):
         super().__init__("specdec", VERSION, protocol_cls=Protocol)
         self.options = ServerOptions()

@@ -15,7 +15,9 @@ This docstring is the one description of the syntax; the CLI and the README poin
     FOLDER       a trained draft: a folder holding draft.json (drafts/trained.py), or an EAGLE-3
                  draft: a folder holding a speculators config.json (drafts/eagle3.py)
     MODEL        any other text is a model spec (decoder/models.py: a packaged alias, a local
-                 model folder or a Hugging Face id) for a draft sharing the target's vocabulary
+                 model folder or a Hugging Face id) for a draft sharing the target's vocabulary;
+                 a name that is none of these and close to a word above or a packaged alias
+                 (ngramm, gemma3-27Om) is refused as mistyped, not looked for on the hub
     ngram+SPEC   prompt lookup where the context repeats itself, else the draft SPEC
                  (HybridDrafter); SPEC is a model draft or none, never ngram or another ngram+.
                  ngram+self is the default (decoder/models.py, DEFAULT_DRAFT): for a target no
@@ -28,11 +30,19 @@ so drafts/build.py resolves them when it builds the drafter.
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..models import PACKAGED
 from .eagle3 import is_eagle3_draft
 from .trained import DraftLoadError, is_trained_draft
+
+# The spec words, as an error for a spec that is none of them lists them.
+KINDS = ("auto", "none", "ngram", "self", "self:FOLDER", "layers:0,1", "eagle3", "ngram+SPEC")
+# A Hugging Face id, name or owner/name: letters, digits, '-', '_' and '.'.
+HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
 @dataclass(frozen=True)
@@ -142,4 +152,20 @@ def parse_draft_spec(text: str) -> DraftSpec:
             return LayersDraft(tuple(int(x) for x in text.removeprefix("layers:").split(",")))
         except ValueError:
             raise ValueError(f"draft spec {text!r} must look like layers:0,1") from None
-    return ModelDraft(text)
+    return _model_draft(text)
+
+
+def _model_draft(text: str) -> ModelDraft:
+    """A model spec, unless `text` can name no model, or looks like a mistyped spec word or alias:
+    as a Hugging Face id it would be looked for on the hub, which takes a while to fail."""
+    if text in PACKAGED or Path(text).expanduser().exists() or text.startswith((".", "/", "~")):
+        return ModelDraft(text)  # a missing path: decoder/models.py says so
+    words = ("auto", "none", "ngram", "self", "eagle3", "layers", *PACKAGED)
+    guess = difflib.get_close_matches(text.lower(), words, n=1, cutoff=0.75) if "/" not in text else []
+    if HUB_ID.fullmatch(text) and not guess:
+        return ModelDraft(text)
+    hint = f" (did you mean {guess[0]!r}?)" if guess else ""
+    raise ValueError(
+        f"unknown draft spec {text!r}{hint}: use {', '.join(KINDS)}, a draft folder, or a model: a packaged "
+        f"alias ({', '.join(PACKAGED)}), a local model folder or a Hugging Face id (owner/name)"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 
 import huggingface_hub.constants
 import pytest
@@ -15,6 +16,7 @@ import speccomplete.decoder.models as models
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, build_drafter, derive_draft
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma, parse_gamma_policy
+from speccomplete.decoder.loader import load_decoder
 from speccomplete.decoder.models import (
     ModelError,
     ModelNotFoundError,
@@ -271,6 +273,31 @@ def test_unreachable_hub_id(monkeypatch, tmp_path):
     with pytest.raises(ModelNotFoundError, match=r"(?s)nobody/no-such-model.*packaged alias") as info:
         load_model("nobody/no-such-model", device="cpu")
     assert isinstance(info.value, ModelError)
+
+
+def test_a_mistyped_draft_fails_before_the_target_loads(tmp_path, tokenizer):
+    _save_tiny(tmp_path, tokenizer)
+    for typo, meant in [("ngramm", "ngram"), ("gemma3-27Om", "gemma3-270m"), ("ngram+selff", "self")]:
+        with pytest.raises(ValueError, match=rf"unknown draft spec .*did you mean '{meant}'.*ngram\+SPEC") as info:
+            load_decoder(str(tmp_path), typo, device="cpu")
+        assert "gemma3-270m" in str(info.value)  # the packaged aliases are listed too
+
+
+def test_a_draft_hub_id_fails_fast_when_the_hub_cannot_answer(tmp_path, tokenizer):
+    """The hub, unreachable, was retried with backoff for ~50 s before the error (this sandbox has no
+    network; where the hub answers, it says at once that the id does not exist)."""
+    _save_tiny(tmp_path, tokenizer)
+    start = time.perf_counter()
+    with pytest.raises(ModelNotFoundError, match=r"(?s)nobody/no-such-draft.*packaged alias"):
+        load_decoder(str(tmp_path), "nobody/no-such-draft", device="cpu")
+    assert time.perf_counter() - start < 20
+
+
+def test_an_unreachable_hub_is_told_quickly(monkeypatch):
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    assert not models.hub_reachable(timeout=5)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert not models.hub_reachable()
 
 
 def test_missing_model_package(monkeypatch, tmp_path):

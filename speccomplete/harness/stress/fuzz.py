@@ -38,6 +38,7 @@ def _position(rng: random.Random) -> dict:
 def _valid(rng: random.Random, i: int, version: list[int]) -> dict:
     """A well-formed message a client might send."""
     doc = {"uri": URI}
+    params: dict
     kind = rng.choice(["inline", "inline", "completion", "change", "cancel", "config", "accept", "open", "unknown"])
     if kind == "inline":
         params = {"textDocument": doc, "position": _position(rng), "context": {"triggerKind": rng.choice([1, 2])}}

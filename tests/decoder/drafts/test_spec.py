@@ -45,6 +45,8 @@ def trained_folder(tmp_path) -> Path:
         ("ngram+auto", HybridDraft(AutoDraft())),
         ("ngram+layers:0,2", HybridDraft(LayersDraft((0, 2)))),
         ("ngram+smollm2-135m", HybridDraft(ModelDraft("smollm2-135m"))),
+        ("distilgpt2", ModelDraft("distilgpt2")),  # a Hugging Face id of the time before owners
+        ("someone/ngramm", ModelDraft("someone/ngramm")),  # with an owner, no name is taken for a typo
     ],
 )
 def test_good_specs(text, spec):
@@ -69,6 +71,12 @@ def test_a_folder_with_draft_json_is_a_trained_draft(trained_folder):
         ("layers:", ValueError, "must look like layers:0,1"),
         ("layers:0,x", ValueError, "must look like layers:0,1"),
         ("self:/nonexistent/draft", DraftLoadError, "not a trained draft folder"),
+        ("ngramm", ValueError, "unknown draft spec 'ngramm' \\(did you mean 'ngram'\\?\\): use auto, none, ngram,"),
+        ("Eagle", ValueError, "did you mean 'eagle3'"),
+        ("gemma3-27Om", ValueError, "did you mean 'gemma3-270m'.*a packaged alias \\(smollm2-135m, gemma3-270m\\)"),
+        ("ngram+nonne", ValueError, "unknown draft spec 'nonne' \\(did you mean 'none'"),
+        ("layer:0,1", ValueError, "unknown draft spec 'layer:0,1': use auto"),
+        ("ngram + self", ValueError, "unknown draft spec"),
     ],
 )
 def test_bad_specs(text, error, message):
