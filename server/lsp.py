@@ -215,6 +215,8 @@ class SpecdecServer(LanguageServer):
         self.latencies: deque[float] = deque(maxlen=100)
         self.verdicts: deque[bool] = deque(maxlen=100)  # accepted (or typed along) vs rejected
         self.popups: deque[float] = deque()  # when error popups were shown, within the last minute
+        self.shown_errors: dict[str, float] = {}  # popup text -> when it was last shown
+        self.telemetry_failed = False  # the event log could not be written (shown once per log)
 
     def report_server_error(self, error, source):
         # Logged (rate-limited: server/log_limits.py), never shown: a popup per malformed message floods the
@@ -251,17 +253,20 @@ class SpecdecServer(LanguageServer):
             if self.events is not None:
                 self.events.close()
             self.events = EventLog(new.telemetry_path, enabled=new.telemetry)
+            self.telemetry_failed = False
         return old
 
     def show_error(self, message: str) -> None:
-        """An error popup in the editor, at most POPUPS_PER_MINUTE of them (the log has every one)."""
+        """An error popup in the editor: at most POPUPS_PER_MINUTE, and the same text at most once in
+        ten minutes (a failing backend fails every completion alike). The log has every one."""
         now = time.monotonic()
         while self.popups and now - self.popups[0] > 60:
             self.popups.popleft()
-        if len(self.popups) >= POPUPS_PER_MINUTE:
-            log.warning("not shown (%d popups in the last minute): %s", len(self.popups), message)
+        if len(self.popups) >= POPUPS_PER_MINUTE or now - self.shown_errors.get(message, -600.0) < 600:
+            log.warning("not shown again: %s", message)
             return
         self.popups.append(now)
+        self.shown_errors[message] = now
         self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
 
     def start_loading(self) -> None:
@@ -377,7 +382,9 @@ class SpecdecServer(LanguageServer):
                 result = await asyncio.wrap_future(future)
             except asyncio.CancelledError:  # $/cancelRequest
                 cancel.set()
-                if not future.cancelled():  # it had started: let it stop at a round boundary and log it
+                if future.cancelled():  # still queued behind another decode: it never ran
+                    self.deliver(uri, version, request, cancelled(engine, options, request))
+                else:  # it had started: let it stop at a round or prefill chunk boundary and log it
                     self.deliver(uri, version, request, await asyncio.wrap_future(future))
                 raise
         finally:
@@ -410,7 +417,11 @@ class SpecdecServer(LanguageServer):
             log.info("dropping a completion for %s version %s: the document has changed", uri, version)
             event.outcome = "cancelled"
         assert self.events is not None  # configure() makes it at initialize, before any completion
-        self.events.write(event)
+        if not self.events.write(event) and self.events.enabled and not self.telemetry_failed:
+            self.telemetry_failed = True
+            self.show_error(f"specdec: cannot write telemetry events to {self.events.path} (the server log says why)")
+        if result.error is not None and not isinstance(result.error, PositionError):
+            self.show_error(f"specdec: completion failed: {result.error}")
         if event.prompt_tokens:  # it decoded: refusals and reuse take no time worth reporting
             self.latencies.append(event.latency_ms)
         self.protocol.notify(

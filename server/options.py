@@ -7,15 +7,17 @@ Keys are camelCase, as LSP clients send them; each maps to the snake_case field 
      "telemetry": true, "telemetryPath": null, "telemetryText": false,
      "enabledLanguages": ["python", "rust"]}
 
-Unknown keys are logged and ignored (a newer client may send more). Each value is checked against its
-field's type below (with `Range` bounds and validator functions in `Annotated`); a value of the wrong type or
-out of range is reported back as an error naming the key and what it expects, and that one key keeps its
-previous value.
+Unknown keys are logged and ignored (a newer client may send more), except one close to a known key:
+that is reported as a probable typo, since it would otherwise do nothing without a word. Each value is
+checked against its field's type below (with `Range` bounds and validator functions in `Annotated`);
+a value of the wrong type or out of range is reported back as an error naming the key and what it
+expects, and that one key keeps its previous value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import logging
 import re
@@ -65,6 +67,8 @@ class Range:
 
 
 Count = Annotated[int, Range(1)]
+# A completion's token limit: beyond any context window we load, a larger one only leaves no room for a prompt.
+TokenLimit = Annotated[int, Range(1, 8192)]
 
 
 def _check_speculative(name: str) -> None:
@@ -91,8 +95,8 @@ class ServerOptions:
     openai_api_key_env: str = "OPENAI_API_KEY"  # the environment variable holding the API key, if any
     gamma: Annotated[str, parse_gamma_policy] = "heuristic"  # an integer >= 0, heuristic[:START:MAX] or cost[:C:V]
     draft_confidence: Annotated[float, Range(0, 1)] = 0.0
-    max_tokens_single_line: Count = 32
-    max_tokens_multi_line: Count = 128
+    max_tokens_single_line: TokenLimit = 32
+    max_tokens_multi_line: TokenLimit = 128
     temperature: Annotated[float, Range(0, 10)] = 0.0
     # for automatic triggers; an invoked completion starts at once. Bounded: a request waits this long.
     debounce_ms: Annotated[int, Range(0, 5000)] = 150
@@ -124,6 +128,11 @@ class ServerOptions:
 
 def _camel_to_snake(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def _snake_to_camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(part.title() for part in rest)
 
 
 @functools.cache
@@ -219,7 +228,11 @@ def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOp
     for key, value in raw.items():
         name = _camel_to_snake(key)
         if name not in names:
-            log.info("ignoring unknown setting %r", key)
+            close = difflib.get_close_matches(name, names, n=1, cutoff=0.85)
+            if close:  # a mistyped setting would otherwise do nothing, silently
+                errors.append(f"{key}: unknown setting (did you mean {_snake_to_camel(close[0])}?)")
+            else:
+                log.info("ignoring unknown setting %r", key)
             continue
         try:
             changes[name] = _check(name, value)

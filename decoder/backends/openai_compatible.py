@@ -95,9 +95,9 @@ class OpenAICompletionsDecoder:
                     stats.ttft_ms = _ms(start)
                 if stop.add(piece):
                     break  # closing the connection below aborts the request on the server
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as e:
             if options.cancel is None or not options.cancel.is_set():
-                raise
+                raise OpenAIError(f"cannot reach {self.url}: {e}") from e
             stop.finish = "cancelled"  # _close_on_cancel shut the socket under a blocking read
         finally:
             done.set()

@@ -101,9 +101,9 @@ def test_errors_name_the_key_and_what_its_type_expects():
     )
     assert sorted(errors) == sorted(
         [
-            "maxTokensSingleLine: expected an integer >= 1 (got 0)",
-            "debounceMs: expected an integer >= 0 (got -1)",
-            "temperature: expected a number >= 0 (got 'hot')",
+            "maxTokensSingleLine: expected an integer in [1, 8192] (got 0)",
+            "debounceMs: expected an integer in [0, 5000] (got -1)",
+            "temperature: expected a number in [0, 10] (got 'hot')",
             "telemetry: expected true or false (got 1)",
             "draftConfidence: expected a number in [0, 1] (got 1.5)",
             "telemetryPath: expected a non-empty string, or null (got '')",
@@ -135,3 +135,9 @@ def test_every_field_has_a_rule_its_default_passes():
 
 def test_one_prompt_budget_default():
     assert ServerOptions().prompt_budget_chars == DEFAULT_BUDGET_CHARS
+
+
+def test_a_mistyped_key_is_reported_and_an_unknown_one_ignored():
+    options, errors = parse_options({"maxTokenSingleLine": 8, "someNewerSetting": 1})
+    assert errors == ["maxTokenSingleLine: unknown setting (did you mean maxTokensSingleLine?)"]
+    assert options == ServerOptions()

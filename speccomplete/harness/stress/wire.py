@@ -16,36 +16,46 @@ from pathlib import Path
 SERVER_COMMAND = [sys.executable, "-m", "speccomplete", "serve"]
 
 
-def save_tiny_model(path: Path) -> Path:
-    """A tiny random Llama with a byte-level tokenizer, as safetensors: the server loads it in a second."""
+def save_tiny_model(path: Path, seed: int = 0) -> Path:
+    """A random two-layer Llama with a byte-level tokenizer (token i is byte i, then <s> and </s>), as
+    tests/lsp_support.py's save_random_model builds it: garbage completions, but it loads in a second."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
-    if (path / "model.safetensors").exists():
-        return path
-    # one token per byte (ByteLevel's 256-character alphabet), then <s> and </s>: any text encodes
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
     config = LlamaConfig(
-        vocab_size=len(fast),
+        vocab_size=258,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
-        bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id,
+        max_position_embeddings=4096,
+        bos_token_id=256,
+        eos_token_id=257,
+        pad_token_id=None,
     )
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(path, safe_serialization=True)
-    fast.save_pretrained(path)
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path, safe_serialization=True)
+    spelled = _bytes_to_unicode()
+    tokenizer = Tokenizer(models.BPE(vocab={spelled[b]: b for b in range(256)}, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>").save_pretrained(path)
     return path
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character map, which the ByteLevel pre-tokenizer uses."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 def frame(message) -> bytes:
