@@ -124,6 +124,7 @@ class EventLog:
     def _open(self) -> int:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._finish_interrupted_rotation()
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             os.fchmod(fd, 0o600)
             size = os.fstat(fd).st_size
@@ -151,5 +152,23 @@ class EventLog:
                     break
                 except FileExistsError:
                     n += 1
-            os.unlink(self.path)
+            _unlink_if_there(self.path)
         return self._open()
+
+    def _finish_interrupted_rotation(self) -> None:
+        """A crash between a rotation's link and unlink leaves the file under both names; appending to
+        it would then write every later record into the rotated file too. Drop the live name."""
+        rotated = rotated_paths(self.path)
+        try:
+            if rotated and os.path.samefile(self.path, rotated[-1]):
+                log.warning("telemetry: finishing a rotation a crash interrupted (%s)", rotated[-1].name)
+                _unlink_if_there(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _unlink_if_there(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:  # another writer finished the rotation first
+        pass

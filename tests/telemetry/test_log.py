@@ -60,6 +60,17 @@ def test_writer_ends_a_torn_line_before_appending(tmp_path):
     assert json.loads(after)["case_id"] == "after"  # the new event was not glued onto the torn line
 
 
+def test_a_rotation_a_crash_interrupted_is_finished_without_duplicates(tmp_path):
+    path = tmp_path / "events.jsonl"
+    with EventLog(path) as log:
+        log.write(_event(case_id="before"))
+    os.link(path, tmp_path / "events.1.jsonl")  # killed after the rotation's link, before its unlink
+    with EventLog(path) as log:
+        log.write(_event(case_id="after"))
+    read = [r["case_id"] for r in _records(*rotated_paths(path), path)]
+    assert read == ["before", "after"], "each event once, in order"
+
+
 def test_rotation_keeps_every_event_across_threads(tmp_path):
     path = tmp_path / "events.jsonl"
     log = EventLog(path, max_bytes=4000)
