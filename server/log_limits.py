@@ -1,8 +1,8 @@
 """Log each kind of message a few times a minute, not thousands: a misbehaving client must not flood the log.
 
 A kind is the logger and the message's format string, so "framing error: %s" is one kind whatever the
-reason. Past `burst` records of a kind in a window, the rest are counted and one line says how many were
-left out when the window ends.
+reason. Past `burst` records of a kind in a window, the rest are counted, and the first record of that
+kind in a later window says how many were left out.
 """
 
 from __future__ import annotations

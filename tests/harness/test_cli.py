@@ -27,6 +27,7 @@ NAMES = [
     "serve",
     "eval",
     "replay",
+    "stress",
     "gpu-pack",
 ]
 
