@@ -26,6 +26,7 @@ import uuid
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
@@ -61,6 +62,8 @@ VERSION = "0.1.0"
 STATUS = "specdec/status"
 COMPLETED = "specdec/completed"
 ACCEPT = "specdec.accept"
+Lane = Literal["inline", "completion"]  # the two requests a client may send on every key (completion_at)
+LANES: tuple[Lane, ...] = ("inline", "completion")
 POPUPS_PER_MINUTE = 3  # a client sending bad settings in a loop must not bury the editor in popups
 
 
@@ -207,7 +210,9 @@ class SpecdecServer(LanguageServer):
         self.state, self.state_message = "loading", "waiting for initialize"
         self.worker = Worker()
         self.events: EventLog | None = None  # made by configure() at initialize
-        self.running: dict[str, threading.Event] = {}  # by document URI, the cancel switch of its one decode
+        self.running: dict[tuple[str, Lane], threading.Event] = {}  # by URI and lane, the cancel switch of its decode
+        # by (URI, version, line, character): the lane and answer of the request in flight there
+        self.pending: dict[tuple, tuple[Lane, asyncio.Future]] = {}
         self.shown: dict[str, Shown] = {}  # by document URI
         self.loads = 0  # counts model loads, so a superseded load does not install its models
         self.load_task: asyncio.Task | None = None
@@ -334,8 +339,15 @@ class SpecdecServer(LanguageServer):
         percent-encoded one (spaces, non-ASCII names, `file:///c%3A/...`) is looked up unquoted too."""
         return self.workspace.text_documents.get(unquote(uri))
 
-    async def completion_at(self, uri: str, position: types.Position, trigger: Trigger) -> Completion | None:
-        """The completion to show at `position`, or None. Raises JsonRpcInvalidParams for a bad position."""
+    async def completion_at(
+        self, uri: str, position: types.Position, trigger: Trigger, lane: Lane = "inline"
+    ) -> Completion | None:
+        """The completion to show at `position`, or None. Raises JsonRpcInvalidParams for a bad position.
+
+        Lanes: inline completion and `textDocument/completion` (a completion plugin asks on every key).
+        A newer request supersedes only the older one of its own lane, and a request for the very
+        position and version the other lane is decoding waits for that decode instead of starting one.
+        """
         document = self.open_document(uri)
         if document is None:
             log.warning("completion requested for %s, which is not open; empty answer", uri)
@@ -343,7 +355,25 @@ class SpecdecServer(LanguageServer):
         if self.engine is None:
             log.info("completion requested while the models are %s; empty answer", self.state)
             return None
-        superseded = self.running.pop(uri, None)
+        key = (uri, document.version, position.line, position.character)
+        other_lane, shared = self.pending.get(key, (lane, None))
+        if shared is not None and other_lane != lane:
+            return await asyncio.shield(shared)
+        ours = (lane, asyncio.get_running_loop().create_future())
+        self.pending[key] = ours
+        result = None
+        try:
+            result = await self.complete_in_lane(uri, document, position, trigger, lane, self.engine)
+            return result
+        finally:
+            if self.pending.get(key) is ours:
+                del self.pending[key]
+            ours[1].set_result(result)
+
+    async def complete_in_lane(
+        self, uri: str, document, position: types.Position, trigger: Trigger, lane: Lane, engine: Engine
+    ) -> Completion | None:
+        superseded = self.running.pop((uri, lane), None)
         if superseded is not None:
             superseded.set()  # its decode stops at the end of its current round
         version = document.version
@@ -360,10 +390,9 @@ class SpecdecServer(LanguageServer):
         rest = self.settle_shown(uri, request)
         if rest is not None:
             return self.deliver(
-                uri, version, request, reuse(self.engine, self.options, request, self.shown[uri].completion, rest)
+                uri, version, request, reuse(engine, self.options, request, self.shown[uri].completion, rest)
             )
-        cancel = self.running[uri] = threading.Event()
-        engine = self.engine
+        cancel = self.running[uri, lane] = threading.Event()
         try:
             if trigger == "automatic" and self.options.debounce_ms:
                 try:
@@ -374,9 +403,9 @@ class SpecdecServer(LanguageServer):
                 if cancel.is_set() or document.version != version:  # the user typed on; a newer request follows
                     return self.deliver(uri, version, request, cancelled(engine, self.options, request))
                 request.received = time.perf_counter()
-            engine, options = self.engine, self.options
-            if engine is None:
+            if self.engine is None:
                 return None  # a reload began while waiting
+            engine, options = self.engine, self.options  # settings may have changed while waiting
             future = self.worker.submit(complete, engine, options, request, cancel)
             try:
                 result = await asyncio.wrap_future(future)
@@ -388,8 +417,8 @@ class SpecdecServer(LanguageServer):
                     self.deliver(uri, version, request, await asyncio.wrap_future(future))
                 raise
         finally:
-            if self.running.get(uri) is cancel:
-                del self.running[uri]
+            if self.running.get((uri, lane)) is cancel:
+                del self.running[uri, lane]
         return self.deliver(uri, version, request, result)
 
     def settle_shown(self, uri: str, request: Request) -> str | None:
@@ -505,9 +534,10 @@ def shutdown(ls: SpecdecServer, params: None) -> None:
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: SpecdecServer, params: types.DidCloseTextDocumentParams) -> None:
     uri = params.text_document.uri
-    cancel = ls.running.pop(uri, None)
-    if cancel is not None:
-        cancel.set()
+    for lane in LANES:
+        cancel = ls.running.pop((uri, lane), None)
+        if cancel is not None:
+            cancel.set()
     shown = ls.shown.pop(uri, None)
     if shown is not None:
         ls.resolve(shown, "rejected")
@@ -531,7 +561,8 @@ async def inline_completion(ls: SpecdecServer, params: types.InlineCompletionPar
 async def completion(ls: SpecdecServer, params: types.CompletionParams) -> types.CompletionList:
     """The fallback for clients without inline completion: one item holding the whole completion."""
     invoked = params.context is None or params.context.trigger_kind == types.CompletionTriggerKind.Invoked
-    result = await ls.completion_at(params.text_document.uri, params.position, "invoked" if invoked else "automatic")
+    trigger: Trigger = "invoked" if invoked else "automatic"
+    result = await ls.completion_at(params.text_document.uri, params.position, trigger, lane="completion")
     if result is None:
         return types.CompletionList(is_incomplete=True, items=[])
     first_line = result.text.split("\n", 1)[0].strip() or result.text.strip()

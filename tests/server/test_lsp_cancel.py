@@ -105,6 +105,42 @@ async def test_newer_request_supersedes_the_running_decode(client: LanguageClien
     close_document(client, uri)
 
 
+def completion_params(uri: str, line: int, character: int) -> types.CompletionParams:
+    return types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri), position=types.Position(line, character)
+    )
+
+
+async def test_completion_requests_do_not_cancel_the_inline_decode(client: LanguageClient, workdir):
+    """A completion plugin asks on every key: its requests take their own lane."""
+    uri = "file:///work/lanes.txt"
+    open_document(client, uri, "notes: a\n", "plaintext")
+    inline_request = await decoding(client, uri, 1, 0, "lanes-1")
+    plugin = asyncio.ensure_future(client.text_document_completion_async(completion_params(uri, 0, 8)))
+    await asyncio.sleep(1.0)
+    assert not inline_request.done(), "the completion request left the inline decode running"
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="lanes-1"))
+    with pytest.raises(JsonRpcException):
+        await asyncio.wait_for(inline_request, 60)
+    answer = await asyncio.wait_for(plugin, 60)
+    assert answer.items and answer.items[0].text_edit.new_text.startswith("x"), "then the plugin's request ran"
+    close_document(client, uri)
+
+
+async def test_one_decode_serves_both_lanes_at_the_same_position(client: LanguageClient, workdir):
+    uri = "file:///work/shared.txt"
+    open_document(client, uri, "notes:\n", "plaintext")
+    configure(client, maxTokensMultiLine=16)
+    seen = len(events(workdir))
+    ghost, plugin = await asyncio.gather(
+        inline(client, uri, 1, 0), client.text_document_completion_async(completion_params(uri, 1, 0))
+    )
+    assert ghost[0].insert_text == plugin.items[0].text_edit.new_text == "x" * 16
+    assert len(events(workdir)) == seen + 1, "one decode, one event"
+    configure(client, maxTokensMultiLine=LONG)
+    close_document(client, uri)
+
+
 async def test_result_for_a_changed_document_is_dropped(client: LanguageClient, workdir):
     uri = "file:///work/stale.txt"
     open_document(client, uri, "notes:\n", "plaintext")
