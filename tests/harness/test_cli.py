@@ -90,3 +90,10 @@ def test_report_without_the_analysis_extra_says_what_to_install(tmp_path):
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 2 and "pip install 'speccomplete[analysis]'" in run.stderr, run.stderr
+
+
+def test_serve_takes_verbose_after_the_subcommand_too():
+    """Editors append their server arguments after `serve` (VS Code's specdec.server.args: ["-v"])."""
+    parse = build_parser().parse_args
+    assert parse(["serve", "-v"]).verbose and parse(["-v", "serve"]).verbose
+    assert not parse(["serve"]).verbose
