@@ -21,7 +21,7 @@ BOS, EOS, MERGE = 256, 257, 258
 HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, CONTEXT = 64, 2, 4, 2, 128, 512
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character map, which byte-level BPE vocabularies are spelled in."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
@@ -45,7 +45,7 @@ def write_tiny_gguf(path: str | Path, *, seed: int = 0, vocab: str = "bytes") ->
     if vocab != "bytes":
         raise ValueError(f"unknown vocab {vocab!r}; only 'bytes' is supported")
     path = Path(path)
-    spelling = _bytes_to_unicode()
+    spelling = bytes_to_unicode()
     space = spelling[ord(" ")]
     # llama.cpp refuses a BPE vocabulary without merges, so there is one: two spaces (code indents). The EOS
     # is spelled <|endoftext|> because transformers' GPT-2-style tokenizer adds that token past the model's

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
 from pathlib import Path
+
+from ..tiny_gguf import bytes_to_unicode
 
 SERVER_COMMAND = [sys.executable, "-m", "speccomplete", "serve"]
 
@@ -37,25 +38,12 @@ def save_tiny_model(path: Path, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     AutoModelForCausalLM.from_config(config).save_pretrained(path, safe_serialization=True)
-    spelled = _bytes_to_unicode()
+    spelled = bytes_to_unicode()
     tokenizer = Tokenizer(models.BPE(vocab={spelled[b]: b for b in range(256)}, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>").save_pretrained(path)
     return path
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map, which the ByteLevel pre-tokenizer uses."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 def frame(message) -> bytes:
@@ -196,9 +184,3 @@ def wait_for_status(inbox: Inbox, states=("ready", "error"), timeout: float = 12
             if left <= 0:
                 return None
             inbox.lock.wait(left)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
