@@ -105,7 +105,7 @@ async def start_session(command: list[str], init_options: dict, ready_timeout: f
         log.warning("server says: %s", params.message)
 
     await client.start_io(*command)
-    session.tasks.append(asyncio.create_task(_drain_stderr(session)))
+    session.tasks.append(asyncio.create_task(drain_stderr(session)))
     await client.initialize_async(
         types.InitializeParams(
             capabilities=types.ClientCapabilities(), process_id=os.getpid(), initialization_options=init_options
@@ -134,7 +134,7 @@ async def stop_session(session: Session) -> None:
         task.cancel()
 
 
-async def _drain_stderr(session: Session) -> None:
+async def drain_stderr(session: Session) -> None:
     """Read the server's log (a full pipe would block it); keep the tail, echo it with -v."""
     stream = session.process.stderr
     assert stream is not None  # pygls starts the server with stderr=PIPE

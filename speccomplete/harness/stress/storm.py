@@ -31,7 +31,7 @@ from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
 import speccomplete.telemetry.log
-from speccomplete.harness.eval import Session, server_command, stop_session
+from speccomplete.harness.eval import Session, drain_stderr, server_command, stop_session
 from speccomplete.metrics import percentile
 from speccomplete.server.lsp import COMPLETED, STATUS
 
@@ -106,7 +106,7 @@ async def start_server(init_options: dict, ready_timeout: float, env: dict | Non
         session.messages.append(params)
 
     await client.start_io(*server_command(), env=env)
-    session.tasks.append(asyncio.create_task(_drain_stderr(session)))
+    session.tasks.append(asyncio.create_task(drain_stderr(session)))
     await client.initialize_async(
         types.InitializeParams(
             capabilities=types.ClientCapabilities(), process_id=os.getpid(), initialization_options=init_options
@@ -131,14 +131,6 @@ async def wait_for_status(session: Session, after: int, timeout: float) -> dict:
         if time.monotonic() > deadline or not session.alive:
             raise RuntimeError(f"no ready or error status in {timeout:.0f} s")
         await asyncio.sleep(0.05)
-
-
-async def _drain_stderr(session: Session) -> None:
-    """Read the server's log (a full pipe would block it) and keep its tail for a report on a crash."""
-    stream = session.process.stderr
-    assert stream is not None  # pygls starts the server with stderr=PIPE
-    while line := await stream.readline():
-        session.stderr.append(line.decode(errors="replace").rstrip())
 
 
 def rss_kib(pid: int) -> int | None:
