@@ -13,7 +13,7 @@
 # tests/harness/test_gpu_steps.py: a tiny target in SPECDEC_TARGET, two cases, a few tokens).
 #
 # Knobs, for a rerun after a timeout (docs/gpu.md says when): STEP_TIMEOUT (seconds, default per step),
-# BENCH_LIMIT (cases; default all), TRAIN_MINUTES (default 6), TRAIN_TOKENS (default 100M),
+# BENCH_LIMIT (cases; default all), BENCH_EXTRA (more bench flags), TRAIN_MINUTES (default 6), TRAIN_TOKENS (default 100M),
 # TRAIN_BATCH (default 32), TRAIN_INIT (default draft:decoder/weights/gemma3-270m-code, the shipped draft;
 # for train-eagle3 draft:decoder/weights/gemma3-270m-eagle3 where that folder exists, else a fresh draft,
 # and TRAIN_INIT=fresh starts fresh), EAGLE_TOKENS (train-eagle3's feature tokens, default 4M: 5 kB of
@@ -65,6 +65,9 @@ else
   device=(--device cuda --dtype bfloat16 --steps compiled)
   limit=()
   [ -n "${BENCH_LIMIT:-}" ] && limit=(--limit "$BENCH_LIMIT")
+  # more bench flags, word-split: BENCH_EXTRA="--hf-gammas= --prompt-lookup 0" keeps two HF rows of six
+  read -r -a bench_extra <<<"${BENCH_EXTRA:-}"
+  limit+=("${bench_extra[@]}")
   new_tokens=()
   test_device=cuda
   # each step's share of the session's 30 device minutes (docs/gpu.md); a rerun can give more
@@ -116,9 +119,10 @@ find_corpus() { # sets corpus and dev (train, train-eagle3), or exits
 }
 
 run_logged() { # run_logged LOG CMD...: the command under the step's timeout, its output in LOG and on stdout
+  # (stop_signal INT for pytest: interrupted, it still writes its summary and its junit file)
   local log=$1
   shift
-  timeout --kill-after=20 "$step_timeout" "$@" 2>&1 | tee "$log"
+  timeout --signal="${stop_signal:-TERM}" --kill-after=20 "$step_timeout" "$@" 2>&1 | tee "$log"
   return "${PIPESTATUS[0]}"
 }
 
@@ -129,8 +133,9 @@ tests)
   selected=(tests/decoder/test_greedy_identity.py tests/decoder/test_sampling_lossless.py
     tests/decoder/test_target_steps.py tests/decoder/test_engine.py)
   [ "$smoke" = --smoke ] && selected=(tests/decoder/test_target_steps.py -k "row_buckets or fixed_cache_refuses")
-  SPECDEC_TEST_DEVICE=$test_device run_logged "$OUT/tests.log" "$PYTHON" -m pytest -q --maxfail=10 \
-    -p no:cacheprovider --junitxml="$OUT/tests.xml" "${selected[@]}"
+  # -v and --durations: a run cut by its cap still says which tests passed and what took the time
+  stop_signal=INT SPECDEC_TEST_DEVICE=$test_device run_logged "$OUT/tests.log" "$PYTHON" -m pytest -v --maxfail=10 \
+    --durations=15 -p no:cacheprovider --junitxml="$OUT/tests.xml" "${selected[@]}"
   rc=$?
   "$PYTHON" - "$OUT/tests.xml" "$OUT/tests.json" "$rc" <<'EOF'
 import json, sys, xml.etree.ElementTree as ET

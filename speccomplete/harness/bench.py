@@ -172,13 +172,16 @@ def run_bench(
     hf_gammas: Sequence[int] = (),
     prompt_lookup: int | None = None,
     progress=None,
+    say=None,
 ) -> list[CaseRuns]:
     methods = build_methods(contenders, max_new_tokens, list(hf_gammas), prompt_lookup)
     names = list(methods)
     ar, spec = contenders.ours["ar"], contenders.ours["spec"]
     prompts = [ar.fit_prompt(ar.encode(c.prefix), max_new_tokens, max_prompt_tokens)[0] for c in cases]
-    for name in names:  # warm-up: allocator, kernels, thread pools
-        methods[name](prompts[0][-64:], "warm-up")
+    for name in names:  # warm-up: allocator, kernels, thread pools (and compiling, for compiled steps)
+        run = methods[name](prompts[0][-64:], "warm-up")
+        if say:
+            say(f"warm-up {name}: {run.seconds:.1f} s")
     results = []
     for i, (case, ids) in enumerate(zip(cases, prompts)):
         result = CaseRuns(case)
@@ -189,6 +192,12 @@ def run_bench(
         if progress:
             progress(result)
     return results
+
+
+def case_line(result: CaseRuns) -> str:
+    """One case's times, for the log as the bench goes: a run cut short by a timeout still says them."""
+    runs = " ".join(f"{name} {run.seconds * 1000:.0f}ms/{run.token_count}" for name, run in result.runs.items())
+    return f"case {result.case.id}: {runs}"
 
 
 def memory_bandwidth_gbs(device: torch.device | str = "cpu", megabytes: int = 512, repeats: int = 5) -> float:
@@ -626,7 +635,8 @@ def run(args: argparse.Namespace) -> int:
         max_prompt_tokens=args.max_prompt_tokens,
         hf_gammas=[int(g) for g in args.hf_gammas.split(",") if g],
         prompt_lookup=args.prompt_lookup or None,
-        progress=lambda r: bar.update(1),
+        progress=lambda r: (bar.write(case_line(r)), bar.update(1)),
+        say=bar.write,
     )
     bar.close()
     device = device_name(target)

@@ -158,3 +158,30 @@ def test_wheel_requirements_follow_dependencies_the_machine_lacks():
     assert {"pygls", "lsprotocol", "cattrs", "attrs", "tree-sitter", "tree-sitter-language-pack"} <= set(found)
     assert found["tree-sitter-language-pack"] == "0.13.0"
     assert not {"typing-extensions", "pytest", "numpy", "pyyaml", "requests", "tqdm"} & set(found)
+
+
+def test_aside_moves_the_shipped_weights_out_of_the_tree_and_back(tmp_path):
+    """gpu/aside.sh: the loads travel without the tracked weights, and the tree comes back as it was."""
+    repo = tmp_path / "repo"
+    (repo / "gpu").mkdir(parents=True)
+    (repo / "gpu" / "aside.sh").write_bytes((REPO / "gpu" / "aside.sh").read_bytes())
+    weights = repo / "decoder" / "weights" / "draft" / "model.safetensors"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"weights")
+    (repo / "decoder" / "weights" / "draft" / "config.json").write_text("{}")
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "weights")
+    aside = ["bash", str(repo / "gpu" / "aside.sh")]
+    subprocess.run([*aside, "out"], check=True, capture_output=True)
+    assert not weights.exists()
+    assert (repo / "decoder" / "weights" / "draft" / "config.json").exists()  # only the weights go
+    assert (repo / ".git" / "aside" / "decoder" / "weights" / "draft" / "model.safetensors").read_bytes() == b"weights"
+    subprocess.run([*aside, "back"], check=True, capture_output=True)
+    assert weights.read_bytes() == b"weights"
+    assert not (repo / ".git" / "aside").exists()
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout == ""
