@@ -11,7 +11,7 @@ from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
 from .kernels import can_int8, int8_full_range, pack_linear_weights
 from .lean_forward import attend_row_by_row, supports
-from .models import load_model
+from .models import Progress, load_model
 from .target_steps import target_steps
 
 # what the target's linear weights become on the CPU: packed fp32 ("none"), int8 (decoder/kernels.py), or
@@ -40,15 +40,16 @@ def load_decoder(
     pack: bool = True,
     steps: str = "auto",
     quantization: str = "auto",
+    progress: Progress | None = None,
 ) -> LoadedDecoder:
     """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (use_cpu_kernels), or
     with `quantization` "int8" for int8 ones (a caller that packs later passes it on: the bench);
-    `steps` says how the target runs (decoder/target_steps.py)."""
+    `steps` says how the target runs (decoder/target_steps.py); `progress` hears a first run's conversion."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     policy = parse_gamma_policy(gamma)
     draft_spec = parse_draft_spec(draft)  # a mistyped one fails now, not after the target has loaded
-    target_model, tokenizer = load_model(target, device=device, dtype=dtype)
+    target_model, tokenizer = load_model(target, device=device, dtype=dtype, progress=progress)
     drafter, draft_model = build_drafter(draft_spec, target_model, tokenizer, device=device, dtype=dtype)
     stepper = target_steps(
         target_model,

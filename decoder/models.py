@@ -6,6 +6,7 @@ A packaged GGUF is dequantized once into a safetensors directory under the user 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import logging
@@ -14,6 +15,8 @@ import os
 import shutil
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,20 +119,26 @@ def cache_root() -> Path:
     return Path(base)
 
 
-def resolve(spec: str) -> str:
-    """Turn a model spec into something `from_pretrained` can load: a local directory or a hub id."""
+Progress = Callable[[float, str], None]  # (fraction done, 0..1; what is happening): a first run's progress bar
+
+
+def resolve(spec: str, progress: Progress | None = None) -> str:
+    """Turn a model spec into something `from_pretrained` can load: a local directory or a hub id.
+    A packaged alias is converted on first use, saying how far it got through `progress`."""
     if spec in PACKAGED:
-        return str(_converted_dir(spec))
+        return str(_converted_dir(spec, progress))
     path = Path(spec).expanduser()
+    if path.suffix == ".gguf" and path.is_file():  # what llama.cpp users have: converted once, like an alias
+        return str(_converted_dir(spec, progress))
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ModelNotFoundError(f"{path} is a directory but has no config.json")
         return str(path)
     if path.exists() or spec.startswith((".", "/", "~")):
-        raise ModelNotFoundError(f"model path {spec!r} is not a model directory")
+        raise ModelNotFoundError(f"model path {spec!r} is neither a model directory nor a .gguf file")
     if spec.count("/") > 1 or not spec.strip():
         raise ModelNotFoundError(
-            f"unknown model {spec!r}: use a packaged alias ({', '.join(PACKAGED)}), a local directory or a HF id"
+            f"unknown model {spec!r}: use a packaged alias ({', '.join(PACKAGED)}), a local directory, a .gguf file or a HF id"
         )
     return spec  # a hub id; from_pretrained says whether it is reachable
 
@@ -147,16 +156,67 @@ def packaged_gguf(spec: str) -> Path:
     )
 
 
-def _converted_dir(alias: str) -> Path:
-    out = cache_root() / "models" / alias
+def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
+    """The cached conversion of a packaged alias or a GGUF file; a file's folder is named by its resolved
+    path, size and mtime, so an edited or replaced file is converted again."""
+    if spec in PACKAGED:
+        gguf, out = PACKAGED[spec].gguf_path(), cache_root() / "models" / spec
+    else:
+        gguf = Path(spec).expanduser().resolve()
+        stat = gguf.stat()
+        key = hashlib.sha256(f"{gguf}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+        out = cache_root() / "models" / f"{gguf.stem}-{key}"
     if (out / "model.safetensors").exists() or (out / "model.safetensors.index.json").exists():
         return out
-    gguf = PACKAGED[alias].gguf_path()
-    log.info("converting %s (%s) to safetensors once; this takes a minute or two", alias, gguf.name)
-    return convert_gguf(gguf, out)
+    log.info("converting %s (%s) to safetensors once; this takes a minute or two", spec, gguf.name)
+    return convert_gguf(gguf, out, progress)
 
 
-def convert_gguf(gguf: str | Path, out: str | Path) -> Path:
+# Where a first conversion's time goes (gemma3-270m on the 2-core CPU, 2026-11-27): transformers
+# parses the GGUF's metadata for the weights (49 s, then 2 s of dequantizing) and again for the tokenizer
+# (37 s); saving takes 2 s. It reports nothing while it parses, so the bar moves by these expected times
+# and waits short of a phase's end until the phase is done.
+CONVERT_SECONDS = {"weights": 51.0, "tokenizer": 37.0, "saving": 2.0}
+
+
+class _ConversionProgress:
+    """Reports a conversion's progress every half second from a daemon thread, phase by phase."""
+
+    def __init__(self, progress: Progress, name: str):
+        self.progress, self.name = progress, name
+        self.total = sum(CONVERT_SECONDS.values())
+        self.done_before, self.phase, self.started = 0.0, "", time.monotonic()
+        self.finished = threading.Event()
+        self.thread = threading.Thread(target=self._tick, name="specdec-convert-progress", daemon=True)
+
+    def __enter__(self) -> _ConversionProgress:
+        self.begin("weights")
+        self.thread.start()
+        return self
+
+    def begin(self, phase: str) -> None:
+        if self.phase:
+            self.done_before += CONVERT_SECONDS[self.phase]
+        self.phase, self.started = phase, time.monotonic()
+        self.report()
+
+    def report(self) -> None:
+        expected = CONVERT_SECONDS[self.phase]
+        within = min(0.95, (time.monotonic() - self.started) / expected)  # never claims a phase done early
+        self.progress((self.done_before + within * expected) / self.total, f"converting {self.name}: {self.phase}")
+
+    def _tick(self) -> None:
+        while not self.finished.wait(0.5):
+            self.report()
+
+    def __exit__(self, *exc) -> None:
+        self.finished.set()
+        self.thread.join()
+        if exc[0] is None:
+            self.progress(1.0, f"converted {self.name}")
+
+
+def convert_gguf(gguf: str | Path, out: str | Path, progress: Progress | None = None) -> Path:
     """Dequantize a GGUF file (model and tokenizer) into a safetensors folder `out` that `load_model` takes.
 
     The folder appears whole or not at all: it is written beside `out` and renamed into place.
@@ -164,24 +224,27 @@ def convert_gguf(gguf: str | Path, out: str | Path) -> Path:
     gguf, out = Path(gguf), Path(out)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    # The weights are dequantized to fp32; saving must not claim a GGUF quantization.
-    # PreTrainedModel declares no hf_quantizer (it is set at load), so mypy falls back to Module.__getattr__'s type.
-    model.hf_quantizer = None  # type: ignore[assignment]
-    model.config.quantization_config = None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        if out.exists():  # a concurrent conversion won; keep its result
-            shutil.rmtree(tmp)
-        else:
-            tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with _ConversionProgress(progress or (lambda fraction, message: None), gguf.name) as phases:
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        phases.begin("tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        phases.begin("saving")
+        # The weights are dequantized to fp32; saving must not claim a GGUF quantization.
+        # PreTrainedModel declares no hf_quantizer (it is set at load), so mypy falls back to Module.__getattr__'s type.
+        model.hf_quantizer = None  # type: ignore[assignment]
+        model.config.quantization_config = None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+        try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            if out.exists():  # a concurrent conversion won; keep its result
+                shutil.rmtree(tmp)
+            else:
+                tmp.rename(out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return out
 
 
@@ -242,11 +305,12 @@ def _weight_bytes(model_dir: Path, dtype: torch.dtype) -> int | None:
     return elements * torch.finfo(dtype).bits // 8
 
 
-def load_model(spec: str, device: str = "auto", dtype: str = "auto"):
-    """Load a causal LM and its tokenizer: safetensors only, never remote code."""
+def load_model(spec: str, device: str = "auto", dtype: str = "auto", progress: Progress | None = None):
+    """Load a causal LM and its tokenizer: safetensors only, never remote code. `progress` hears how a
+    first use's conversion goes (resolve)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    where = resolve(spec)
+    where = resolve(spec, progress)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     local = Path(where)
@@ -269,7 +333,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto"):
         why = "the Hugging Face hub cannot be reached and it is not in the local cache" if cache_only else e
         raise ModelNotFoundError(
             f"cannot load model {spec!r} ({where}): {why}. Use a packaged alias ({', '.join(PACKAGED)}), "
-            "a local directory with safetensors, or a reachable HF id"
+            "a local directory with safetensors, a .gguf file, or a reachable HF id"
         ) from e
     try:
         # transformers decorates `to` with functools.wraps, whose stub loses the method binding of self.

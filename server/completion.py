@@ -17,7 +17,7 @@ from speccomplete.decoder.drafts import draft_label
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.loader import load_decoder
-from speccomplete.decoder.models import packaged_gguf
+from speccomplete.decoder.models import Progress, packaged_gguf
 from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.stats import GenerationStats
 from speccomplete.telemetry.events import CompletionEvent, Outcome, Trigger
@@ -43,8 +43,9 @@ class Engine:
     backend: str = "local"
 
 
-def load_engine(options: ServerOptions) -> Engine:
-    """Load the backend's models; slow (seconds to minutes), so never on the event loop."""
+def load_engine(options: ServerOptions, progress: Progress | None = None) -> Engine:
+    """Load the backend's models; slow (seconds to minutes), so never on the event loop. `progress`
+    hears how a first run's model conversion goes (decoder/models.py, convert_gguf)."""
     if options.backend == "llamacpp":
         from speccomplete.decoder.backends.llamacpp import GGUFVocabulary, LlamaCppDecoder
 
@@ -68,6 +69,7 @@ def load_engine(options: ServerOptions) -> Engine:
         gamma=options.gamma,
         draft_confidence=options.draft_confidence,
         quantization=options.quantization,
+        progress=progress,
     )
     decoder = loaded.decoder
     target, tokenizer = loaded.target, loaded.tokenizer

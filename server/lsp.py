@@ -5,9 +5,10 @@ and runs every decode (the models are not thread-safe), so the loop keeps readin
 runs, and a newer request or `$/cancelRequest` can stop it between rounds.
 
 Server -> client notifications beyond LSP:
-- `specdec/status` {"state": "loading"|"ready"|"error", "message", "acceptance", "p50_ms"}:
-  the status bar. `acceptance` is the share of resolved completions the user accepted, `p50_ms`
-  the median latency, both over the last 100.
+- `specdec/status` {"state": "loading"|"ready"|"error", "message", "percentage", "acceptance",
+  "p50_ms"}: the status bar. `percentage` (0-100, or null) is how far a first run's model conversion
+  got, as in the `$/progress` reports; `acceptance` is the share of resolved completions the user
+  accepted, `p50_ms` the median latency, both over the last 100.
 - `specdec/completed` {"uri", "requestId", "outcome", "latencyMs"} after each completion request
   that reached the pipeline, so a harness can tie its own records to the event's request id.
 """
@@ -215,6 +216,7 @@ class SpecdecServer(LanguageServer):
         self.pending: dict[tuple, tuple[Lane, asyncio.Future]] = {}
         self.shown: dict[str, Shown] = {}  # by document URI
         self.loads = 0  # counts model loads, so a superseded load does not install its models
+        self.load_progress: tuple[int, str] | None = None  # the last (percentage, message) reported
         self.load_task: asyncio.Task | None = None
         self.loaded_with: ServerOptions | None = None  # the options the engine was loaded with
         self.latencies: deque[float] = deque(maxlen=100)
@@ -276,6 +278,7 @@ class SpecdecServer(LanguageServer):
 
     def start_loading(self) -> None:
         self.loads += 1
+        self.load_progress = None
         self.engine = None  # free the old models before loading new ones; requests answer empty meanwhile
         for cancel in self.running.values():
             cancel.set()  # the load waits on the worker behind them
@@ -285,8 +288,13 @@ class SpecdecServer(LanguageServer):
         what = f"{options.target} with draft {options.draft}"
         self.set_status("loading", f"loading {what}")
         token = await self.begin_progress(f"specdec-load-{load_id}", f"loading {what}")
+        loop = asyncio.get_running_loop()
+
+        def progress(fraction: float, message: str) -> None:  # called on the worker thread
+            loop.call_soon_threadsafe(self.report_progress, load_id, token, round(fraction * 100), message)
+
         try:
-            engine = await asyncio.wrap_future(self.worker.submit(load_engine, options))
+            engine = await asyncio.wrap_future(self.worker.submit(load_engine, options, progress))
         except Exception as e:  # any failure (missing model, OOM, bad draft spec) leaves the server up
             log.exception("could not load %s", what)
             if load_id == self.loads:
@@ -310,8 +318,19 @@ class SpecdecServer(LanguageServer):
         except Exception as e:  # the client refused; loading goes on without a progress bar
             log.warning("window/workDoneProgress/create failed: %s", e)
             return None
-        self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title="specdec", message=message))
+        # a percentage in the begin tells the client to draw a bar that the reports fill
+        begin = types.WorkDoneProgressBegin(title="specdec", message=message, percentage=0)
+        self.work_done_progress.begin(token, begin)
         return token
+
+    def report_progress(self, load_id: int, token: str | None, percentage: int, message: str) -> None:
+        """A load's progress, once per whole percent (the reports come twice a second)."""
+        if load_id != self.loads or (percentage, message) == self.load_progress:
+            return  # a newer load has its own bar; or nothing new to say
+        self.load_progress = (percentage, message)
+        if token is not None:
+            self.work_done_progress.report(token, types.WorkDoneProgressReport(message=message, percentage=percentage))
+        self.set_status("loading", f"{message} ({percentage}%)")
 
     def end_progress(self, token: str | None, message: str) -> None:
         if token is not None:
@@ -327,6 +346,7 @@ class SpecdecServer(LanguageServer):
             {
                 "state": self.state,
                 "message": self.state_message,
+                "percentage": self.load_progress[0] if self.state == "loading" and self.load_progress else None,
                 "acceptance": sum(self.verdicts) / len(self.verdicts) if self.verdicts else None,
                 "p50_ms": statistics.median(self.latencies) if self.latencies else None,
             },

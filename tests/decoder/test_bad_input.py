@@ -250,7 +250,7 @@ def test_check_same_vocabulary(tokenizer):
 
 
 def test_missing_local_model(tmp_path):
-    with pytest.raises(ModelNotFoundError, match="not a model directory"):
+    with pytest.raises(ModelNotFoundError, match="neither a model directory nor a .gguf file"):
         load_model("/nonexistent/dir")
     with pytest.raises(ModelNotFoundError, match="no config.json"):
         load_model(str(tmp_path))
