@@ -256,10 +256,16 @@ class SpecdecServer(LanguageServer):
             log.error("%s", message)
             self.show_error(message)
         new = self.options
-        if self.events is None or (old.telemetry, old.telemetry_path) != (new.telemetry, new.telemetry_path):
+        log_fields = ("telemetry", "telemetry_path", "telemetry_retention_days", "telemetry_max_megabytes")
+        if self.events is None or any(getattr(old, f) != getattr(new, f) for f in log_fields):
             if self.events is not None:
                 self.events.close()
-            self.events = EventLog(new.telemetry_path, enabled=new.telemetry)
+            self.events = EventLog(
+                new.telemetry_path,
+                enabled=new.telemetry,
+                keep_days=new.telemetry_retention_days,
+                keep_bytes=new.telemetry_max_megabytes * 2**20,
+            )
             self.telemetry_failed = False
         return old
 

@@ -31,6 +31,7 @@ from speccomplete.decoder.backends.llamacpp import SPECULATIVE as LLAMACPP_SPECU
 from speccomplete.decoder.drafts import parse_draft_spec
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from speccomplete.telemetry.log import DEFAULT_KEEP_BYTES, DEFAULT_KEEP_DAYS
 
 from .prompt import DEFAULT_BUDGET_CHARS
 
@@ -103,6 +104,9 @@ class ServerOptions:
     telemetry: bool = True
     telemetry_path: str | None = None  # None: telemetry.log.default_path()
     telemetry_text: bool = False  # store completion text in events (opt-in: it is source code)
+    # retention (telemetry/log.py): rotated files older than this are deleted; 0 keeps them whatever their age
+    telemetry_retention_days: Annotated[float, Range(0, 36500)] = DEFAULT_KEEP_DAYS
+    telemetry_max_megabytes: Annotated[int, Range(1, 1_000_000)] = DEFAULT_KEEP_BYTES // 2**20  # all files together
     telemetry_source: Literal["editor", "eval"] = "editor"  # what produced the events: the editor, or the harness
     track_outcomes: bool = True  # record accepted/rejected; off for headless runs where nobody accepts
     # a shown completion not accepted within this is recorded rejected

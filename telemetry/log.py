@@ -1,10 +1,13 @@
-"""The event writer: append-only JSON lines, one write per record, rotated by size, never deleted.
+"""The event writer: append-only JSON lines, one write per record, rotated by size, old files pruned.
 
 Crash safety: each record is one `os.write` of a complete line to an O_APPEND descriptor, so
 there is no user-space buffer to lose and a crash can tear at most the last line. Reopening a file
 whose last line is torn first ends that line, so the next record starts clean; readers skip the
 torn line with a warning (telemetry/analysis/read.py). Rotation renames `events.jsonl` to the next free
-`events.N.jsonl` (1 is the oldest) with a link that never overwrites, so no event is ever lost.
+`events.N.jsonl` (1 is the oldest) with a link that never overwrites, so no event is lost to a race.
+
+Retention: at open and after each rotation, rotated files older than `keep_days` are deleted, then the
+oldest ones until the rest and a full live file fit in `keep_bytes`. The live file is never deleted.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from .events import OUTCOMES, SCHEMA, CompletionEvent, Outcome
 log = logging.getLogger(__name__)
 
 ENV_SWITCH = "SPECDEC_TELEMETRY"  # "0", "false", "off" or "no" turns telemetry off everywhere
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024  # a file rotates at this size
+DEFAULT_KEEP_DAYS = 90.0  # rotated files older than this are deleted (0: kept whatever their age)
+DEFAULT_KEEP_BYTES = 256 * 1024 * 1024  # the live and rotated files together stay under this (or one file)
 
 
 def default_path() -> Path:
@@ -60,13 +65,16 @@ class EventLog:
         enabled: bool = True,
         max_bytes: int = DEFAULT_MAX_BYTES,
         fsync: bool = False,
+        keep_days: float = DEFAULT_KEEP_DAYS,
+        keep_bytes: int = DEFAULT_KEEP_BYTES,
     ):
-        if max_bytes <= 0:
-            raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
+        if max_bytes <= 0 or keep_bytes <= 0 or keep_days < 0:
+            raise ValueError(f"need max_bytes, keep_bytes > 0, keep_days >= 0: {max_bytes}, {keep_bytes}, {keep_days}")
         self.enabled = enabled and telemetry_allowed()
         self.path = Path(path) if path is not None else default_path()
         self.max_bytes = max_bytes
         self.fsync = fsync
+        self.keep_days, self.keep_bytes = keep_days, keep_bytes
         self._fd: int | None = None
         self._lock = threading.Lock()
         self._warned = False
@@ -125,6 +133,7 @@ class EventLog:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._finish_interrupted_rotation()
+            self.prune()
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             os.fchmod(fd, 0o600)
             size = os.fstat(fd).st_size
@@ -153,7 +162,30 @@ class EventLog:
                 except FileExistsError:
                     n += 1
             _unlink_if_there(self.path)
-        return self._open()
+        return self._open()  # which prunes
+
+    def prune(self) -> list[Path]:
+        """Delete the rotated files retention no longer keeps (the module's docstring); returns them."""
+        rotated = rotated_paths(self.path)
+        sizes = {}
+        for path in rotated:
+            try:
+                stat = path.stat()
+            except FileNotFoundError:  # another writer pruned it
+                continue
+            sizes[path] = (stat.st_size, stat.st_mtime)
+        # the rotated files leave room for the live one to fill up to max_bytes before it rotates
+        total = sum(size for size, _ in sizes.values()) + self.max_bytes
+        cutoff = time.time() - self.keep_days * 86400 if self.keep_days else None
+        deleted = []
+        for path, (size, mtime) in sizes.items():  # oldest first
+            if (cutoff is not None and mtime < cutoff) or total > self.keep_bytes:
+                _unlink_if_there(path)
+                total -= size
+                deleted.append(path)
+        if deleted:
+            log.info("telemetry: retention deleted %s", ", ".join(p.name for p in deleted))
+        return deleted
 
     def _finish_interrupted_rotation(self) -> None:
         """A crash between a rotation's link and unlink leaves the file under both names; appending to

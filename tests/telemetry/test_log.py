@@ -120,3 +120,39 @@ def test_write_errors_are_logged_not_raised(tmp_path, caplog):
     assert log.write(_event()) is False
     assert "cannot write" in caplog.text
     assert not os.path.isdir(blocker)
+
+
+def _rotated_file(path, n, size, age_days):
+    rotated = path.with_name(f"events.{n}.jsonl")
+    rotated.write_bytes(b"{}\n" * (size // 3))
+    old = os.stat(rotated).st_mtime - age_days * 86400
+    os.utime(rotated, (old, old))
+    return rotated
+
+
+def test_retention_deletes_rotated_files_past_their_age_at_open(tmp_path):
+    path = tmp_path / "events.jsonl"
+    old, recent = _rotated_file(path, 1, 300, age_days=100), _rotated_file(path, 2, 300, age_days=10)
+    with EventLog(path, keep_days=90) as log:
+        log.write(_event(case_id="new"))
+    assert not old.exists() and recent.exists()
+    with EventLog(path, keep_days=0) as log:  # 0: age alone deletes nothing
+        assert log.prune() == []
+
+
+def test_retention_keeps_all_files_under_the_size_budget_oldest_deleted_first(tmp_path):
+    path = tmp_path / "events.jsonl"
+    files = [_rotated_file(path, n, 3000, age_days=5 - n) for n in (1, 2, 3)]
+    with EventLog(path, max_bytes=3000, keep_bytes=7000) as log:
+        for i in range(40):  # rotates: each rotation prunes again
+            log.write(_event(case_id=str(i)))
+    rotated = rotated_paths(path)
+    assert not files[0].exists(), "the oldest goes first"
+    assert sum(p.stat().st_size for p in [*rotated, path]) <= 7000
+    assert path.exists() and _records(path), "the live file is never deleted"
+    assert [r["case_id"] for r in _records(*rotated, path)][-1] == "39"
+
+
+def test_retention_settings_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="keep_days"):
+        EventLog(tmp_path / "e.jsonl", keep_days=-1)
