@@ -138,7 +138,8 @@ def resolve(spec: str, progress: Progress | None = None) -> str:
         raise ModelNotFoundError(f"model path {spec!r} is neither a model directory nor a .gguf file")
     if spec.count("/") > 1 or not spec.strip():
         raise ModelNotFoundError(
-            f"unknown model {spec!r}: use a packaged alias ({', '.join(PACKAGED)}), a local directory, a .gguf file or a HF id"
+            f"unknown model {spec!r}: use a packaged alias ({', '.join(PACKAGED)}), a local directory, "
+            "a .gguf file or a HF id"
         )
     return spec  # a hub id; from_pretrained says whether it is reachable
 
