@@ -3,7 +3,8 @@ returning where to end the completion (None: keep it all), applied in this order
 
 1. control_chars: a lost model's control characters; decode_stops: per-language stop strings (the decoder
    stops at them already);
-2. self_repeat, suffix_repeat, rest_of_line: line filters (the model loops, or rewrites what follows);
+2. self_repeat, phrase_repeat, suffix_repeat, rest_of_line: line filters (the model loops, across lines or
+   inside one, or rewrites what follows);
 3. syntax_scope, brackets: end at the close of the node begun at the cursor; keep brackets balanced;
 4. indentation: the scope rule where there is no grammar; trailing_blank: drop trailing blank lines.
 """
@@ -17,6 +18,7 @@ from speccomplete.server.filters import (
     control_chars,
     decode_stops,
     indentation,
+    phrase_repeat,
     rest_of_line,
     self_repeat,
     suffix_repeat,
@@ -30,6 +32,7 @@ FILTERS = (
     control_chars,
     decode_stops,
     self_repeat,
+    phrase_repeat,
     suffix_repeat,
     rest_of_line,
     syntax_scope,
@@ -39,6 +42,9 @@ FILTERS = (
 )
 # What can end a decode early: a loop, the next existing line, or the scope closing.
 EARLY_STOPS = (self_repeat, suffix_repeat, syntax_scope, indentation)
+# ... and checked every round, not only when a line completes: a loop inside the line (single-line
+# completions never complete a line).
+EVERY_ROUND = (phrase_repeat,)
 
 __all__ = ["TrimContext", "trim", "scope_closed", "stop_strings", "FILTERS"]
 
@@ -59,6 +65,8 @@ def scope_closed(ctx: TrimContext) -> Callable[[str], bool]:
 
     def closed(text: str) -> bool:
         nonlocal checked
+        if any(f.cut(text, ctx) is not None for f in EVERY_ROUND):
+            return True
         lines = text.count("\n")
         if lines == checked:
             return False

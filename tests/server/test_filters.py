@@ -120,6 +120,14 @@ def test_scope_closed_parses_only_when_a_line_completes(monkeypatch):
     assert len(calls) == 2  # once per completed non-blank line, not once per call
 
 
+def test_scope_closed_stops_a_loop_inside_the_line():
+    """A single-line completion never completes a line: a phrase loop must stop it mid-line (phrase_repeat)."""
+    ctx = _context("def empty?(cart) do\n  █\nend\n", "elixir")
+    completion = "if Cart.price.is_zero? & Cart.quantity.is_zero?" + " & Cart.quantity.is_zero?" * 6
+    stop = _stop_point(ctx, completion)
+    assert stop is not None and stop < len("if Cart.price.is_zero?") + 3 * len(" & Cart.quantity.is_zero?") + 3
+
+
 def test_scope_closed_without_grammar_uses_indentation():
     ctx = _context("section {█\n", "text")
     assert ctx.multiline and not ctx.has_grammar

@@ -1,0 +1,33 @@
+"""Stop where a line repeats a phrase back to back: `a & b.c? & b.c? & b.c?`, `the the the`. Small models
+loop inside a line too, and a single-line completion has no second line for self_repeat to see.
+
+A phrase is 4 to 60 characters holding at least two letters, seen three times in a row; the completion
+ends after its first time, at the next space if one comes before the phrase's second end (where a loop
+starts mid-word, so that the kept words stay whole). Phrases of digits and punctuation (`0, 0, `, `== `)
+are left alone: data and rulers repeat them on purpose. The cursor line's text before the cursor counts, so a loop that began
+before the cursor is caught too (the completion is then empty)."""
+
+from __future__ import annotations
+
+import re
+
+from speccomplete.server.filters.context import TrimContext
+
+# every start of a phrase repeated three times (a lookahead, so overlapping candidates are all seen)
+REPEATED = re.compile(r"(?=(.{4,60}?)\1\1)")
+LETTER = re.compile(r"[^\W\d]")
+SPACE = re.compile(r"\s")
+
+
+def cut(completion: str, ctx: TrimContext) -> int | None:
+    before = ctx.line_before
+    line_start = -len(before)  # offsets into the completion; the first line starts in the prefix
+    for line in (before + completion).split("\n"):
+        for match in REPEATED.finditer(line):
+            phrase = match.group(1)
+            if len(LETTER.findall(phrase)) >= 2:
+                end = match.start() + len(phrase)
+                space = SPACE.search(line, end, end + len(phrase))
+                return max(0, line_start + (space.start() if space else end))
+        line_start += len(line) + 1
+    return None
