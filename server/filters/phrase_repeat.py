@@ -4,8 +4,8 @@ loop inside a line too, and a single-line completion has no second line for self
 A phrase is 4 to 60 characters holding at least two letters, seen three times in a row; the completion
 ends after its first time, at the next space if one comes before the phrase's second end (where a loop
 starts mid-word, so that the kept words stay whole). Phrases of digits and punctuation (`0, 0, `, `== `)
-are left alone: data and rulers repeat them on purpose. The cursor line's text before the cursor counts, so a loop that began
-before the cursor is caught too (the completion is then empty)."""
+are left alone: data and rulers repeat them on purpose. The cursor line's text before the cursor
+counts, so a loop that began before the cursor is caught too (the completion is then empty)."""
 
 from __future__ import annotations
 
