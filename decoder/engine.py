@@ -76,6 +76,9 @@ class Generation:
     token_ids: list[int]
     finish_reason: FinishReason
     stats: GenerationStats
+    # the target's log-probability of each token in token_ids (under its raw logits, before temperature):
+    # the completion's own evidence of how sure the model was (server/gate.py)
+    logprobs: list[float] = field(default_factory=list)
 
 
 def round_rows(gamma, drafter: Drafter | None) -> int:
@@ -150,28 +153,30 @@ class SpeculativeDecoder:
         if prefill_logits is None:
             stats.prefill_ms = stats.total_ms = _ms(start)
             stats.finish_reason = "cancelled"
-            return Generation("", [], "cancelled", stats)
+            return Generation("", [], "cancelled", stats, [])
         if self.drafter is not None:
             self.drafter.reset(ids, reused)
         stats.prefill_ms = _ms(start)
 
         committed = list(ids)
         generated: list[int] = []
+        logprobs: list[float] = []
         finish: FinishReason | None = None
         while finish is None:
             if opts.cancel is not None and opts.cancel.is_set():
                 finish = "cancelled"
                 break
             self._take_idle_cores(stats)
-            new_tokens = self._round(
+            new_tokens, new_logprobs = self._round(
                 committed, prefill_logits, opts, generator, stats, wanted=opts.max_new_tokens - len(generated)
             )
             prefill_logits = None
-            for token in new_tokens:
+            for token, logprob in zip(new_tokens, new_logprobs):
                 if token in self.eos:
                     finish = "eos"
                     break
                 generated.append(token)
+                logprobs.append(logprob)
                 if len(generated) >= opts.max_new_tokens:
                     finish = "length"
                     break
@@ -191,7 +196,7 @@ class SpeculativeDecoder:
         stats.new_tokens = len(generated)
         stats.finish_reason = finish
         stats.total_ms = _ms(start)
-        return Generation(stream.text, generated, finish, stats)
+        return Generation(stream.text, generated, finish, stats, logprobs)
 
     def _take_idle_cores(self, stats: GenerationStats) -> None:
         if self.idle_cores is not None:
@@ -234,8 +239,9 @@ class SpeculativeDecoder:
                 logits = self.steps.forward(ids[begin:], keep=1)
         return logits
 
-    def _round(self, committed, prefill_logits, opts, generator, stats, wanted: int) -> list[int]:
-        """One draft-then-verify round. Returns the tokens to commit: accepted drafts plus one from the target.
+    def _round(self, committed, prefill_logits, opts, generator, stats, wanted: int) -> tuple[list[int], list[float]]:
+        """One draft-then-verify round. Returns the tokens to commit (accepted drafts plus one from the
+        target) and the target's log-probability of each.
 
         wanted: the tokens still to generate; a round drafts at most one fewer (the target adds one).
         """
@@ -267,7 +273,13 @@ class SpeculativeDecoder:
             if q is not None and q.shape[-1] < logits.shape[-1]:  # a draft head narrower than the target's
                 q = torch.nn.functional.pad(q, (0, logits.shape[-1] - q.shape[-1]))
             decided = accept_sampled(probabilities(logits, params), q, drafts, generator)
-        n, token = decided.tolist()  # the round's one read back to the host
+        # the log-probability of the token each row would commit: its drafted token, and past the drafts the
+        # decided one (read back with the decision: the round stays one read)
+        rows = torch.arange(k + 1, device=logits.device)
+        taken = torch.where(rows == decided[0], decided[1], torch.cat([drafts, decided[1:]]))
+        logprob = logits.gather(-1, taken.view(-1, 1)).squeeze(-1).double() - torch.logsumexp(logits.double(), -1)
+        n, token, *row_logprobs = torch.cat([decided.double(), logprob]).tolist()
+        n, token = int(n), int(token)
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         self.steps.truncate(len(committed) + n)
         if self.drafter is not None:
@@ -279,7 +291,7 @@ class SpeculativeDecoder:
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += _ms(t1)
         stats.record_round(k, n, proposal.lookup)
-        return proposal.tokens[:n] + [token]
+        return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
 
     def fit_prompt(
         self, ids: list[int], max_new_tokens: int, max_prompt_tokens: int | None = None

@@ -50,7 +50,7 @@ def run_spying(decoder, prompt, monkeypatch, **options):
 
     def recording_round(*args, **kwargs):
         out = original_round(*args, **kwargs)
-        rounds.append(list(out))
+        rounds.append(list(out[0]))  # (tokens, their log-probabilities)
         return out
 
     with monkeypatch.context() as patch:
@@ -87,6 +87,26 @@ def test_caches_after_rejections_equal_a_fresh_prefill(which, sampled, request, 
         assert_cache_is_fresh_prefill(draft_model, drafter.cache, committed[:held])
         assert gen.token_ids == committed[len(decoder.encode(prompt)) :][: len(gen.token_ids)]
     assert rejections > 0
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_logprobs_are_the_targets_own_for_each_committed_token(llama, tokenizer, sampled):
+    """Generation.logprobs (the confidence gate's evidence): whatever the drafts did, each token's is what a
+    fresh forward pass of the target over the whole sequence gives it, under the raw logits."""
+    decoder = SpeculativeDecoder(llama, tokenizer, ModelDrafter(derive_draft(llama, [0])), FixedGamma(4))
+    sampling = SamplingParams(temperature=1.0) if sampled else SamplingParams()
+    rejected = 0
+    for i, prompt in enumerate(PROMPTS[:4]):
+        gen = generate(decoder, prompt, max_new_tokens=14, sampling=sampling, seed=i)
+        rejected += gen.stats.rejected_rounds
+        ids = decoder.encode(prompt)
+        sequence = torch.tensor([ids + gen.token_ids])
+        with torch.no_grad():
+            logits = llama(sequence).logits[0, len(ids) - 1 : -1].double()
+        want = logits.log_softmax(-1).gather(-1, torch.tensor(gen.token_ids).view(-1, 1)).squeeze(-1)
+        assert len(gen.logprobs) == len(gen.token_ids)
+        assert torch.allclose(torch.tensor(gen.logprobs, dtype=torch.double), want, atol=1e-4)
+    assert rejected > 0, "the rows after a rejection were checked too"
 
 
 def test_model_drafter_propose_rollback_propose(llama, tokenizer):
