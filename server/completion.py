@@ -22,7 +22,9 @@ from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.stats import GenerationStats
 from speccomplete.telemetry.events import CompletionEvent, Outcome, Trigger
 
+from . import gate
 from .filters import TrimContext, scope_closed, stop_strings, trim
+from .gate import Evidence
 from .language import detect_language
 from .options import ServerOptions
 from .positions import PositionError, offset_at
@@ -116,16 +118,22 @@ class Completion:
     multiline: bool
     event: CompletionEvent
     error: Exception | None = None  # bad input the client should hear about (e.g. a position past the end)
+    evidence: Evidence | None = None  # how sure the target was of it (server/gate.py); None where not decoded
 
 
 def complete(engine: Engine, options: ServerOptions, request: Request, cancel: threading.Event) -> Completion:
     language = detect_language(request.path, request.language_id, request.text)
 
     def finish(
-        text: str, multiline: bool, stats: GenerationStats, outcome: Outcome, error: Exception | None = None
+        text: str,
+        multiline: bool,
+        stats: GenerationStats,
+        outcome: Outcome,
+        error: Exception | None = None,
+        found: Evidence | None = None,
     ) -> Completion:
         event = _event(engine, options, request, language, multiline, stats, outcome, text)
-        return Completion(text, language, multiline, event, error)
+        return Completion(text, language, multiline, event, error, found)
 
     text = request.text
     if len(text) > options.max_document_chars:
@@ -166,10 +174,20 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
         if generation.finish_reason == "cancelled":
             return finish("", prompt.multiline, generation.stats, "cancelled")
         completion = trim(generation.text, context)
+        found = gate.evidence(generation, completion, getattr(engine.decoder, "tokenizer", None))
+        if completion and gate.silenced(found, options.min_confidence):
+            log.info(
+                "%s: not shown, confidence %.2f < minConfidence %.2f",
+                request.path,
+                found.confidence,
+                options.min_confidence,
+            )
+            completion = ""
     except Exception as e:  # a bug or out-of-memory in one completion must not take the server down
         log.exception("%s: completion failed", request.path)
         return finish("", False, GenerationStats(), "error", error=e)
-    return finish(completion, prompt.multiline, generation.stats, "shown" if completion else "empty")
+    outcome: Outcome = "shown" if completion else "empty"
+    return finish(completion, prompt.multiline, generation.stats, outcome, found=found)
 
 
 def cancelled(engine: Engine, options: ServerOptions, request: Request) -> Completion:

@@ -99,6 +99,8 @@ class ServerOptions:
     max_tokens_single_line: TokenLimit = 32
     max_tokens_multi_line: TokenLimit = 128
     temperature: Annotated[float, Range(0, 10)] = 0.0
+    # completions the target was less sure of are not shown (server/gate.py); 0 shows every completion
+    min_confidence: Annotated[float, Range(0, 1)] = 0.0
     # for automatic triggers; an invoked completion starts at once. Bounded: a request waits this long.
     debounce_ms: Annotated[int, Range(0, 5000)] = 150
     telemetry: bool = True
@@ -124,6 +126,7 @@ class ServerOptions:
             "gamma": self.gamma,
             "draft_confidence": self.draft_confidence,
             "temperature": self.temperature,
+            "min_confidence": self.min_confidence,
             "max_tokens_single_line": self.max_tokens_single_line,
             "max_tokens_multi_line": self.max_tokens_multi_line,
             "prompt_budget_chars": self.prompt_budget_chars,

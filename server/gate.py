@@ -1,0 +1,52 @@
+"""Silence when unsure: show a completion only where the target was sure enough of it.
+
+The evidence is the target's own log-probability of each token the shown text came from
+(decoder/engine.py, Generation.logprobs), summed up as `confidence`, their geometric mean: 1.0 when the
+target was certain of every token, lower as it hesitated. A completion whose confidence is below
+`minConfidence` is not shown (the event's outcome is "empty"). The default comes from the curve of shown
+rate against next-line similarity on the dev split (docs/quality.md). Backends that report no
+log-probabilities (llama.cpp, an OpenAI server) give no evidence, and their completions are always shown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from speccomplete.decoder.engine import Generation
+
+
+@dataclass(frozen=True)
+class Evidence:
+    tokens: int  # the generated tokens the shown text came from
+    confidence: float | None  # exp(mean log-probability) over those tokens; None without log-probabilities
+    min_probability: float | None  # the least sure of them
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def evidence(generation: Generation, shown: str, tokenizer=None) -> Evidence:
+    """The evidence for `shown`, a prefix of generation.text after trimming."""
+    logprobs = generation.logprobs
+    if not shown or not logprobs:
+        return Evidence(0, None, None)
+    used = _tokens_behind(generation.token_ids, len(shown), tokenizer) if tokenizer else len(logprobs)
+    kept = logprobs[: max(1, used)]
+    return Evidence(len(kept), math.exp(sum(kept) / len(kept)), math.exp(min(kept)))
+
+
+def silenced(found: Evidence, min_confidence: float) -> bool:
+    return found.confidence is not None and found.confidence < min_confidence
+
+
+def _tokens_behind(token_ids: list[int], chars: int, tokenizer) -> int:
+    """The fewest leading tokens whose text covers `chars` characters (a binary search over decodes)."""
+    low, high = 1, len(token_ids)
+    while low < high:
+        middle = (low + high) // 2
+        if len(tokenizer.decode(token_ids[:middle], skip_special_tokens=True)) >= chars:
+            high = middle
+        else:
+            low = middle + 1
+    return low
