@@ -133,17 +133,59 @@ class ServerOptions:
         }
 
 
+# What each setting does, for people: the settings tables in README.md are generated from these and the
+# fields' types and defaults (speccomplete/harness/settings_doc.py), so they cannot go stale.
+HELP = {
+    "backend": "What decodes: `local` (our speculative decoder), `llamacpp` (llama.cpp in-process on a GGUF) or "
+    "`openai` (an OpenAI-compatible server); docs/backends.md.",
+    "target": "The model that writes the completion: a packaged alias (`gemma3-270m`, `smollm2-135m`), a local "
+    "directory of safetensors, a `.gguf` file or a Hugging Face id.",
+    "draft": "What proposes tokens for the target to verify: `ngram+self` (prompt lookup, else the target "
+    "drafting for itself), `ngram`, `auto` (the shipped trained draft), `eagle3`, `layers:0,1`, `none`, a draft "
+    "folder or a model; the syntax is in decoder/drafts/spec.py.",
+    "device": "`auto` (CUDA where there is a GPU), `cpu`, `cuda`, `cuda:1`, ...",
+    "dtype": "`auto` (bfloat16 on CUDA, float32 on the CPU), `float32`, `bfloat16`, `float16`.",
+    "quantization": "The target's linear weights: `auto` (int8 on the CPU), `none`, `int8`.",
+    "gguf": "`llamacpp` backend: the GGUF file (default: the packaged target's own).",
+    "llamacpp_speculative": "`llamacpp` backend: llama.cpp's draftless speculation (`none`, `ngram-simple`, "
+    "`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, `ngram-cache`).",
+    "openai_url": "`openai` backend: the server's base URL, up to `/v1`.",
+    "openai_model": "`openai` backend: the model name the server knows (default: its default).",
+    "openai_api_key_env": "`openai` backend: the environment variable that holds the API key, if any.",
+    "gamma": "Drafted tokens per round: an integer, `heuristic[:START:MAX]` (adapts per language) or `cost[:C:V]`.",
+    "draft_confidence": "A model draft stops proposing when its own probability falls below this.",
+    "max_tokens_single_line": "Token limit for a completion of the rest of a line.",
+    "max_tokens_multi_line": "Token limit for a multi-line completion (at an empty line or after a block opener).",
+    "temperature": "0: greedy (the target's own choice); above 0: sampled, still lossless.",
+    "min_confidence": "Completions the target was less sure of are not shown: the geometric mean of its "
+    "probabilities for the shown tokens (0 shows every completion); docs/quality.md.",
+    "debounce_ms": "Automatic requests wait this long for more typing before decoding; invoked ones start at once.",
+    "telemetry": "Record one event per completion on this machine (no source text unless `telemetryText`).",
+    "telemetry_path": "The event file (default: `~/.local/share/specdec/events.jsonl`).",
+    "telemetry_text": "Also store the completion text in events (opt-in: it is your source code).",
+    "telemetry_retention_days": "Rotated event files older than this are deleted (0: kept whatever their age).",
+    "telemetry_max_megabytes": "The event files together stay under this; the oldest rotated ones go first.",
+    "telemetry_source": "What produced the events: `editor`, or `eval` for the harness.",
+    "track_outcomes": "Record accepted and rejected outcomes (off for headless runs where nobody accepts).",
+    "reject_after_s": "A shown completion not accepted within this many seconds is recorded as rejected.",
+    "enabled_languages": "Only these languages get completions (names as in speccomplete/languages.py); "
+    "null: every language.",
+    "prompt_budget_chars": "Characters of the document around the cursor that go into the prompt.",
+    "max_document_chars": "Larger documents get no completion (and are not tokenized).",
+}
+
+
 def _camel_to_snake(key: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
 
 
-def _snake_to_camel(name: str) -> str:
+def snake_to_camel(name: str) -> str:
     first, *rest = name.split("_")
     return first + "".join(part.title() for part in rest)
 
 
 @functools.cache
-def _field_types() -> dict[str, Any]:
+def field_types() -> dict[str, Any]:
     return get_type_hints(ServerOptions, include_extras=True)
 
 
@@ -212,7 +254,7 @@ def structure(value: Any, hint: Any) -> Any:
 
 def _check(name: str, value: Any) -> Any:
     """The value converted to the field's type, or a ValueError saying what was expected."""
-    hint = _field_types()[name]
+    hint = field_types()[name]
     try:
         return structure(value, hint)
     except _Mismatch:
@@ -237,7 +279,7 @@ def parse_options(raw: Any, base: ServerOptions | None = None) -> tuple[ServerOp
         if name not in names:
             close = difflib.get_close_matches(name, names, n=1, cutoff=0.85)
             if close:  # a mistyped setting would otherwise do nothing, silently
-                errors.append(f"{key}: unknown setting (did you mean {_snake_to_camel(close[0])}?)")
+                errors.append(f"{key}: unknown setting (did you mean {snake_to_camel(close[0])}?)")
             else:
                 log.info("ignoring unknown setting %r", key)
             continue
