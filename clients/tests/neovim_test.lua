@@ -1,11 +1,20 @@
--- Headless Neovim test of clients/neovim: starts the real server through require('specdec').setup,
--- and for a Python and a Lua buffer asks for completion the way a user does (0.11: the
--- vim.lsp.completion menu; older: the omnifunc, <C-x><C-o>), accepts the first item with <C-y>,
--- and checks that the buffer gained exactly the item's text. The item's command (specdec.accept)
--- runs on acceptance; test_editors.py then checks the telemetry file recorded it as accepted.
+-- Headless Neovim test of clients/neovim: starts the real server through require('specdec').setup and,
+-- in a Python and a Lua buffer, completes the way a user does.
+--
+-- Ghost text ('native' on 0.12+, 'extmark' before): types the end of the last line key by key in insert
+-- mode, with a completion plugin's traffic beside it (a shim that sends textDocument/completion on
+-- every TextChangedI, as nvim-cmp and blink.cmp do), waits for the ghost text to appear by itself (its
+-- extmark), then accepts it with the plugin's keys (greet.py: accept-word, pressed until it is all in;
+-- greet.lua: <Tab>) and checks the buffer holds exactly the ghost text. With no ghost text shown, the
+-- keys do what they did before: <Tab> indents, <C-]> runs the mapping it had.
+-- Popup (0.7/0.8's fallback): <C-x><C-o> (0.11+: vim.lsp.completion.get()), <C-y>, and checks that the
+-- buffer gained exactly the item's text.
+-- The accepted item's command (specdec.accept) is recorded as the client sends it; test_editors.py
+-- then checks the telemetry file recorded the completion as accepted, with the text inserted.
 --
 -- Run (from the repo root):
 --   SPECDEC_TEST_DIR=/tmp/x SPECDEC_TEST_CMD='["/repo/.venv/bin/specdec","serve"]' \
+--   SPECDEC_TEST_DISPLAY=auto SPECDEC_TEST_EXPECT=extmark \
 --     nvim --headless -u NONE -i NONE --cmd 'set rtp^=clients/neovim' -c 'luafile clients/tests/neovim_test.lua'
 -- Writes $SPECDEC_TEST_DIR/result.json and exits 0, or exits 1 with the reason on stderr.
 local dir = os.getenv('SPECDEC_TEST_DIR')
@@ -15,20 +24,37 @@ if not dir or not cmd_json then
   vim.cmd('cquit 1')
 end
 local cmd = vim.fn.json_decode(cmd_json)
+local display_option = os.getenv('SPECDEC_TEST_DISPLAY') or 'auto'
+-- 'setup': require('specdec').setup(); 'enable' (0.11+, Neovim started with plugins loaded): only
+-- vim.lsp.config + vim.lsp.enable('specdec'), lsp/specdec.lua and plugin/specdec.lua doing the rest
+local start = os.getenv('SPECDEC_TEST_START') or 'setup'
+local expect_display = os.getenv('SPECDEC_TEST_EXPECT')
 -- The longest wait for the models to load (the first use converts the GGUF).
 local timeout_ms = tonumber(os.getenv('SPECDEC_TEST_TIMEOUT_MS') or '300000')
 -- Once they are loaded, one short completion takes seconds even on a busy CPU.
 local completion_timeout_ms = 180000
+local TYPING_GAP_MS = 60 -- between keys typed, well under the plugin's 150 ms debounce
 
--- Mid-line cursors, so the server completes the rest of one line.
+-- `lines` is the file; in ghost-text cases `typed` is then typed at the end of its last line. The
+-- final text matches the popup cases', whose completions are known to be non-empty.
 local CASES = {
-  { file = 'greet.py', lines = { 'import sys', '', '', 'def greet(name):', '    print("Hello, " + name' } },
-  { file = 'greet.lua', lines = { 'local M = {}', '', 'function M.greet(name)', '  print("Hello, " .. name' } },
+  {
+    file = 'greet.py',
+    lines = { 'import sys', '', '', 'def greet(name):', '    print("Hello, "' },
+    typed = ' + name',
+    accept = 'accept_word',
+  },
+  {
+    file = 'greet.lua',
+    lines = { 'local M = {}', '', 'function M.greet(name)', '  print("Hello, "' },
+    typed = ' .. name',
+    accept = 'accept',
+  },
 }
 
 local function log(msg)
-  io.stderr:write('[nvim ' .. tostring(vim.version().major) .. '.' .. tostring(vim.version().minor) .. '] '
-    .. msg .. '\n')
+  io.stderr:write('[nvim ' .. tostring(vim.version().major) .. '.' .. tostring(vim.version().minor) .. ' '
+    .. display_option .. ' ' .. start .. '] ' .. msg .. '\n')
 end
 
 local function fail(msg)
@@ -46,29 +72,124 @@ local function fail(msg)
   vim.cmd('cquit 1')
 end
 
+-- Every Lua file of the plugin compiles on this Neovim's LuaJIT.
+for _, pattern in ipairs({ 'lua/specdec/*.lua', 'lsp/specdec.lua', 'plugin/specdec.lua' }) do
+  local files = vim.api.nvim_get_runtime_file(pattern, true)
+  if #files == 0 then
+    fail('no ' .. pattern .. ' on the runtimepath')
+  end
+  for _, file in ipairs(files) do
+    local ok, err = loadfile(file)
+    if not ok then
+      fail('syntax: ' .. err)
+    end
+  end
+end
+
 vim.cmd('filetype on')
+-- A mapping of its own on the dismiss key, which specdec's falls back to with no ghost text shown.
+vim.cmd('inoremap <C-]> <Cmd>let g:specdec_test_fallback = get(g:, "specdec_test_fallback", 0) + 1<CR>')
 vim.o.completeopt = 'menu,menuone,noinsert'
 vim.o.swapfile = false
 
-require('specdec').setup({
-  cmd = cmd,
-  init_options = {
-    -- fp32 weights: these cases check the client's plumbing on completions known to be non-empty, and
-    -- int8 (the default on CPUs with VNNI) completes greet.lua with nothing
-    quantization = 'none',
-    maxTokensSingleLine = 8,
-    maxTokensMultiLine = 16,
-    debounceMs = 0,
-    telemetry = true,
-    telemetryPath = dir .. '/events.jsonl',
-    telemetryText = true,
-  },
-})
+local init_options = {
+  -- fp32 weights: these cases check the client's plumbing on completions known to be non-empty, and
+  -- int8 (the default on CPUs with VNNI) completes greet.lua with nothing
+  quantization = 'none',
+  maxTokensSingleLine = 8,
+  maxTokensMultiLine = 16,
+  debounceMs = 0,
+  telemetry = true,
+  telemetryPath = dir .. '/events.jsonl',
+  telemetryText = true,
+}
+local specdec = require('specdec')
+if start == 'enable' then
+  if vim.g.loaded_specdec ~= true then
+    fail('plugin/specdec.lua was not loaded')
+  end
+  vim.lsp.config('specdec', { cmd = cmd, init_options = init_options })
+  vim.lsp.enable('specdec')
+else
+  specdec.setup({ cmd = cmd, display = display_option, init_options = init_options })
+end
+local display = specdec.display()
+if expect_display and display ~= expect_display then
+  fail('display is ' .. display .. ', expected ' .. expect_display)
+end
+log('display ' .. display)
+local keys_opt = require('specdec.config').options.keymaps
 
-local has_lsp_completion = vim.lsp.completion ~= nil and vim.lsp.config ~= nil
+-- The :help file: its tags build and resolve (in a copy: helptags writes a tags file beside it).
+do
+  local doc = vim.api.nvim_get_runtime_file('doc/specdec.txt', false)[1]
+  if not doc then
+    fail('doc/specdec.txt is not on the runtimepath')
+  end
+  vim.fn.mkdir(dir .. '/help/doc', 'p')
+  vim.fn.writefile(vim.fn.readfile(doc), dir .. '/help/doc/specdec.txt')
+  vim.cmd('helptags ' .. vim.fn.fnameescape(dir .. '/help/doc'))
+  vim.opt.runtimepath:prepend(dir .. '/help')
+  for _, tag in ipairs({ 'specdec', 'specdec-setup', 'specdec-keymaps', 'specdec-display', 'specdec-health' }) do
+    vim.cmd('help ' .. tag)
+    if vim.fn.expand('%:t') ~= 'specdec.txt' then
+      fail(':help ' .. tag .. ' opened ' .. vim.fn.expand('%'))
+    end
+    vim.cmd('helpclose')
+  end
+end
 
--- Polls `cond` every 100 ms without blocking the event loop (so typeahead and LSP messages are
--- processed), then calls `next`; fails after `ms`.
+-- The client's requests, as it sends them: commands run, and how many inline completions it asked for.
+local sent = { commands = {}, inline = 0 }
+local spied = nil
+local function spy(client)
+  if spied == client.id then
+    return
+  end
+  spied = client.id
+  local methods = vim.fn.has('nvim-0.11') == 1 -- client:request(...) from 0.11, client.request(...) before
+  local request = client.request
+  local function record(method, params)
+    if method == 'workspace/executeCommand' then
+      table.insert(sent.commands, params)
+    elseif method == 'textDocument/inlineCompletion' then
+      sent.inline = sent.inline + 1
+    end
+  end
+  if methods then
+    client.request = function(self, method, params, ...)
+      record(method, params)
+      return request(self, method, params, ...)
+    end
+  else
+    client.request = function(method, params, ...)
+      record(method, params)
+      return request(method, params, ...)
+    end
+  end
+end
+
+-- A completion plugin's traffic: textDocument/completion on every TextChangedI, as nvim-cmp and
+-- blink.cmp send it; the answers are counted, not shown.
+local cmp = { sent = 0, answered = 0 }
+local function cmp_shim(bufnr)
+  vim.api.nvim_create_autocmd('TextChangedI', {
+    buffer = bufnr,
+    callback = function()
+      local client = specdec.client(bufnr)
+      if not client then
+        return
+      end
+      local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+      params.context = { triggerKind = 1 }
+      cmp.sent = cmp.sent + 1
+      require('specdec.server').request(client, 'textDocument/completion', params, function()
+        cmp.answered = cmp.answered + 1
+      end, bufnr)
+    end,
+  })
+end
+
 -- Runs fn; a Lua error fails the test instead of leaving Neovim waiting.
 local function guarded(fn, ...)
   local ok, err = pcall(fn, ...)
@@ -77,6 +198,8 @@ local function guarded(fn, ...)
   end
 end
 
+-- Polls `cond` every 50 ms without blocking the event loop (so typeahead and LSP messages are
+-- processed), then calls `next` with its value; fails after `ms`.
 local function wait_for(what, ms, cond, next)
   local deadline = vim.loop.now() + ms
   local function poll()
@@ -87,20 +210,226 @@ local function wait_for(what, ms, cond, next)
     if vim.loop.now() > deadline then
       return fail('timed out waiting for ' .. what .. (ok and '' or (': ' .. tostring(value))))
     end
-    vim.defer_fn(poll, 100)
+    vim.defer_fn(poll, 50)
   end
   poll()
 end
 
-local function keys(s)
-  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(s, true, false, true), 'n', false)
+-- Keys as typed; `remap` lets mappings (the plugin's) apply.
+local function keys(s, remap)
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(s, true, false, true), remap and 'mt' or 'nt', false)
+end
+
+local function chunk_hl(chunk)
+  local hl = chunk[2]
+  return type(hl) == 'table' and hl[#hl] or hl
+end
+
+local GHOST_HL = { SpecdecGhostText = true, ComplHint = true }
+
+-- The ghost text shown in the buffer, read back from its extmark (the plugin's or Neovim's), or nil.
+local function ghost_text(bufnr)
+  local namespaces = vim.api.nvim_get_namespaces()
+  for _, name in ipairs({ 'specdec.ghost', 'nvim.lsp.inline_completion' }) do
+    local ns = namespaces[name]
+    for _, mark in ipairs(ns and vim.api.nvim_buf_get_extmarks(bufnr, ns, 0, -1, { details = true }) or {}) do
+      local function text_of(chunks)
+        local parts = {}
+        for _, chunk in ipairs(chunks or {}) do
+          if GHOST_HL[chunk_hl(chunk)] then
+            table.insert(parts, chunk[1])
+          end
+        end
+        return table.concat(parts)
+      end
+      local lines = { text_of(mark[4].virt_text) }
+      for _, virt_line in ipairs(mark[4].virt_lines or {}) do
+        table.insert(lines, text_of(virt_line))
+      end
+      local text = table.concat(lines, '\n')
+      if text ~= '' then
+        return text
+      end
+    end
+  end
+end
+
+-- Whether the plugin has a request waiting or in flight (its own ghost text; Neovim's shows none).
+local function busy(bufnr)
+  return display == 'extmark' and require('specdec.trigger').busy(bufnr)
+end
+
+local function lines_with(lines, row, text)
+  -- `lines` with `text` inserted at the end of line `row`
+  local want = vim.deepcopy(lines)
+  local parts = vim.split(lines[row] .. text, '\n', { plain = true })
+  want[row] = parts[1]
+  for k = 2, #parts do
+    table.insert(want, row + k - 1, parts[k])
+  end
+  return want
 end
 
 local results = {}
+local run_case -- defined below: runs CASES[i], then the next
 
-local function run_case(i)
+local function finish_case(i, result)
+  table.insert(results, result)
+  -- Give the accept command time to reach the server.
+  vim.defer_fn(function()
+    guarded(run_case, i + 1)
+  end, 1000)
+end
+
+-- Types `text` one key at a time, then calls `next`.
+local function type_slowly(text, next)
+  local k = 0
+  local function step()
+    k = k + 1
+    if k > #text then
+      return guarded(next)
+    end
+    keys(text:sub(k, k))
+    vim.defer_fn(function()
+      guarded(step)
+    end, TYPING_GAP_MS)
+  end
+  step()
+end
+
+local function ghost_case(i, case, bufnr)
+  cmp_shim(bufnr)
+  local start_line = case.lines[#case.lines]
+  local last = #case.lines
+  vim.api.nvim_win_set_cursor(0, { last, #start_line })
+  local commands_before = #sent.commands
+  local inline_before = sent.inline
+  local completions_before = cmp.sent
+  keys('A')
+  type_slowly(case.typed, function()
+    local typed_lines = vim.deepcopy(case.lines)
+    typed_lines[last] = start_line .. case.typed
+    if not vim.deep_equal(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false), typed_lines) then
+      return fail(case.file .. ': typing gave ' .. vim.inspect(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)))
+    end
+    wait_for('ghost text', completion_timeout_ms, function()
+      return not busy(bufnr) and ghost_text(bufnr)
+    end, function(ghost)
+      log(case.file .. ': ghost text ' .. vim.inspect(ghost) .. ' after ' .. (cmp.sent - completions_before)
+        .. ' textDocument/completion requests beside it')
+      local accept_key = keys_opt[case.accept]
+      local presses = 0
+      local last_ghost = ghost
+      local function inserted()
+        local now = table.concat(vim.api.nvim_buf_get_lines(bufnr, last - 1, -1, false), '\n')
+        return now:sub(#typed_lines[last] + 1)
+      end
+      local function press()
+        presses = presses + 1
+        local before = inserted()
+        last_ghost = ghost_text(bufnr)
+        keys(accept_key, true)
+        wait_for('the accepted text in the buffer', 10000, function()
+          return inserted() ~= before
+        end, function()
+          if #inserted() < #ghost and presses < 40 then
+            -- a part (a word): the rest stays shown, and the server's answer for it follows
+            return wait_for('the rest of the ghost text', completion_timeout_ms, function()
+              return not busy(bufnr) and ghost_text(bufnr)
+            end, press)
+          end
+          keys('<Esc>')
+          wait_for('normal mode', 10000, function()
+            return vim.fn.mode() == 'n'
+          end, function()
+            local after = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+            local want = lines_with(typed_lines, last, ghost)
+            if not vim.deep_equal(after, want) then
+              return fail(case.file .. ': buffer is\n' .. table.concat(after, '\n') .. '\nexpected\n'
+                .. table.concat(want, '\n'))
+            end
+            local command = sent.commands[#sent.commands]
+            if #sent.commands == commands_before then
+              return fail(case.file .. ': no command was sent on accept')
+            end
+            -- With no ghost text (dismissed), <C-]> runs the mapping it had and <Tab> indents.
+            local fallbacks = vim.g.specdec_test_fallback or 0
+            keys('A', false)
+            keys(keys_opt.dismiss .. keys_opt.accept .. '<Esc>', true)
+            wait_for('the keys without ghost text', 10000, function()
+              local line = vim.api.nvim_buf_get_lines(bufnr, -2, -1, false)[1]
+              return vim.fn.mode() == 'n' and (vim.g.specdec_test_fallback or 0) > fallbacks
+                and line:find('^' .. vim.pesc(after[#after]) .. '[\t ]+$')
+            end, function()
+            log(case.file .. ': accepted ' .. vim.inspect(ghost) .. ' in ' .. presses .. ' key presses ('
+              .. accept_key .. '); ' .. (sent.inline - inline_before) .. ' inline completion requests')
+            finish_case(i, {
+              file = case.file,
+              text = ghost,
+              accepted = last_ghost, -- the text of the item whose command ran
+              command = command,
+              completions = cmp.sent - completions_before,
+              typed = #case.typed,
+              inline_requests = sent.inline - inline_before,
+              presses = presses,
+            })
+            end)
+          end)
+        end)
+      end
+      press()
+    end)
+  end)
+end
+
+local function popup_case(i, case, bufnr)
+  local last = #case.lines
+  local lines = vim.deepcopy(case.lines)
+  lines[last] = lines[last] .. case.typed
+  vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, lines)
+  vim.api.nvim_win_set_cursor(0, { last, #lines[last] })
+  if vim.lsp.completion and vim.lsp.completion.get then
+    keys('A<Cmd>lua vim.lsp.completion.get()<CR>')
+  else
+    keys('A<C-x><C-o>')
+  end
+  wait_for('the completion menu', completion_timeout_ms, function()
+    if vim.fn.pumvisible() == 1 then
+      local items = vim.fn.complete_info({ 'items' }).items
+      return items[1]
+    end
+  end, function(item)
+    local lsp_item = item.user_data.nvim.lsp.completion_item
+    local text = (lsp_item.textEdit and lsp_item.textEdit.newText) or lsp_item.insertText or lsp_item.label
+    log(case.file .. ': server sent ' .. vim.inspect(text))
+    local before = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+    keys('<C-y><Esc>')
+    wait_for('the accepted text in the buffer', 10000, function()
+      return vim.fn.mode() == 'n' and vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)[last] ~= before[last]
+    end, function()
+      local after = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+      local want = lines_with(lines, last, text)
+      if not vim.deep_equal(after, want) then
+        return fail(case.file .. ': buffer is\n' .. table.concat(after, '\n') .. '\nexpected\n'
+          .. table.concat(want, '\n'))
+      end
+      log(case.file .. ': accepted ' .. vim.inspect(text))
+      finish_case(i, { file = case.file, text = text, command = lsp_item.command })
+    end)
+  end)
+end
+
+run_case = function(i)
   local case = CASES[i]
   if not case then
+    -- :checkhealth specdec, with the server running
+    vim.cmd('checkhealth specdec')
+    local report = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+    log('checkhealth specdec:\n  ' .. table.concat(report, '\n  '))
+    local text = table.concat(report, '\n')
+    if text:find('ERROR') or not text:find('speccomplete %d') or not text:find('display ' .. display) then
+      return fail(':checkhealth specdec reports a problem')
+    end
     local f = assert(io.open(dir .. '/result.json', 'w'))
     f:write(vim.fn.json_encode(results))
     f:close()
@@ -114,48 +443,30 @@ local function run_case(i)
   log(case.file .. ': filetype ' .. vim.bo.filetype)
 
   wait_for('the server to attach and load its models', timeout_ms, function()
-    local client = require('specdec').client()
-    return client and require('specdec').status.state == 'ready'
-  end, function()
-    local last = #case.lines
-    vim.api.nvim_win_set_cursor(0, { last, #case.lines[last] })
-    if has_lsp_completion then
-      keys('A<Cmd>lua vim.lsp.completion.get()<CR>')
-    else
-      keys('A<C-x><C-o>')
+    local client = specdec.client(bufnr)
+    return client and specdec.status.state == 'ready' and client
+  end, function(client)
+    spy(client)
+    if display == 'popup' then
+      return popup_case(i, case, bufnr)
     end
-    wait_for('the completion menu', completion_timeout_ms, function()
-      if vim.fn.pumvisible() == 1 then
-        local items = vim.fn.complete_info({ 'items' }).items
-        return items[1]
+    -- the plugin's keys are set once the buffer is wired (LspAttach)
+    wait_for('the buffer-local keys', 10000, function()
+      local map = vim.fn.maparg(keys_opt.accept, 'i', false, true)
+      return map.buffer == 1 and map.desc and map.desc:find('^specdec: ')
+    end, function()
+      if display == 'native' then
+        if not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
+          return fail('inline completion is not enabled in the buffer')
+        elseif vim.lsp.inline_completion.is_enabled() then
+          return fail('inline completion is enabled globally, not for the buffer')
+        end
       end
-    end, function(item)
-      local lsp_item = item.user_data.nvim.lsp.completion_item
-      local sent = (lsp_item.textEdit and lsp_item.textEdit.newText) or lsp_item.insertText or lsp_item.label
-      log(case.file .. ': server sent ' .. vim.inspect(sent))
-      local before = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
-      keys('<C-y><Esc>')
-      wait_for('the accepted text in the buffer', 10000, function()
-        return vim.fn.mode() == 'n' and vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)[last] ~= before[last]
-      end, function()
-        local after = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
-        local want = vim.deepcopy(case.lines)
-        local sent_lines = vim.split(case.lines[last] .. sent, '\n', { plain = true })
-        want[last] = sent_lines[1]
-        for k = 2, #sent_lines do
-          table.insert(want, last + k - 1, sent_lines[k])
-        end
-        if not vim.deep_equal(after, want) then
-          return fail(case.file .. ': buffer is\n' .. table.concat(after, '\n') .. '\nexpected\n'
-            .. table.concat(want, '\n'))
-        end
-        log(case.file .. ': accepted ' .. vim.inspect(sent))
-        table.insert(results, { file = case.file, text = sent, command = lsp_item.command })
-        -- Give the accept command (sent on CompleteDone) time to reach the server.
-        vim.defer_fn(function() guarded(run_case, i + 1) end, 1000)
-      end)
+      ghost_case(i, case, bufnr)
     end)
   end)
 end
 
-vim.defer_fn(function() guarded(run_case, 1) end, 0)
+vim.defer_fn(function()
+  guarded(run_case, 1)
+end, 0)

@@ -1,4 +1,4 @@
-"""Real-editor tests: the shipped clients in code-server (VS Code) and headless Neovim 0.7.2 and 0.11.4,
+"""Real-editor tests: the shipped clients in code-server (VS Code) and headless Neovim 0.7.2, 0.10, 0.11.4 and 0.12,
 against the real server with the real default models.
 
 Slow (model load, CPU decoding), so outside the fast suite (pytest's testpaths is tests/);
@@ -96,15 +96,31 @@ def run_driver(name: str, cmd: list[str], env: dict[str, str], work: Path) -> di
     return json.loads((work / "result.json").read_text())
 
 
-@pytest.mark.parametrize("version", ["0.7.2", "0.11.4"])
-def test_neovim_accepts_completion(editors, version, tmp_path):
-    nvim = editors["NVIM_07"] if version == "0.7.2" else editors["NVIM_011"]
+# (editors.env key, version, the `display` option, the display it must come to, how it starts): every
+# Neovim installed, each in the display it picks by itself, plus 0.7.2 forced to ghost text (the overlay
+# that 0.9, which cannot be installed here, draws: inline virtual text came in 0.10) and 0.11 forced to
+# the popup menu. 0.12 starts the way its users may: vim.lsp.enable('specdec') alone, no setup().
+NEOVIMS = [
+    ("NVIM_07", "0.7.2", "auto", "popup", "setup"),
+    ("NVIM_07", "0.7.2", "extmark", "extmark", "setup"),
+    ("NVIM_010", "0.10", "auto", "extmark", "setup"),
+    ("NVIM_011", "0.11.4", "auto", "extmark", "setup"),
+    ("NVIM_011", "0.11.4", "popup", "popup", "setup"),
+    ("NVIM_012", "0.12", "auto", "native", "enable"),
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "display", "expect", "start"), NEOVIMS, ids=[f"{n[1]}-{n[2]}-{n[4]}" for n in NEOVIMS]
+)
+def test_neovim_accepts_completion(editors, key, version, display, expect, start, tmp_path):
+    nvim = editors[key]
     assert subprocess.run([nvim, "--version"], capture_output=True, text=True).stdout.startswith(f"NVIM v{version}")
     cmd = [
         nvim,
         "--headless",
         "-u",
-        "NONE",
+        "NONE" if start == "setup" else "NORC",  # NORC: no init.lua, but plugins (plugin/specdec.lua) load
         "-i",
         "NONE",
         "--cmd",
@@ -116,12 +132,43 @@ def test_neovim_accepts_completion(editors, version, tmp_path):
         "SPECDEC_TEST_DIR": str(tmp_path),
         "SPECDEC_TEST_CMD": json.dumps([str(SPECDEC), "serve"]),
         "SPECDEC_TEST_TIMEOUT_MS": str((TIMEOUT_S - 60) * 1000),
+        "SPECDEC_TEST_DISPLAY": display,
+        "SPECDEC_TEST_EXPECT": expect,
+        "SPECDEC_TEST_START": start,
     }
-    results = run_driver(f"neovim-{version}", cmd, env, tmp_path)
+    results = run_driver(f"neovim-{version}-{display}", cmd, env, tmp_path)
     assert [r["file"] for r in results] == ["greet.py", "greet.lua"]
     for r in results:
         assert r["command"]["command"] == "specdec.accept"
-    check_accepted(tmp_path, results, ["python", "lua"])
+        if expect != "popup":  # ghost text came by itself, with a completion plugin asking on every key
+            assert r["inline_requests"] >= 1
+            assert r["completions"] >= r["typed"], r
+    # the accepted event holds the text of the item whose command ran: the rest, after a part accepted by word
+    accepted = [{**r, "text": r.get("accepted", r["text"])} for r in results]
+    check_accepted(tmp_path, accepted, ["python", "lua"])
+
+
+# (editors.env key, the `display` option): the ghost-text displays against fake_lsp.py, in seconds
+NEOVIM_LOGIC = [
+    ("NVIM_07", "extmark"),  # the overlay of 0.9
+    ("NVIM_010", "auto"),
+    ("NVIM_011", "auto"),
+    ("NVIM_012", "auto"),  # native
+    ("NVIM_012", "extmark"),
+]
+
+
+@pytest.mark.parametrize(("key", "display"), NEOVIM_LOGIC, ids=[f"{k}-{d}" for k, d in NEOVIM_LOGIC])
+def test_neovim_ghost_text_logic(editors, key, display, tmp_path):
+    cmd = [editors[key], "--headless", "-u", "NONE", "-i", "NONE", "--cmd", "set rtp^=clients/neovim"]
+    cmd += ["-c", "luafile clients/tests/neovim_logic_test.lua"]
+    env = {**os.environ, "SPECDEC_TEST_DIR": str(tmp_path), "SPECDEC_TEST_DISPLAY": display}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    output = proc.stdout + proc.stderr
+    print(output)
+    if proc.returncode != 0:
+        dest = save_artifacts(f"neovim-logic-{key}-{display}", tmp_path, output)
+        pytest.fail(f"exit {proc.returncode}; artifacts in {dest}\n{output[-4000:]}")
 
 
 def test_vscode_accepts_ghost_text(editors, tmp_path):
@@ -144,3 +191,11 @@ def test_vscode_accepts_ghost_text(editors, tmp_path):
         assert c["ghost"].strip() and c["ghost"].strip() in c["text"], f"Tab inserted other than the ghost text: {c}"
     check_accepted(tmp_path, cases, ["python", "rust"])
     assert "specdec" in result["status"]
+    # the ghost text came by itself while the suggest widget asked the server too (the LSP trace's counts)
+    assert result["requests"]["inline"] >= 1 and result["requests"]["completion"] >= 1, result["requests"]
+    # nothing asked in markdown (off by default), in manual mode before Alt+\, or while snoozed
+    assert [q["name"] for q in result["quiet"]] == ["markdown", "manual", "snooze"]
+    assert result["manual"]["ghost"].strip() and result["manual"]["requests"] >= 1, result["manual"]
+    assert "snoozed" in result["snoozed"]
+    assert result["serverInfoLines"] > 0  # specdec.server.args ["-v"] reached the output channel
+    assert result["found"] == "the workspace .venv"  # no specdec.server.command, no specdec on PATH

@@ -1,0 +1,65 @@
+-- Options: the defaults, and the ones in force (the defaults until setup() changes them).
+local M = {}
+
+M.defaults = {
+  -- The server command. nil: `specdec` on $PATH, else the `.venv/bin/specdec` of the repository this
+  -- plugin lives in (clients/neovim/../../.venv), else `specdec` (and :checkhealth says why it fails).
+  -- `{ '/path/to/python', '-m', 'speccomplete', 'serve' }` works too.
+  cmd = nil,
+  -- Filetypes that start the server; nil: every file buffer with a filetype.
+  filetypes = nil,
+  -- initializationOptions, camelCase as in server/options.py: backend (local, llamacpp, openai), gguf,
+  -- llamacppSpeculative, openaiUrl, openaiModel, openaiApiKeyEnv, target, draft, device, dtype,
+  -- quantization, gamma, maxTokensSingleLine, maxTokensMultiLine, temperature, debounceMs, telemetry,
+  -- telemetryPath, telemetryText, enabledLanguages. Unset keys take the server's defaults.
+  init_options = {},
+  -- How completions are shown:
+  --   'auto'    'native' where Neovim has vim.lsp.inline_completion (0.12+), else 'extmark' on 0.9+,
+  --             else 'popup';
+  --   'native'  Neovim's own inline completion (0.12+), enabled for the buffers specdec attaches to;
+  --   'extmark' this plugin's ghost text (inline virtual text on 0.10+, an overlay before);
+  --   'popup'   the completion menu (textDocument/completion): omnifunc <C-x><C-o> before 0.11,
+  --             vim.lsp.completion from 0.11.
+  display = 'auto',
+  -- 'extmark': ask as you type (false: only when next/prev is pressed).
+  auto_trigger = true,
+  -- 'extmark': milliseconds of typing pause before asking (Neovim's native path waits 200 ms).
+  debounce_ms = 150,
+  -- Insert-mode keys, buffer-local, set when specdec attaches (ghost text displays only). false
+  -- disables one. With no ghost text shown, each key does what it did before (its previous mapping,
+  -- or the key itself); next/prev ask for a completion then.
+  keymaps = {
+    accept = '<Tab>',
+    accept_word = '<M-Right>',
+    accept_line = '<M-C-Right>',
+    next = '<M-]>',
+    prev = '<M-[>',
+    dismiss = '<C-]>',
+  },
+  -- 'popup' on 0.11+: open the menu as you type (false: only on <C-x><C-o>).
+  autotrigger = true,
+}
+
+M.options = vim.deepcopy(M.defaults)
+
+-- Merge `opts` over the defaults and make them the options in force.
+function M.set(opts)
+  opts = opts or {}
+  if opts.accept_key ~= nil then -- the option's name before keymaps.accept
+    opts = vim.tbl_deep_extend('force', { keymaps = { accept = opts.accept_key } }, opts)
+    opts.accept_key = nil
+  end
+  M.options = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts)
+  return M.options
+end
+
+-- init_options as sent: an empty table must go out as {} (an object), not [], which the server rejects.
+function M.init_options(options)
+  local init = (options or M.options).init_options
+  if init == nil or next(init) == nil then
+    return vim.empty_dict()
+  end
+  return init
+end
+
+return M
