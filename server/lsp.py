@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 STATUS = "specdec/status"
+SUPERSEDED_KEPT = 32  # superseded completions an accept may still name
 COMPLETED = "specdec/completed"
 ACCEPT = "specdec.accept"
 Lane = Literal["inline", "completion"]  # the two requests a client may send on every key (completion_at)
@@ -215,6 +216,9 @@ class SpecdecServer(LanguageServer):
         # by (URI, version, line, character): the lane and answer of the request in flight there
         self.pending: dict[tuple, tuple[Lane, asyncio.Future]] = {}
         self.shown: dict[str, Shown] = {}  # by document URI
+        # completions another request superseded lately, by request id: an accept can still be on its way
+        # (the other lane, or the client's own next request, replaced it a moment before the user took it)
+        self.superseded: dict[str, Shown] = {}
         self.loads = 0  # counts model loads, so a superseded load does not install its models
         self.load_progress: tuple[int, str] | None = None  # the last (percentage, message) reported
         self.load_task: asyncio.Task | None = None
@@ -243,6 +247,7 @@ class SpecdecServer(LanguageServer):
         for shown in self.shown.values():
             self.resolve(shown, "rejected")
         self.shown.clear()
+        self.superseded.clear()  # the next client cannot accept this one's
         self.protocol.end_session()
 
     # ------------------------------------------------------------------ settings and models
@@ -501,6 +506,10 @@ class SpecdecServer(LanguageServer):
 
     def resolve(self, shown: Shown, outcome: Outcome, accepted_chars: int | None = None) -> None:
         """Record the user's verdict on a shown completion (a later verdict overrides an earlier one)."""
+        if outcome in ("rejected", "partial"):
+            self.superseded[shown.request_id] = shown
+            while len(self.superseded) > SUPERSEDED_KEPT:
+                del self.superseded[next(iter(self.superseded))]  # the oldest
         if shown.timer is not None:
             shown.timer.cancel()
             shown.timer = None
@@ -613,7 +622,11 @@ def accept(ls: SpecdecServer, request_id: str) -> bool:
             del ls.shown[uri]
             ls.resolve(shown, "accepted", len(shown.completion.text))
             return True
-    log.info("accept for unknown or already resolved completion %s", request_id)
+    shown = ls.superseded.pop(request_id, None)
+    if shown is not None:  # replaced a moment before the user took it: the accept overrides that verdict
+        ls.resolve(shown, "accepted", len(shown.completion.text))
+        return True
+    log.info("accept for unknown or already accepted completion %s", request_id)
     return False
 
 

@@ -198,6 +198,11 @@ async def test_a_shown_completion_is_rejected_when_superseded(client: LanguageCl
     await inline(client, uri, 1, 0)
     (outcome,) = outcomes(workdir["events"], first)
     assert outcome["outcome"] == "rejected"
+    # the accept was on its way when the other request replaced it: the user's verdict wins
+    assert await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="specdec.accept", arguments=[first])
+    )
+    assert [o["outcome"] for o in outcomes(workdir["events"], first)] == ["rejected", "accepted"]
     close_document(client, uri)
 
 
