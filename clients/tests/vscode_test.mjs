@@ -1,11 +1,16 @@
 // VS Code end-to-end test: code-server with the packaged extension in a fresh profile, driven by
 // playwright-core in headless Debian Chromium, all on 127.0.0.1, against the real server and the
-// real default models. For a Python and a Rust file it types a prefix, waits for the ghost text,
-// presses Tab and saves; it writes what was inserted to $WORK/result.json, where test_editors.py
-// checks it against the text the server sent (telemetry, text opt-in) and the "accepted" outcome.
-// On failure it saves a screenshot and the extension's log (which holds the server's stderr).
+// real default models. For a Python and a Rust file it types a prefix, waits for the ghost text to
+// come by itself (no trigger command) while the suggest widget asks the server too (quick
+// suggestions on), presses Tab and saves; it writes what was inserted to $WORK/result.json, where
+// test_editors.py checks it against the text the server sent (telemetry, text opt-in) and the
+// "accepted" outcome. Then, counting the requests in the LSP trace (specdec.trace.server), it checks
+// that nothing is asked for a markdown file (the default specdec.enable), in manual mode until Alt+\,
+// and while snoozed. On failure it saves a screenshot and the extension's logs (the server's stderr,
+// with -v, and the LSP trace).
 //
-// Environment: CODE_SERVER, VSIX, SPECDEC (the specdec executable), WORK (an empty temp folder;
+// Environment: CODE_SERVER, VSIX, SPECDEC (the specdec executable, linked into the project's
+// .venv/bin for the extension to find), WORK (an empty temp folder;
 // failure.png and server-*.log land there too), SCREENSHOT (optional: a PNG of the first ghost
 // text), TIMEOUT_MS (optional: the longest wait for one step).
 import { spawn, execFileSync } from 'node:child_process';
@@ -34,6 +39,14 @@ const CASES = [
   { file: 'greet.py', context: 'import sys\n\n\ndef greet(name):\n    ', typed: 'print("Hello, " + name' },
   { file: 'main.rs', context: 'fn main() {\n    let name = "world";\n    ', typed: 'println!("Hello, {}", name', after: '\n}\n' },
 ];
+// Files that should get no ghost text: markdown (off by default), and one for manual mode and snooze.
+// The typed text ends after a non-word character, so that no suggest widget is open at the end.
+const QUIET = {
+  markdown: { file: 'notes.md', context: '# Notes\n\nThe quick brown fox ', typed: 'jumps over the lazy dog, ' },
+  python: { file: 'count.py', context: 'def count(items):\n    total = 0\n    for item in items:\n        ' },
+};
+// How long a check that nothing comes waits: several times a short completion's latency here.
+const QUIET_MS = 5000;
 
 const log = (msg) => console.error(`[vscode] ${msg}`);
 
@@ -49,9 +62,10 @@ function freePort() {
 }
 
 function writeSettings(userDir) {
-  // code-server is a remote-style host: machine-scoped settings (the server command) are read from
-  // the Machine settings, as a user sets them under "Remote" in the settings editor.
-  const machine = { 'specdec.server.command': SPECDEC };
+  // code-server is a remote-style host: machine-scoped settings (the server's arguments) are read
+  // from the Machine settings, as a user sets them under "Remote" in the settings editor. No
+  // specdec.server.command: the extension finds the server in the workspace's .venv (main()).
+  const machine = { 'specdec.server.args': ['-v'] };
   const user = {
     // fp32 weights, as in neovim_test.lua: int8 (the default on CPUs with VNNI) completes some cases with nothing
     'specdec.quantization': 'none',
@@ -60,12 +74,15 @@ function writeSettings(userDir) {
     'specdec.telemetry.enabled': true,
     'specdec.telemetry.path': path.join(WORK, 'events.jsonl'),
     'specdec.telemetry.includeText': true,
-    // Keep the editor from changing what is typed, and the suggest widget from taking Tab.
+    'specdec.trace.server': 'messages',
+    // Keep the editor from changing what is typed.
     'editor.autoClosingBrackets': 'never',
     'editor.autoClosingQuotes': 'never',
     'editor.autoIndent': 'none',
-    'editor.quickSuggestions': { other: 'off', comments: 'off', strings: 'off' },
-    'editor.suggestOnTriggerCharacters': false,
+    // The suggest widget asks for completions as you type, beside the ghost text's requests. ("on":
+    // VS Code's default "offWhenInlineCompletions" asks the widget only when no ghost text came within
+    // 750 ms, a race a shared 2-core machine would make flaky.)
+    'editor.quickSuggestions': { other: 'on', comments: 'off', strings: 'off' },
     'editor.inlineSuggest.enabled': true,
     'workbench.startupEditor': 'none',
     'workbench.tips.enabled': false,
@@ -89,7 +106,9 @@ async function startCodeServer(port, userDir, extDir, folder) {
     '--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--disable-telemetry', '--disable-update-check',
     '--disable-workspace-trust', '--config', path.join(WORK, 'code-server.yaml'), '--user-data-dir', userDir, '--extensions-dir', extDir, folder,
   ];
-  const proc = spawn(CODE_SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  // Without a specdec on PATH, so that the extension must find the workspace's .venv/bin/specdec.
+  const PATH = process.env.PATH.split(path.delimiter).filter((d) => !fs.existsSync(path.join(d, 'specdec'))).join(path.delimiter);
+  const proc = spawn(CODE_SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PATH } });
   const out = fs.createWriteStream(path.join(WORK, 'code-server.log'));
   proc.stdout.pipe(out);
   proc.stderr.pipe(out);
@@ -153,14 +172,30 @@ async function runCase(page, folder, c, shotPath) {
   await page.keyboard.press('Control+End');
   for (let i = 0; i < (c.after || '').split('\n').length - 1; i++) await page.keyboard.press('ArrowUp');
   await page.keyboard.press('End');
+  const typedAt = Date.now();
   await page.keyboard.type(c.typed, { delay: 30 });
-  log(`${c.file}: typed ${JSON.stringify(c.typed)}; waiting for ghost text`);
-  const ghost = page.locator('.editor-group-container.active [class*="ghost-text"]');
+  log(`${c.file}: typed ${JSON.stringify(c.typed)}; waiting for ghost text (no trigger command)`);
+  const ghost = page.locator(GHOST);
   await ghost.first().waitFor({ state: 'visible', timeout: COMPLETION_TIMEOUT_MS });
   await page.waitForTimeout(300); // let the rest of a multi-part ghost text render
-  const shown = plain((await ghost.allInnerTexts()).join(''));
-  log(`${c.file}: ghost text ${JSON.stringify(shown)}`);
+  let shown = plain((await ghost.allInnerTexts()).join(''));
+  const widget = page.locator(SUGGEST_WIDGET);
+  const suggest = (await widget.count()) ? plain(await widget.innerText()) : null;
+  log(`${c.file}: ghost text ${JSON.stringify(shown)} after ${Date.now() - typedAt} ms; suggest widget ${JSON.stringify(suggest)}`);
   if (shotPath) await page.screenshot({ path: shotPath });
+  if (suggest !== null) {
+    // Tab would take the widget's selected item (a word from the file, or specdec's own): close the
+    // widget, as a user does who wants the ghost text, and bring the ghost text back if it went too.
+    await page.keyboard.press('Escape');
+    await widget.waitFor({ state: 'hidden' });
+    if (!(await ghost.count())) {
+      await page.keyboard.press('Alt+Backslash');
+      await ghost.first().waitFor({ state: 'visible', timeout: COMPLETION_TIMEOUT_MS });
+      await page.waitForTimeout(300);
+    }
+    shown = plain((await ghost.allInnerTexts()).join(''));
+    log(`${c.file}: suggest widget closed; ghost text ${JSON.stringify(shown)}`);
+  }
   await page.keyboard.press('Tab');
   // Save until the file holds more than was typed: the edit lands a moment after the key press.
   const after = c.after || '';
@@ -179,7 +214,104 @@ async function runCase(page, folder, c, shotPath) {
   const inserted = saved.slice(expectedStart.length, saved.length - after.length);
   log(`${c.file}: inserted ${JSON.stringify(inserted)}`);
   if (!inserted) throw new Error(`${c.file}: Tab inserted nothing`);
-  return { file: c.file, text: inserted, ghost: shown };
+  return { file: c.file, text: inserted, ghost: shown, suggest };
+}
+
+const GHOST = '.editor-group-container.active [class*="ghost-text"]';
+const SUGGEST_WIDGET = '.editor-group-container.active .suggest-widget.visible';
+
+// The extension's output channels are files under the profile's logs: "specdec" (its log, with the
+// server's stderr) and "specdec LSP trace" (specdec.trace.server).
+function channelFile(pattern) {
+  const logs = path.join(WORK, 'user', 'logs');
+  if (!fs.existsSync(logs)) return undefined;
+  const found = fs.readdirSync(logs, { recursive: true }).map(String).filter((f) => pattern.test(path.basename(f)));
+  return found.length ? path.join(logs, found.sort().at(-1)) : undefined;
+}
+
+// What the client has sent so far, from the LSP trace.
+function traced() {
+  const file = channelFile(/specdec LSP trace\.log$/);
+  const text = file ? fs.readFileSync(file, 'utf8') : '';
+  const count = (s) => text.split(s).length - 1;
+  return {
+    inline: count("Sending request 'textDocument/inlineCompletion"),
+    completion: count("Sending request 'textDocument/completion"),
+    didChange: count("Sending notification 'textDocument/didChange'"),
+  };
+}
+
+async function waitFor(what, predicate, timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+async function openAtEnd(page, file) {
+  await openFile(page, file);
+  await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
+  await page.keyboard.press('Control+End');
+}
+
+// Types `typed` and checks that, for QUIET_MS, no ghost text shows and no completion request of
+// either kind leaves the client (the trace must show the typing itself, so it is being written).
+async function expectQuiet(page, name, typed) {
+  const before = traced();
+  await page.keyboard.type(typed, { delay: 30 });
+  await waitFor(`the trace of typing in ${name}`, () => traced().didChange > before.didChange, 30_000);
+  await page.waitForTimeout(QUIET_MS);
+  const after = traced();
+  if (await page.locator(GHOST).count()) throw new Error(`${name}: ghost text showed`);
+  if (after.inline !== before.inline || after.completion !== before.completion) {
+    throw new Error(`${name}: completion requests reached the server: ${JSON.stringify({ before, after })}`);
+  }
+  log(`${name}: no ghost text and no request in ${QUIET_MS} ms of typing (${after.didChange - before.didChange} changes sent)`);
+  return { name, changes: after.didChange - before.didChange };
+}
+
+async function pick(page, label) {
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible' });
+  await input.fill(label);
+  await page.locator('.quick-input-list .monaco-list-row', { hasText: label }).first().waitFor({ timeout: 30_000 });
+  await page.keyboard.press('Enter');
+}
+
+// The language deny-list, manual mode and snooze: nothing reaches the server, and (manual) Alt+\
+// brings the ghost text.
+async function checkGating(page, status) {
+  const quiet = [];
+  await openAtEnd(page, QUIET.markdown.file);
+  await status.locator('.codicon-circle-slash').waitFor({ timeout: 30_000 }); // "off for markdown"
+  quiet.push(await expectQuiet(page, 'markdown', QUIET.markdown.typed));
+
+  await runCommand(page, 'specdec: Show Completions Only on Alt+');
+  await openAtEnd(page, QUIET.python.file);
+  await status.filter({ hasText: '(manual)' }).waitFor({ timeout: 30_000 });
+  quiet.push(await expectQuiet(page, 'manual', 'total += '));
+  if (await page.locator(SUGGEST_WIDGET).count()) await page.keyboard.press('Escape'); // its item would filter the ghost text
+  const before = traced();
+  await page.keyboard.press('Alt+Backslash');
+  await page.locator(GHOST).first().waitFor({ state: 'visible', timeout: COMPLETION_TIMEOUT_MS });
+  const manual = { ghost: plain((await page.locator(GHOST).allInnerTexts()).join('')), requests: traced().inline - before.inline };
+  log(`manual: Alt+\\ brought ghost text ${JSON.stringify(manual.ghost)}`);
+  await page.keyboard.press('Escape');
+  await runCommand(page, 'specdec: Show Completions as You Type');
+  await status.filter({ hasNotText: '(manual)' }).locator('.codicon-check').waitFor({ timeout: 30_000 });
+
+  await runCommand(page, 'specdec: Snooze Completions');
+  await pick(page, 'Snooze for 5 minutes');
+  await status.filter({ hasText: 'snoozed' }).waitFor({ timeout: 30_000 });
+  const snoozedText = plain(await status.innerText());
+  log(`snooze: status bar ${JSON.stringify(snoozedText)}`);
+  await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
+  await page.keyboard.press('Control+End');
+  quiet.push(await expectQuiet(page, 'snooze', 'total - 1, '));
+  await runCommand(page, 'specdec: Resume Completions');
+  await status.locator('.codicon-check').waitFor({ timeout: 30_000 });
+  return { quiet, manual, snoozed: snoozedText };
 }
 
 function saveServerLog() {
@@ -189,7 +321,7 @@ function saveServerLog() {
   for (const entry of fs.readdirSync(logs, { recursive: true })) {
     const full = path.join(logs, String(entry));
     if (fs.statSync(full).isFile() && /specdec/i.test(path.basename(full))) {
-      fs.copyFileSync(full, path.join(WORK, `server-${path.basename(full)}`));
+      fs.copyFileSync(full, path.join(WORK, `server-${path.basename(full).replace(/[^\w.-]/g, '-')}`));
     }
   }
 }
@@ -199,7 +331,9 @@ async function main() {
   const extDir = path.join(WORK, 'extensions');
   const folder = path.join(WORK, 'project');
   fs.mkdirSync(folder, { recursive: true });
-  for (const c of CASES) fs.writeFileSync(path.join(folder, c.file), c.context + (c.after || ''));
+  for (const c of [...CASES, ...Object.values(QUIET)]) fs.writeFileSync(path.join(folder, c.file), c.context + (c.after || ''));
+  fs.mkdirSync(path.join(folder, '.venv', 'bin'), { recursive: true });
+  fs.symlinkSync(SPECDEC, path.join(folder, '.venv', 'bin', 'specdec'));
   writeSettings(userDir);
   log('installing the extension');
   execFileSync(CODE_SERVER, ['--config', path.join(WORK, 'code-server.yaml'), '--user-data-dir', userDir, '--extensions-dir', extDir, '--install-extension', VSIX],
@@ -233,10 +367,25 @@ async function main() {
     }
     // The accept command reaches the server right after the edit; give it a moment to be logged.
     await page.waitForTimeout(2000);
+    const requests = traced();
+    log(`requests so far: ${JSON.stringify(requests)}`);
+    if (!requests.inline || !requests.completion) {
+      throw new Error(`expected both inline and suggest-widget completion requests: ${JSON.stringify(requests)}`);
+    }
+    const gating = await checkGating(page, status);
     await checkCommands(page, status);
     const statusText = plain(await status.innerText());
     log(`status bar: ${statusText}`);
-    fs.writeFileSync(path.join(WORK, 'result.json'), JSON.stringify({ cases: results, status: statusText }, null, 2));
+    // specdec.server.args ["-v"]: the server's INFO lines reach the "specdec" channel.
+    const extensionLog = fs.readFileSync(channelFile(/^specdec\.log$/) ?? '/dev/null', 'utf8');
+    const serverInfo = extensionLog.split('\n').filter((l) => l.includes('[server] INFO')).length;
+    if (!serverInfo) throw new Error('no INFO line of the server (-v) in the specdec output channel');
+    const found = /found through ([^)]*)\)/.exec(extensionLog)?.[1];
+    if (found !== 'the workspace .venv') throw new Error(`the server was found through ${found}, not the workspace .venv`);
+    fs.writeFileSync(
+      path.join(WORK, 'result.json'),
+      JSON.stringify({ cases: results, status: statusText, requests, serverInfoLines: serverInfo, found, ...gating }, null, 2),
+    );
     log('all cases passed');
   } catch (e) {
     failed = true;

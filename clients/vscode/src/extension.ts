@@ -1,27 +1,74 @@
-// VS Code client for the specdec language server: starts `specdec serve` over stdio, shows the
-// server's state in the status bar, and adds commands to toggle completions, restart the server
-// and open the telemetry report. Inline completion itself is vscode-languageclient's own feature;
-// the item's `command` (specdec.accept) is registered by the client from the server's
-// executeCommandProvider, so acceptance reaches the server's telemetry without code here.
+// VS Code client for the specdec language server: finds and starts `specdec serve` over stdio, shows
+// the server's state in the status bar, and adds commands to toggle, snooze and trigger completions,
+// restart the server and open the telemetry report. Inline completion itself is vscode-languageclient's
+// own feature; the middleware below decides which requests reach the server (gating.ts). The item's
+// `command` (specdec.accept) is registered by the client from the server's executeCommandProvider, so
+// acceptance reaches the server's telemetry without code here.
 import * as vscode from 'vscode';
-import { LanguageClient, LanguageClientOptions, ServerOptions } from 'vscode-languageclient/node';
+import { LanguageClient, LanguageClientOptions, ServerOptions, State } from 'vscode-languageclient/node';
+import {
+  Snooze,
+  globallyEnabled,
+  languageEnabled,
+  mode,
+  setGloballyEnabled,
+  setLanguageEnabled,
+} from './gating';
+import {
+  PYTHON_EXTENSION,
+  Server,
+  commandLine,
+  findServer,
+  installServer,
+  offerInstall,
+  onInterpreterChange,
+} from './locate';
+import { TraceChannel, pipeStderr } from './logs';
 import { openTelemetryReport } from './report';
-import { commandChanged, initializationOptions, optionsChanged, serverCommand } from './settings';
-import { SpecdecStatus, StatusBar } from './statusBar';
+import { commandChanged, initializationOptions, optionsChanged } from './settings';
+import { Gate, SpecdecStatus, StatusBar } from './statusBar';
 
 let client: LanguageClient | undefined;
+let server: Server | undefined; // how the running server was found
 // The options the running server has: sent at initialize, then by didChangeConfiguration.
 let sentOptions: Record<string, unknown> = {};
 let statusBar: StatusBar;
 let output: vscode.LogOutputChannel;
+let trace: TraceChannel;
+let snooze: Snooze;
+let starting: Promise<void> = Promise.resolve(); // start and restart run one at a time
 
-function completionsEnabled(): boolean {
-  return vscode.workspace.getConfiguration('specdec').get<boolean>('enable', true);
+const status = (state: SpecdecStatus['state'], message: string): SpecdecStatus => ({
+  state,
+  message,
+  acceptance: null,
+  p50_ms: null,
+});
+
+// Whether a request for this document may reach the server now.
+function allowed(document: vscode.TextDocument): boolean {
+  return languageEnabled(document.languageId) && !snooze.active();
 }
 
-function createClient(): LanguageClient {
-  const { command, args } = serverCommand(['serve']);
+function suggestItems(): boolean {
+  return vscode.workspace.getConfiguration('specdec').get<boolean>('completionItems', true);
+}
+
+function gate(): Gate {
+  const languageId = vscode.window.activeTextEditor?.document.languageId;
+  const enabled = languageId ? languageEnabled(languageId) : globallyEnabled();
+  const offReason = !globallyEnabled() ? 'off' : `off for ${languageId}`;
+  return { enabled, offReason, snoozedMs: snooze.remainingMs(), manual: mode() === 'manual' };
+}
+
+function refreshStatusBar(): void {
+  statusBar.setGate(gate());
+}
+
+function createClient(found: Server): LanguageClient {
+  const { command, args } = commandLine(found, ['serve']);
   sentOptions = initializationOptions();
+  output.info(`starting ${command} ${args.join(' ')} (found through ${found.source})`);
   // No `transport`: with TransportKind.stdio the client would append --stdio to the arguments;
   // plain pipes are stdio already.
   const serverOptions: ServerOptions = { command, args };
@@ -29,35 +76,73 @@ function createClient(): LanguageClient {
     documentSelector: [{ scheme: 'file' }, { scheme: 'untitled' }],
     initializationOptions: sentOptions,
     outputChannel: output,
+    traceOutputChannel: trace,
+    stdioOptions: {
+      stdout: (input, channel) => pipeStderr(input, channel),
+      stderr: (input, channel) => pipeStderr(input, channel),
+    },
     middleware: {
-      provideInlineCompletionItems: (document, position, context, token, next) =>
-        completionsEnabled() ? next(document, position, context, token) : undefined,
-      // The server's textDocument/completion is the fallback for editors without inline
-      // completion; in VS Code it would only duplicate the ghost text in the suggest widget.
-      provideCompletionItem: () => undefined,
+      provideInlineCompletionItems: (document, position, context, token, next) => {
+        if (!allowed(document)) return undefined;
+        // Manual mode: only an explicit trigger (Alt+\, editor.action.inlineSuggest.trigger).
+        if (mode() === 'manual' && context.triggerKind !== vscode.InlineCompletionTriggerKind.Invoke) return undefined;
+        return next(document, position, context, token);
+      },
+      // The suggest widget asks as you type when quick suggestions are on (the server answers it in
+      // its own lane and shares the decode with the ghost text's request at the same position). VS
+      // Code reports its quick suggestions as Invoke, like Ctrl+Space, and the server would decode an
+      // invoked request at once, even for a position the typing has already left: they are sent as
+      // what they mostly are, automatic, so the server debounces them and drops a stale one (the
+      // widget asks again, its list being incomplete). For the same reason manual mode sends none.
+      provideCompletionItem: (document, position, context, token, next) => {
+        if (!allowed(document) || !suggestItems() || mode() === 'manual') return undefined;
+        const automatic =
+          context.triggerKind === vscode.CompletionTriggerKind.Invoke
+            ? { ...context, triggerKind: vscode.CompletionTriggerKind.TriggerForIncompleteCompletions }
+            : context;
+        return next(document, position, automatic, token);
+      },
+      // The model load's work-done progress: vscode-languageclient shows it (a window progress);
+      // the status bar mirrors its percentage ("specdec loading 42%").
+      handleWorkDoneProgress: (token, params, next) => {
+        if (params.kind === 'end') statusBar.progress(undefined, undefined, true);
+        else statusBar.progress(params.percentage, params.message);
+        next(token, params);
+      },
     },
   };
   const c = new LanguageClient('specdec', 'specdec', serverOptions, clientOptions);
-  c.onNotification('specdec/status', (status: SpecdecStatus) => statusBar.update(status));
+  c.onNotification('specdec/status', (s: SpecdecStatus) => statusBar.update(s));
   c.onDidChangeState((e) => {
-    // State 1 is Stopped: the process died or was stopped.
-    if (e.newState === 1) statusBar.update({ state: 'error', message: 'server stopped', acceptance: null, p50_ms: null });
+    if (e.newState === State.Stopped) statusBar.update(status('error', 'server stopped'));
   });
   return c;
 }
 
-async function startServer(): Promise<void> {
-  statusBar.update({ state: 'loading', message: 'starting server', acceptance: null, p50_ms: null });
-  client = createClient();
+async function start(): Promise<void> {
+  statusBar.update(status('loading', 'finding the server'));
+  const found = await findServer().catch((e) => {
+    output.error(`finding the server: ${e}`);
+    return undefined;
+  });
+  server = found;
+  if (!found) {
+    statusBar.update(status('error', 'server not found'));
+    output.error('no specdec server found; see specdec.server.command');
+    void offerInstall();
+    return;
+  }
+  statusBar.update(status('loading', 'starting server'));
+  client = createClient(found);
   try {
     await client.start();
   } catch (e) {
-    statusBar.update({ state: 'error', message: `could not start server: ${e}`, acceptance: null, p50_ms: null });
-    output.error(`could not start specdec server: ${e}`);
+    statusBar.update(status('error', `could not start server: ${e}`));
+    output.error(`could not start specdec server (${found.command}): ${e}`);
   }
 }
 
-async function restartServer(): Promise<void> {
+async function stop(): Promise<void> {
   const old = client;
   client = undefined;
   if (old) {
@@ -67,7 +152,14 @@ async function restartServer(): Promise<void> {
       output.warn(`stopping the server: ${e}`);
     }
   }
-  await startServer();
+}
+
+function restartServer(): Promise<void> {
+  starting = starting.then(async () => {
+    await stop();
+    await start();
+  });
+  return starting;
 }
 
 // The server applies new settings in place (reloading the models only when the model settings
@@ -84,48 +176,105 @@ async function updateOptions(): Promise<void> {
   await client.sendNotification('workspace/didChangeConfiguration', { settings: { specdec: options } });
 }
 
-async function setEnabled(enabled: boolean): Promise<void> {
-  await vscode.workspace.getConfiguration('specdec').update('enable', enabled, vscode.ConfigurationTarget.Global);
+async function snoozeCommand(): Promise<void> {
+  const items: (vscode.QuickPickItem & { minutes: number })[] = [5, 15, 60].map((minutes) => ({
+    label: `Snooze for ${minutes} minutes`,
+    minutes,
+  }));
+  if (snooze.active()) items.push({ label: 'Resume completions now', minutes: 0 });
+  const picked = await vscode.window.showQuickPick(items, { title: 'specdec: snooze completions' });
+  if (!picked) return;
+  if (picked.minutes) await snooze.snooze(picked.minutes);
+  else await snooze.resume();
+}
+
+async function toggleLanguage(): Promise<void> {
+  const languageId = vscode.window.activeTextEditor?.document.languageId;
+  if (!languageId) {
+    vscode.window.showInformationMessage('specdec: open a file to turn completions on or off for its language.');
+    return;
+  }
+  await setLanguageEnabled(languageId, !languageEnabled(languageId));
+}
+
+async function setMode(manual: boolean): Promise<void> {
+  await vscode.workspace
+    .getConfiguration('specdec')
+    .update('inlineSuggest.mode', manual ? 'manual' : 'automatic', vscode.ConfigurationTarget.Global);
 }
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   output = vscode.window.createOutputChannel('specdec', { log: true });
-  statusBar = new StatusBar(completionsEnabled());
+  trace = new TraceChannel();
+  snooze = new Snooze(context.globalState);
+  statusBar = new StatusBar(gate());
   context.subscriptions.push(
     output,
+    trace,
+    snooze,
     statusBar,
-    vscode.commands.registerCommand('specdec.enableCompletions', () => setEnabled(true)),
-    vscode.commands.registerCommand('specdec.disableCompletions', () => setEnabled(false)),
+    snooze.onDidChange(refreshStatusBar),
+    vscode.window.onDidChangeActiveTextEditor(refreshStatusBar),
+    vscode.commands.registerCommand('specdec.enableCompletions', () => setGloballyEnabled(true)),
+    vscode.commands.registerCommand('specdec.disableCompletions', () => setGloballyEnabled(false)),
+    vscode.commands.registerCommand('specdec.toggleLanguage', toggleLanguage),
+    vscode.commands.registerCommand('specdec.snooze', snoozeCommand),
+    vscode.commands.registerCommand('specdec.resume', () => snooze.resume()),
+    vscode.commands.registerCommand('specdec.manualMode', () => setMode(true)),
+    vscode.commands.registerCommand('specdec.automaticMode', () => setMode(false)),
     vscode.commands.registerCommand('specdec.restartServer', restartServer),
-    vscode.commands.registerCommand('specdec.openTelemetryReport', () => openTelemetryReport(output)),
+    vscode.commands.registerCommand('specdec.installServer', installServer),
+    vscode.commands.registerCommand('specdec.openTelemetryReport', async () => {
+      const found = server ?? (await findServer());
+      if (found) await openTelemetryReport(output, found);
+      else void offerInstall();
+    }),
+    vscode.commands.registerCommand('specdec.showLog', () => output.show()),
     vscode.commands.registerCommand('specdec.showMenu', showMenu),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
-      if (e.affectsConfiguration('specdec.enable')) statusBar.setEnabled(completionsEnabled());
+      if (e.affectsConfiguration('specdec.enable') || e.affectsConfiguration('specdec.inlineSuggest.mode')) {
+        refreshStatusBar();
+      }
       if (commandChanged(e)) await restartServer();
       else if (optionsChanged(e)) await updateOptions();
     }),
+    // Trust brings back the workspace's own settings and its .venv: find the server again.
+    vscode.workspace.onDidGrantWorkspaceTrust(() => restartServer()),
+    // A new interpreter in the Python extension matters when the server came from it, or was not found.
+    onInterpreterChange(() => {
+      if (!server || server.source === PYTHON_EXTENSION) void restartServer();
+    }),
   );
-  await startServer();
+  await restartServer();
 }
 
 export async function deactivate(): Promise<void> {
-  await client?.stop();
+  await stop();
 }
 
 async function showMenu(): Promise<void> {
-  const toggle = completionsEnabled()
-    ? { label: 'Disable completions', command: 'specdec.disableCompletions' }
-    : { label: 'Enable completions', command: 'specdec.enableCompletions' };
-  const picked = await vscode.window.showQuickPick(
-    [
-      toggle,
-      { label: 'Restart server', command: 'specdec.restartServer' },
-      { label: 'Open telemetry report', command: 'specdec.openTelemetryReport' },
-      { label: 'Show server log', command: 'specdec.showLog' },
-    ],
-    { title: `specdec: ${statusBar.describe()}` },
+  const languageId = vscode.window.activeTextEditor?.document.languageId;
+  const items: { label: string; command: string }[] = [
+    globallyEnabled()
+      ? { label: 'Disable completions', command: 'specdec.disableCompletions' }
+      : { label: 'Enable completions', command: 'specdec.enableCompletions' },
+  ];
+  if (languageId) {
+    const on = languageEnabled(languageId);
+    items.push({ label: `${on ? 'Disable' : 'Enable'} completions for ${languageId}`, command: 'specdec.toggleLanguage' });
+  }
+  items.push(
+    snooze.active()
+      ? { label: 'Resume completions (end the snooze)', command: 'specdec.resume' }
+      : { label: 'Snooze completions…', command: 'specdec.snooze' },
+    mode() === 'manual'
+      ? { label: 'Show completions as I type (automatic)', command: 'specdec.automaticMode' }
+      : { label: 'Show completions only on Alt+\\ (manual)', command: 'specdec.manualMode' },
+    { label: 'Restart server', command: 'specdec.restartServer' },
+    ...(server ? [] : [{ label: 'Install the server into the Python interpreter…', command: 'specdec.installServer' }]),
+    { label: 'Open telemetry report', command: 'specdec.openTelemetryReport' },
+    { label: 'Show server log', command: 'specdec.showLog' },
   );
-  if (!picked) return;
-  if (picked.command === 'specdec.showLog') output.show();
-  else await vscode.commands.executeCommand(picked.command);
+  const picked = await vscode.window.showQuickPick(items, { title: `specdec: ${statusBar.describe()}` });
+  if (picked) await vscode.commands.executeCommand(picked.command);
 }

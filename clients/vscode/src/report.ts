@@ -6,7 +6,8 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { serverCommand, telemetryPath } from './settings';
+import { Server, commandLine } from './locate';
+import { telemetryPath } from './settings';
 
 function run(command: string, args: string[]): Promise<{ ok: boolean; output: string }> {
   return new Promise((resolve) => {
@@ -16,10 +17,10 @@ function run(command: string, args: string[]): Promise<{ ok: boolean; output: st
   });
 }
 
-export async function openTelemetryReport(output: vscode.LogOutputChannel): Promise<void> {
+export async function openTelemetryReport(output: vscode.LogOutputChannel, server: Server): Promise<void> {
   const events = telemetryPath();
   const outDir = fs.mkdtempSync(path.join(os.tmpdir(), 'specdec-report-'));
-  const { command, args } = serverCommand(['report', events, '--out', outDir]);
+  const { command, args } = commandLine(server, ['report', events, '--out', outDir]);
   const result = await vscode.window.withProgress(
     { location: vscode.ProgressLocation.Window, title: 'specdec: building telemetry report' },
     () => run(command, args),

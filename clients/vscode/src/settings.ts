@@ -26,6 +26,7 @@ const SERVER_OPTIONS: Record<string, string> = {
   'telemetry.enabled': 'telemetry',
   'telemetry.path': 'telemetryPath',
   'telemetry.includeText': 'telemetryText',
+  // Deprecated in VS Code for `specdec.enable` (VS Code language ids, filtered here); still sent if set.
   enabledLanguages: 'enabledLanguages',
 };
 
@@ -40,17 +41,7 @@ export function initializationOptions(): Record<string, unknown> {
   return options;
 }
 
-// The command that runs a specdec subcommand: `<pythonPath> -m speccomplete SUB...` when an
-// interpreter is set, else `<server.command> SUB...`; server.args follow the subcommand for `serve`.
-export function serverCommand(subcommand: string[]): { command: string; args: string[] } {
-  const config = vscode.workspace.getConfiguration('specdec');
-  const python = config.get<string>('server.pythonPath', '');
-  const extra = subcommand[0] === 'serve' ? config.get<string[]>('server.args', []) : [];
-  if (python) return { command: python, args: ['-m', 'speccomplete', ...subcommand, ...extra] };
-  return { command: config.get<string>('server.command', 'specdec') || 'specdec', args: [...subcommand, ...extra] };
-}
-
-// Settings that change how the server process is started: changing one restarts it.
+// Settings that change how the server process is found or started: changing one restarts it.
 export function commandChanged(e: vscode.ConfigurationChangeEvent): boolean {
   return ['server.command', 'server.pythonPath', 'server.args'].some((s) => e.affectsConfiguration(`specdec.${s}`));
 }

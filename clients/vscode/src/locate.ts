@@ -1,0 +1,199 @@
+// Finding the server, in this order:
+//   1. `specdec.server.command` if set;
+//   2. `specdec.server.pythonPath` if set (run as `python -m speccomplete`);
+//   3. the Python extension's active interpreter (ms-python.python, optional), if it has speccomplete;
+//   4. `specdec` on PATH;
+//   5. `.venv/bin/specdec` (Windows: `.venv\Scripts\specdec.exe`) in a workspace folder, only in a
+//      trusted workspace: running a program that an untrusted folder ships is what trust guards.
+// When none is found, `offerInstall` shows an error with "Install into the Python interpreter"
+// (pip install from a specdec checkout the user picks: speccomplete is not on PyPI) and "Open settings".
+import { execFile } from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+import * as vscode from 'vscode';
+
+export interface Server {
+  command: string;
+  args: string[]; // before the subcommand: ['-m', 'speccomplete'] for an interpreter
+  source: string; // where it was found, for the log and the status bar tooltip
+}
+
+const WINDOWS = process.platform === 'win32';
+export const PYTHON_EXTENSION = "the Python extension's interpreter";
+
+// The parts of the Python extension's API used here (its `environments` API, 2023 and later).
+interface PythonApi {
+  environments?: {
+    getActiveEnvironmentPath(resource?: vscode.Uri): { id: string; path: string } | undefined;
+    resolveEnvironment(
+      env: { id: string; path: string } | string,
+    ): Promise<{ executable?: { uri?: vscode.Uri } } | undefined>;
+    onDidChangeActiveEnvironmentPath?: vscode.Event<unknown>;
+  };
+}
+
+let interpreterListener: (() => void) | undefined;
+let watching: vscode.Disposable | undefined;
+
+// Called when the Python extension's active interpreter changes, once the search has consulted it
+// (the Python extension is not activated just for this).
+export function onInterpreterChange(listener: () => void): vscode.Disposable {
+  interpreterListener = listener;
+  return new vscode.Disposable(() => {
+    interpreterListener = undefined;
+    watching?.dispose();
+    watching = undefined;
+  });
+}
+
+async function pythonApi(): Promise<PythonApi | undefined> {
+  const ext = vscode.extensions.getExtension<PythonApi>('ms-python.python');
+  if (!ext) return undefined;
+  try {
+    const api = ext.isActive ? ext.exports : await ext.activate();
+    const event = api?.environments?.onDidChangeActiveEnvironmentPath;
+    if (!watching && event) watching = event(() => interpreterListener?.());
+    return api;
+  } catch {
+    return undefined;
+  }
+}
+
+// The Python extension's active interpreter for the first workspace folder, if it is installed.
+export async function activeInterpreter(): Promise<string | undefined> {
+  const environments = (await pythonApi())?.environments;
+  if (!environments) return undefined;
+  try {
+    const active = environments.getActiveEnvironmentPath(vscode.workspace.workspaceFolders?.[0]?.uri);
+    if (!active) return undefined;
+    const resolved = await environments.resolveEnvironment(active);
+    return resolved?.executable?.uri?.fsPath ?? active.path;
+  } catch {
+    return undefined;
+  }
+}
+
+function hasSpeccomplete(python: string): Promise<boolean> {
+  // find_spec does not import it (importing torch takes seconds).
+  const code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('speccomplete') is None)";
+  return new Promise((resolve) => execFile(python, ['-c', code], { timeout: 20_000 }, (error) => resolve(!error)));
+}
+
+function isExecutable(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
+function onPath(name: string): string | undefined {
+  const names = WINDOWS ? [`${name}.exe`, `${name}.cmd`] : [name];
+  for (const dir of (process.env.PATH || '').split(path.delimiter)) {
+    if (!dir) continue;
+    for (const n of names) {
+      const candidate = path.join(dir, n);
+      if (isExecutable(candidate)) return candidate;
+    }
+  }
+  return undefined;
+}
+
+function inWorkspaceVenv(): string | undefined {
+  if (!vscode.workspace.isTrusted) return undefined;
+  const relative = WINDOWS ? ['.venv', 'Scripts', 'specdec.exe'] : ['.venv', 'bin', 'specdec'];
+  for (const folder of vscode.workspace.workspaceFolders ?? []) {
+    if (folder.uri.scheme !== 'file') continue;
+    const candidate = path.join(folder.uri.fsPath, ...relative);
+    if (isExecutable(candidate)) return candidate;
+  }
+  return undefined;
+}
+
+export async function findServer(): Promise<Server | undefined> {
+  const config = vscode.workspace.getConfiguration('specdec');
+  const command = config.get<string>('server.command', '');
+  if (command) return { command, args: [], source: 'specdec.server.command' };
+  const python = config.get<string>('server.pythonPath', '');
+  if (python) return { command: python, args: ['-m', 'speccomplete'], source: 'specdec.server.pythonPath' };
+  const interpreter = await activeInterpreter();
+  if (interpreter && (await hasSpeccomplete(interpreter))) {
+    return { command: interpreter, args: ['-m', 'speccomplete'], source: PYTHON_EXTENSION };
+  }
+  const found = onPath('specdec');
+  if (found) return { command: found, args: [], source: 'PATH' };
+  const venv = inWorkspaceVenv();
+  if (venv) return { command: venv, args: [], source: 'the workspace .venv' };
+  return undefined;
+}
+
+// The command line for a specdec subcommand; `specdec.server.args` follow the subcommand for `serve`.
+export function commandLine(server: Server, subcommand: string[]): { command: string; args: string[] } {
+  const extra = subcommand[0] === 'serve' ? vscode.workspace.getConfiguration('specdec').get<string[]>('server.args', []) : [];
+  return { command: server.command, args: [...server.args, ...subcommand, ...extra] };
+}
+
+export const NOT_FOUND =
+  'specdec: the specdec server was not found (not set in specdec.server.command or specdec.server.pythonPath, ' +
+  "not in the Python extension's interpreter, not on PATH, not in a workspace .venv).";
+
+export async function offerInstall(): Promise<void> {
+  const install = 'Install into the Python interpreter';
+  const settings = 'Open settings';
+  const picked = await vscode.window.showErrorMessage(NOT_FOUND, install, settings);
+  if (picked === settings) {
+    await vscode.commands.executeCommand('workbench.action.openSettings', 'specdec.server');
+  } else if (picked === install) {
+    await installServer();
+  }
+}
+
+function isSpecdecCheckout(folder: string): boolean {
+  try {
+    return /^name\s*=\s*"speccomplete"/m.test(fs.readFileSync(path.join(folder, 'pyproject.toml'), 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+function quote(arg: string): string {
+  if (WINDOWS) return `"${arg}"`;
+  return /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
+}
+
+// speccomplete is not on PyPI: pip installs it from a specdec checkout the user points to (a
+// workspace folder that is one is offered first), into the Python extension's interpreter, else
+// `specdec.server.pythonPath`, else python3 on PATH. It runs in a terminal, so the user sees pip.
+export async function installServer(): Promise<void> {
+  const config = vscode.workspace.getConfiguration('specdec');
+  const chosen = (await activeInterpreter()) || config.get<string>('server.pythonPath', '');
+  const python = chosen || (WINDOWS ? 'python' : 'python3');
+  const checkout = (vscode.workspace.workspaceFolders ?? []).find(
+    (f) => f.uri.scheme === 'file' && isSpecdecCheckout(f.uri.fsPath),
+  );
+  const picked = await vscode.window.showOpenDialog({
+    canSelectFolders: true,
+    canSelectFiles: false,
+    canSelectMany: false,
+    defaultUri: checkout?.uri,
+    title: 'The specdec checkout to install (the folder with its pyproject.toml)',
+    openLabel: 'Install from this folder',
+  });
+  const folder = picked?.[0]?.fsPath;
+  if (!folder) return;
+  if (!isSpecdecCheckout(folder)) {
+    vscode.window.showErrorMessage(`specdec: ${folder} is not a specdec checkout (no pyproject.toml naming speccomplete).`);
+    return;
+  }
+  const terminal = vscode.window.createTerminal({ name: 'specdec install' });
+  terminal.show();
+  terminal.sendText(`${quote(python)} -m pip install ${quote(folder)}`);
+  const restart = 'Restart Server';
+  const hint = chosen ? '' : ` If its scripts folder is not on PATH, set specdec.server.pythonPath to that interpreter.`;
+  const answer = await vscode.window.showInformationMessage(
+    `specdec: installing into ${python} in the terminal. When pip has finished, restart the server.${hint}`,
+    restart,
+  );
+  if (answer === restart) await vscode.commands.executeCommand('specdec.restartServer');
+}
