@@ -32,10 +32,11 @@ def save_random_model(path: Path) -> Path:
 
 
 def save_constant_model(path: Path) -> Path:
-    """A model that writes "x" forever and never ends: a decode runs as long as it is allowed to.
+    """A model that writes "0" forever and never ends: a decode runs as long as it is allowed to.
+    (A digit: a run of letters is a loop, which server/filters/phrase_repeat.py stops at once.)
 
     Every token embeds to the same vector and the attention and MLP outputs are zeroed, so the
-    hidden state is that vector at every position, and the head maps it to "x".
+    hidden state is that vector at every position, and the head maps it to "0".
     """
     model = tiny_llama(seed=0, layers=2, max_pos=8192)
     with torch.no_grad():
@@ -46,7 +47,7 @@ def save_constant_model(path: Path) -> Path:
             layer.mlp.down_proj.weight.zero_()
         head = model.get_output_embeddings().weight
         head.zero_()
-        head[ord("x")] = model.model.norm(embed[0]) * 10
+        head[ord("0")] = model.model.norm(embed[0]) * 10
     model.save_pretrained(path, safe_serialization=True)
     make_byte_tokenizer().save_pretrained(path)
     return path

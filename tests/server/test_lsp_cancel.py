@@ -1,4 +1,4 @@
-"""Cancellation, supersession, stale versions and reuse, with a model that writes "x" forever: a decode
+"""Cancellation, supersession, stale versions and reuse, with a model that writes "0" forever: a decode
 runs until it is stopped or reaches its token limit, so a decode that really stops early shows it.
 """
 
@@ -97,7 +97,7 @@ async def test_newer_request_supersedes_the_running_decode(client: LanguageClien
     second = await inline(client, uri, 1, 0)
     first_result = await asyncio.wait_for(first, 60)
     assert not first_result.items, "the superseded request answers empty"
-    assert second and second[0].insert_text == "x" * 16
+    assert second and second[0].insert_text == "0" * 16
     old, new = events(workdir)[seen:]
     assert old["outcome"] == "cancelled" and 0 < old["generated_tokens"] < LONG
     assert new["outcome"] == "shown" and new["generated_tokens"] == 16
@@ -123,7 +123,7 @@ async def test_completion_requests_do_not_cancel_the_inline_decode(client: Langu
     with pytest.raises(JsonRpcException):
         await asyncio.wait_for(inline_request, 60)
     answer = await asyncio.wait_for(plugin, 60)
-    assert answer.items and answer.items[0].text_edit.new_text.startswith("x"), "then the plugin's request ran"
+    assert answer.items and answer.items[0].text_edit.new_text.startswith("0"), "then the plugin's request ran"
     close_document(client, uri)
 
 
@@ -135,7 +135,7 @@ async def test_one_decode_serves_both_lanes_at_the_same_position(client: Languag
     ghost, plugin = await asyncio.gather(
         inline(client, uri, 1, 0), client.text_document_completion_async(completion_params(uri, 1, 0))
     )
-    assert ghost[0].insert_text == plugin.items[0].text_edit.new_text == "x" * 16
+    assert ghost[0].insert_text == plugin.items[0].text_edit.new_text == "0" * 16
     assert len(events(workdir)) == seen + 1, "one decode, one event"
     configure(client, maxTokensMultiLine=LONG)
     close_document(client, uri)
@@ -167,7 +167,7 @@ async def test_debounced_request_for_a_changed_document_never_decodes(client: La
     insert_text(client, uri, 2, 1, 0, "a")
     latest = await inline(client, uri, 1, 1, invoked=False)
     assert await typing == []
-    assert latest and latest[0].insert_text == "x" * 8
+    assert latest and latest[0].insert_text == "0" * 8
     skipped, decoded = events(workdir)[seen:]
     assert skipped["outcome"] == "cancelled", "a request cancelled in its debounce is recorded"
     assert skipped["prompt_tokens"] == 0 and skipped["generated_tokens"] == 0, "and never reached the decoder"
@@ -181,11 +181,11 @@ async def test_typing_along_serves_the_rest_without_decoding(client: LanguageCli
     open_document(client, uri, "notes:\n", "plaintext")
     configure(client, maxTokensMultiLine=10)
     (item,) = await inline(client, uri, 1, 0)
-    assert item.insert_text == "x" * 10
+    assert item.insert_text == "0" * 10
     first_id = item.command.arguments[0]
-    insert_text(client, uri, 2, 1, 0, "xxx")
+    insert_text(client, uri, 2, 1, 0, "000")
     (rest,) = await inline(client, uri, 1, 3)
-    assert rest.insert_text == "x" * 7
+    assert rest.insert_text == "0" * 7
     assert rest.range.start == types.Position(1, 3)
     event = latest_event(workdir["events"])
     assert event["finish_reason"] == "reused" and event["generated_tokens"] == 0
