@@ -34,3 +34,5 @@ def limit_logging(burst: int = 5, window_s: float = 60.0) -> None:
     limit = RateLimit(burst, window_s)
     for handler in logging.getLogger().handlers:
         handler.addFilter(limit)
+    # pygls logs every message whole at INFO: with -v the log would hold each document's text, each keystroke
+    logging.getLogger("pygls.protocol.json_rpc").setLevel(logging.WARNING)

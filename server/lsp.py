@@ -389,17 +389,25 @@ class SpecdecServer(LanguageServer):
         key = (uri, document.version, position.line, position.character)
         other_lane, shared = self.pending.get(key, (lane, None))
         if shared is not None and other_lane != lane:
-            return await asyncio.shield(shared)
+            result, answered = await asyncio.shield(shared)
+            if answered:
+                return result
+            # the client cancelled the other lane's request (VS Code does, as it opens its suggest widget
+            # for the same spot): this one still wants an answer, so it decodes on its own
+            document = self.open_document(uri)
+            if document is None or self.engine is None:
+                return None
         ours = (lane, asyncio.get_running_loop().create_future())
         self.pending[key] = ours
-        result = None
+        result, answered = None, False
         try:
             result = await self.complete_in_lane(uri, document, position, trigger, lane, self.engine)
+            answered = True
             return result
         finally:
             if self.pending.get(key) is ours:
                 del self.pending[key]
-            ours[1].set_result(result)
+            ours[1].set_result((result, answered))
 
     async def complete_in_lane(
         self, uri: str, document, position: types.Position, trigger: Trigger, lane: Lane, engine: Engine
@@ -566,6 +574,16 @@ def shutdown(ls: SpecdecServer, params: None) -> None:
         cancel.set()
 
 
+@SERVER.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: SpecdecServer, params: types.DidChangeTextDocumentParams) -> None:
+    """Stop the document's decodes: what they would show is for a version that is gone (`deliver` would
+    drop it), and the worker is wanted for the request the typing brings next."""
+    for lane in LANES:
+        cancel = ls.running.get((params.text_document.uri, lane))
+        if cancel is not None:
+            cancel.set()
+
+
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: SpecdecServer, params: types.DidCloseTextDocumentParams) -> None:
     uri = params.text_document.uri
@@ -622,9 +640,9 @@ def accept(ls: SpecdecServer, request_id: str) -> bool:
             del ls.shown[uri]
             ls.resolve(shown, "accepted", len(shown.completion.text))
             return True
-    shown = ls.superseded.pop(request_id, None)
-    if shown is not None:  # replaced a moment before the user took it: the accept overrides that verdict
-        ls.resolve(shown, "accepted", len(shown.completion.text))
+    late = ls.superseded.pop(request_id, None)
+    if late is not None:  # replaced a moment before the user took it: the accept overrides that verdict
+        ls.resolve(late, "accepted", len(late.completion.text))
         return True
     log.info("accept for unknown or already accepted completion %s", request_id)
     return False
