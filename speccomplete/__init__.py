@@ -9,3 +9,10 @@ here at install time (pyproject.toml, [tool.setuptools.package-dir]):
 - speccomplete.harness    <- speccomplete/harness/  benchmarks, evaluation, sweeps, cases
 - speccomplete.cli        the `specdec` command (also `python -m speccomplete`)
 """
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("speccomplete")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "(not installed)"

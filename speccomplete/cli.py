@@ -15,6 +15,7 @@ import torch
 
 from speccomplete.decoder.models import ModelError
 
+from . import __version__
 from .harness import (
     bench,
     cases,
@@ -23,6 +24,7 @@ from .harness import (
     eagle3_training,
     gpu_pack,
     nextline,
+    quality,
     replay,
     report,
     serve,
@@ -47,6 +49,7 @@ SUBCOMMANDS = (
     (serve.add_parser, serve.run),
     (server_eval.add_parser, server_eval.run),
     (replay.add_parser, replay.run),
+    (quality.add_parser, quality.run),
     (stress.add_parser, stress.run),
     (gpu_pack.add_parser, gpu_pack.run),
 )
@@ -55,6 +58,7 @@ SUBCOMMANDS = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description="code completion with speculative decoding")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for add_parser, run in SUBCOMMANDS:
         add_parser(subparsers).set_defaults(run=run)

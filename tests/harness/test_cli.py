@@ -27,6 +27,7 @@ NAMES = [
     "serve",
     "eval",
     "replay",
+    "quality",
     "stress",
     "gpu-pack",
 ]
