@@ -26,6 +26,7 @@ from speccomplete.server.options import HELP, Range, ServerOptions, field_types,
 
 REPO = Path(__file__).resolve().parents[2]
 VSCODE_PACKAGE = REPO / "clients" / "vscode" / "package.json"
+VSCODE_SETTINGS = REPO / "clients" / "vscode" / "src" / "settings.ts"
 # which table goes into which page
 PAGES = {"server-settings": REPO / "README.md", "vscode-settings": REPO / "clients" / "vscode" / "README.md"}
 
@@ -59,16 +60,32 @@ def server_table() -> str:
     return "\n".join(rows)
 
 
+def vscode_server_options(source: Path = VSCODE_SETTINGS) -> dict[str, str]:
+    """The extension's setting -> server option map (SERVER_OPTIONS in clients/vscode/src/settings.ts)."""
+    block = re.search(r"const SERVER_OPTIONS[^{]*\{(.*?)\n\};", source.read_text(), re.DOTALL)
+    if block is None:
+        raise ValueError(f"no SERVER_OPTIONS object in {source}")
+    return {f"specdec.{k}": v for k, v in re.findall(r"^\s*'?([\w.]+)'?: '(\w+)',", block.group(1), re.MULTILINE)}
+
+
 def vscode_table(package: Path = VSCODE_PACKAGE) -> str:
+    """Every setting of package.json; one the extension passes on to the server shows the server's option
+    and, unset, the server's default."""
     properties = json.loads(package.read_text())["contributes"]["configuration"]["properties"]
-    rows = ["| setting | type | default | what it does |", "|---|---|---|---|"]
+    passed_on = vscode_server_options()
+    defaults = {snake_to_camel(f.name): f.default for f in dataclasses.fields(ServerOptions)}
+    rows = ["| setting | server option | type | default | what it does |", "|---|---|---|---|---|"]
     for name, spec in properties.items():
-        kind = " \\| ".join(f"`{v}`" for v in spec["enum"]) if "enum" in spec else spec.get("type", "")
+        kind = " \\| ".join(f"`{v}`" if v else '`""`' for v in spec["enum"]) if "enum" in spec else spec.get("type", "")
         if isinstance(kind, list):
             kind = " or ".join(kind)
         text = spec.get("markdownDescription") or spec.get("description", "")
         text = re.sub(r"`#([\w.]+)#`", r"`\1`", text).replace("\n", " ").replace("|", "\\|")
-        rows.append(f"| `{name}` | {kind} | {_value_text(spec.get('default'))} | {text} |")
+        key = passed_on.get(name)
+        default = _value_text(spec.get("default"))
+        if key is not None and spec.get("default") in (None, ""):
+            default = f"the server's: {_value_text(defaults[key])}"
+        rows.append(f"| `{name}` | {f'`{key}`' if key else '–'} | {kind} | {default} | {text} |")
     return "\n".join(rows)
 
 

@@ -22,10 +22,16 @@ const SERVER_OPTIONS: Record<string, string> = {
   'maxTokens.singleLine': 'maxTokensSingleLine',
   'maxTokens.multiLine': 'maxTokensMultiLine',
   temperature: 'temperature',
+  minConfidence: 'minConfidence',
   debounceMs: 'debounceMs',
+  rejectAfterS: 'rejectAfterS',
+  promptBudgetChars: 'promptBudgetChars',
+  maxDocumentChars: 'maxDocumentChars',
   'telemetry.enabled': 'telemetry',
   'telemetry.path': 'telemetryPath',
   'telemetry.includeText': 'telemetryText',
+  'telemetry.retentionDays': 'telemetryRetentionDays',
+  'telemetry.maxMegabytes': 'telemetryMaxMegabytes',
   // Deprecated in VS Code for `specdec.enable` (VS Code language ids, filtered here); still sent if set.
   enabledLanguages: 'enabledLanguages',
 };
