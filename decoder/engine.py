@@ -277,8 +277,10 @@ class SpeculativeDecoder:
         # decided one (read back with the decision: the round stays one read)
         rows = torch.arange(k + 1, device=logits.device)
         taken = torch.where(rows == decided[0], decided[1], torch.cat([drafts, decided[1:]]))
-        logprob = logits.gather(-1, taken.view(-1, 1)).squeeze(-1).double() - torch.logsumexp(logits.double(), -1)
-        n, token, *row_logprobs = torch.cat([decided.double(), logprob]).tolist()
+        # in float32 (bf16 logits on CUDA are widened): 4x cheaper than float64 over a 262k vocabulary
+        logprob = logits.gather(-1, taken.view(-1, 1)).squeeze(-1).float() - torch.logsumexp(logits.float(), -1)
+        # float64 holds the token ids exactly
+        n, token, *row_logprobs = torch.cat([decided.double(), logprob.double()]).tolist()
         n, token = int(n), int(token)
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         self.steps.truncate(len(committed) + n)

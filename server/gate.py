@@ -21,6 +21,7 @@ class Evidence:
     tokens: int  # the generated tokens the shown text came from
     confidence: float | None  # exp(mean log-probability) over those tokens; None without log-probabilities
     min_probability: float | None  # the least sure of them
+    first_line_confidence: float | None = None  # the same over the tokens of its first line
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -33,7 +34,13 @@ def evidence(generation: Generation, shown: str, tokenizer=None) -> Evidence:
         return Evidence(0, None, None)
     used = _tokens_behind(generation.token_ids, len(shown), tokenizer) if tokenizer else len(logprobs)
     kept = logprobs[: max(1, used)]
-    return Evidence(len(kept), math.exp(sum(kept) / len(kept)), math.exp(min(kept)))
+    first_line = len(shown.split("\n", 1)[0]) or 1
+    first = _tokens_behind(generation.token_ids, first_line, tokenizer) if tokenizer else len(kept)
+    return Evidence(len(kept), _geometric_mean(kept), math.exp(min(kept)), _geometric_mean(kept[: max(1, first)]))
+
+
+def _geometric_mean(logprobs: list[float]) -> float:
+    return math.exp(sum(logprobs) / len(logprobs))
 
 
 def silenced(found: Evidence, min_confidence: float) -> bool:
