@@ -34,6 +34,10 @@ def test_evidence_counts_only_the_tokens_behind_the_shown_text():
     assert found.confidence == pytest.approx(math.sqrt(0.9 * 0.8))
     assert found.min_probability == pytest.approx(0.8)
     assert not gate.silenced(found, 0.8) and gate.silenced(found, 0.9)
+    # two lines shown: the first line's confidence leaves out the newline and the second line
+    found = gate.evidence(generation, "ab\nc", make_byte_tokenizer())
+    assert found.tokens == 4 and found.first_line_confidence == pytest.approx(math.sqrt(0.9 * 0.8))
+    assert found.confidence == pytest.approx((0.9 * 0.8 * 0.1 * 0.1) ** 0.25)
 
 
 def test_no_logprobs_no_evidence_and_never_silenced():
