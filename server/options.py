@@ -33,6 +33,7 @@ from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET
 from speccomplete.telemetry.log import DEFAULT_KEEP_BYTES, DEFAULT_KEEP_DAYS
 
+from .gate import DEFAULT_MIN_CONFIDENCE
 from .prompt import DEFAULT_BUDGET_CHARS
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class ServerOptions:
     max_tokens_multi_line: TokenLimit = 128
     temperature: Annotated[float, Range(0, 10)] = 0.0
     # completions the target was less sure of are not shown (server/gate.py); 0 shows every completion
-    min_confidence: Annotated[float, Range(0, 1)] = 0.0
+    min_confidence: Annotated[float, Range(0, 1)] = DEFAULT_MIN_CONFIDENCE
     # for automatic triggers; an invoked completion starts at once. Bounded: a request waits this long.
     debounce_ms: Annotated[int, Range(0, 5000)] = 150
     telemetry: bool = True

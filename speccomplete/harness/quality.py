@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from speccomplete.metrics import percentile
+from speccomplete.server import gate
 from speccomplete.server.completion import Completion, Engine, Request, complete, load_engine
 from speccomplete.server.options import ServerOptions, parse_options
 
@@ -255,6 +256,39 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
     return summary
 
 
+GATE_THRESHOLDS = (0.0, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8)
+
+
+def gate_curve(rows: list[dict], thresholds=GATE_THRESHOLDS) -> list[dict]:
+    """What `minConfidence` would show at each threshold (server/gate.py decides), from one run's rows: the
+    gate decides after decoding and trimming, so a completion shown with the gate off is shown at t
+    exactly when the gate lets its evidence through. Valid for thresholds at or above the run's own."""
+    curve = []
+    for t in thresholds:
+        gated = [r | {"shown": r["shown"] and not _silenced(r["evidence"], t)} for r in rows]
+        overall = summarize(gated)[OVERALL]
+        keys = ("shown_rate", "exact_shown", "similarity_shown", "similarity_all", "loop_rate")
+        curve.append({"min_confidence": t} | {k: overall[k] for k in keys})
+    return curve
+
+
+def _silenced(evidence: dict | None, min_confidence: float) -> bool:
+    return evidence is not None and gate.silenced(gate.Evidence(**evidence), min_confidence)
+
+
+def format_curve(curve: list[dict]) -> str:
+    def num(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = ["minConfidence  shown  exact/sh  sim/sh  sim/all  loops"]
+    for row in curve:
+        lines.append(
+            f"{row['min_confidence']:13.2f}  {num(row['shown_rate']):>5}  {num(row['exact_shown']):>8}"
+            f"  {num(row['similarity_shown']):>6}  {num(row['similarity_all']):>7}  {num(row['loop_rate']):>5}"
+        )
+    return "\n".join(lines)
+
+
 def format_table(data: dict) -> str:
     def num(value: float | None, digits: int = 2) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
@@ -388,9 +422,14 @@ def run(args: argparse.Namespace) -> int:
         "options": args.options and json.loads(args.options),
         "argv": getattr(args, "argv", None),
         "languages": summarize(rows),
+        "gate_curve": gate_curve(rows),
         "rows": rows,
     }
-    table = format_table(data)
+    table = (
+        format_table(data)
+        + "\n\nThe confidence gate, from these rows (docs/quality.md):\n"
+        + format_curve(data["gate_curve"])
+    )
     print(table)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -65,6 +65,6 @@ def test_the_pipeline_reports_evidence_and_min_confidence_silences(engine_and_op
     shown = run(0.0)
     assert shown.text and shown.evidence is not None and 0 < shown.evidence.confidence <= 1
     assert shown.event.outcome == "shown"
-    silenced = run(min(1.0, shown.evidence.confidence + 1e-6))
+    silenced = run(min(1.0, shown.evidence.first_line_confidence + 1e-6))
     assert silenced.text == "" and silenced.event.outcome == "empty"
     assert silenced.evidence.confidence == pytest.approx(shown.evidence.confidence)
