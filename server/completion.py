@@ -177,9 +177,9 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
         found = gate.evidence(generation, completion, getattr(engine.decoder, "tokenizer", None))
         if completion and gate.silenced(found, options.min_confidence):
             log.info(
-                "%s: not shown, confidence %.2f < minConfidence %.2f",
+                "%s: not shown, first line's confidence %.2f < minConfidence %.2f",
                 request.path,
-                found.confidence,
+                found.first_line_confidence,
                 options.min_confidence,
             )
             completion = ""

@@ -12,7 +12,7 @@ log-probabilities (llama.cpp, an OpenAI server) give no evidence, and their comp
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from speccomplete.decoder.engine import Generation
 
@@ -27,9 +27,6 @@ class Evidence:
     confidence: float | None  # exp(mean log-probability) over those tokens; None without log-probabilities
     min_probability: float | None  # the least sure of them
     first_line_confidence: float | None = None  # the same over the tokens of its first line
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def evidence(generation: Generation, shown: str, tokenizer=None) -> Evidence:

@@ -211,7 +211,7 @@ def run_case(engine: Engine, options: ServerOptions, case: Case, request_id: str
         "completion": completion.text,
         "first_line": None if match is None else match[2],
         "expected_line": None if match is None else match[3],
-        "evidence": _plain(getattr(completion, "evidence", None)),
+        "evidence": _plain(completion.evidence),
     }
 
 
