@@ -31,7 +31,7 @@ from speccomplete.telemetry.events import CompletionEvent
 from speccomplete.telemetry.log import EventLog
 
 from .cases import Case, read_cases
-from .model_args import add_backend_args, add_model_args, backend_options
+from .model_args import add_backend_args, add_model_args, backend_options, model_options
 
 log = logging.getLogger(__name__)
 
@@ -230,13 +230,7 @@ async def run_eval(
 def init_options(args, telemetry_path: str) -> dict:
     """The server settings for a headless run: the CLI's model options, every event to one file, no debounce."""
     return {
-        "target": args.target,
-        "draft": args.draft,
-        "device": args.device,
-        "dtype": args.dtype,
-        "quantization": args.quantization,
-        "gamma": args.gamma,
-        "draftConfidence": args.draft_confidence,
+        **model_options(args),
         "maxTokensSingleLine": args.max_tokens_single_line,
         "maxTokensMultiLine": args.max_tokens_multi_line,
         "temperature": args.temperature,

@@ -97,6 +97,19 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def model_options(args: argparse.Namespace) -> dict:
+    """The server settings (camelCase, as initializationOptions) that `add_model_args` describes."""
+    return {
+        "target": args.target,
+        "draft": args.draft,
+        "device": args.device,
+        "dtype": args.dtype,
+        "quantization": args.quantization,
+        "gamma": args.gamma,
+        "draftConfidence": args.draft_confidence,
+    }
+
+
 def backend_options(args: argparse.Namespace) -> dict:
     """The server settings (camelCase, as initializationOptions) that `add_backend_args` describes."""
     options = {

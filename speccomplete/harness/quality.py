@@ -39,7 +39,7 @@ from speccomplete.server.completion import Completion, Engine, Request, complete
 from speccomplete.server.options import ServerOptions, parse_options
 
 from .cases import Case, read_cases, sample_cases
-from .model_args import add_backend_args, add_model_args, backend_options
+from .model_args import add_backend_args, add_model_args, backend_options, model_options
 from .replay import warm_up
 
 OVERALL = "OVERALL"
@@ -328,13 +328,7 @@ def format_table(data: dict) -> str:
 def server_options(args: argparse.Namespace) -> ServerOptions:
     """The server's settings: the CLI's model and backend, no telemetry, then --options on top."""
     raw = {
-        "target": args.target,
-        "draft": args.draft,
-        "device": args.device,
-        "dtype": args.dtype,
-        "quantization": args.quantization,
-        "gamma": args.gamma,
-        "draftConfidence": args.draft_confidence,
+        **model_options(args),
         "telemetry": False,
         "telemetrySource": "eval",
         "trackOutcomes": False,

@@ -44,7 +44,7 @@ from speccomplete.server.completion import Completion, Engine, Request, complete
 from speccomplete.server.language import detect_language
 from speccomplete.server.options import ServerOptions, parse_options
 
-from .model_args import add_backend_args, add_model_args, backend_options
+from .model_args import add_backend_args, add_model_args, backend_options, model_options
 
 TARGET_P50_MS = {"single": 250.0, "multi": 800.0}
 KINDS = ("single", "multi")
@@ -267,13 +267,7 @@ def format_table(data: dict) -> str:
 def server_options(args: argparse.Namespace) -> ServerOptions:
     """The server's settings for the replay: the CLI's model and backend, no telemetry, no outcome tracking."""
     raw = {
-        "target": args.target,
-        "draft": args.draft,
-        "device": args.device,
-        "dtype": args.dtype,
-        "quantization": args.quantization,
-        "gamma": args.gamma,
-        "draftConfidence": args.draft_confidence,
+        **model_options(args),
         "maxTokensSingleLine": args.max_tokens_single_line,
         "maxTokensMultiLine": args.max_tokens_multi_line,
         "telemetry": False,
