@@ -37,7 +37,10 @@ def evidence(generation: Generation, shown: str, tokenizer=None) -> Evidence:
     used = _tokens_behind(generation.token_ids, len(shown), tokenizer) if tokenizer else len(logprobs)
     kept = logprobs[: max(1, used)]
     first_line = len(shown.split("\n", 1)[0]) or 1
-    first = _tokens_behind(generation.token_ids, first_line, tokenizer) if tokenizer else len(kept)
+    if first_line == len(shown) or not tokenizer:  # a single line: the same tokens
+        first = len(kept)
+    else:
+        first = _tokens_behind(generation.token_ids, first_line, tokenizer)
     return Evidence(len(kept), _geometric_mean(kept), math.exp(min(kept)), _geometric_mean(kept[: max(1, first)]))
 
 

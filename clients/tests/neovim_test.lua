@@ -260,6 +260,16 @@ local function busy(bufnr)
   return display == 'extmark' and require('specdec.trigger').busy(bufnr)
 end
 
+-- Whether the buffer holds `want`; if not, the test fails saying what it holds.
+local function buffer_holds(case, bufnr, want)
+  local after = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
+  if vim.deep_equal(after, want) then
+    return true
+  end
+  fail(case.file .. ': buffer is\n' .. table.concat(after, '\n') .. '\nexpected\n' .. table.concat(want, '\n'))
+  return false
+end
+
 local function lines_with(lines, row, text)
   -- `lines` with `text` inserted at the end of line `row`
   local want = vim.deepcopy(lines)
@@ -343,11 +353,9 @@ local function ghost_case(i, case, bufnr)
           wait_for('normal mode', 10000, function()
             return vim.fn.mode() == 'n'
           end, function()
-            local after = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
-            local want = lines_with(typed_lines, last, ghost)
-            if not vim.deep_equal(after, want) then
-              return fail(case.file .. ': buffer is\n' .. table.concat(after, '\n') .. '\nexpected\n'
-                .. table.concat(want, '\n'))
+            local after = lines_with(typed_lines, last, ghost)
+            if not buffer_holds(case, bufnr, after) then
+              return
             end
             local command = sent.commands[#sent.commands]
             if #sent.commands == commands_before then
@@ -408,11 +416,8 @@ local function popup_case(i, case, bufnr)
     wait_for('the accepted text in the buffer', 10000, function()
       return vim.fn.mode() == 'n' and vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)[last] ~= before[last]
     end, function()
-      local after = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
-      local want = lines_with(lines, last, text)
-      if not vim.deep_equal(after, want) then
-        return fail(case.file .. ': buffer is\n' .. table.concat(after, '\n') .. '\nexpected\n'
-          .. table.concat(want, '\n'))
+      if not buffer_holds(case, bufnr, lines_with(lines, last, text)) then
+        return
       end
       log(case.file .. ': accepted ' .. vim.inspect(text))
       finish_case(i, { file = case.file, text = text, command = lsp_item.command })

@@ -173,13 +173,6 @@ def line_match(case: Case, text: str) -> tuple[bool, float, str, str] | None:
     return got == want, difflib.SequenceMatcher(None, got, want).ratio(), got, want
 
 
-def _plain(value):
-    """The evidence dict (or dataclass) as JSON can hold it."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return value
-
-
 def run_case(engine: Engine, options: ServerOptions, case: Case, request_id: str) -> dict:
     """One request through the server's pipeline, and the row that records it."""
     text = request_document(case)
@@ -211,7 +204,7 @@ def run_case(engine: Engine, options: ServerOptions, case: Case, request_id: str
         "completion": completion.text,
         "first_line": None if match is None else match[2],
         "expected_line": None if match is None else match[3],
-        "evidence": _plain(completion.evidence),
+        "evidence": None if completion.evidence is None else dataclasses.asdict(completion.evidence),
     }
 
 

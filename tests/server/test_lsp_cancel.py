@@ -77,10 +77,7 @@ async def test_cancel_request_stops_the_decode(client: LanguageClient, workdir):
     uri = "file:///work/cancel.txt"
     open_document(client, uri, "notes:\n", "plaintext")
     request = await decoding(client, uri, 1, 0, "cancel-1")
-    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="cancel-1"))
-    with pytest.raises(JsonRpcException) as error:
-        await asyncio.wait_for(request, 60)
-    assert error.value.code == types.LSPErrorCodes.RequestCancelled
+    await cancelled(client, request, "cancel-1")
     event = await eventually(lambda: [e for e in events(workdir) if e["finish_reason"] == "cancelled"])
     (event,) = event
     assert event["outcome"] == "cancelled" and event["multiline"]
@@ -105,6 +102,14 @@ async def test_newer_request_supersedes_the_running_decode(client: LanguageClien
     close_document(client, uri)
 
 
+async def cancelled(client: LanguageClient, request: asyncio.Future, msg_id: str) -> None:
+    """Cancel the request `msg_id`: its answer is the cancellation's error."""
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
+    with pytest.raises(JsonRpcException) as error:
+        await asyncio.wait_for(request, 60)
+    assert error.value.code == types.LSPErrorCodes.RequestCancelled
+
+
 def completion_params(uri: str, line: int, character: int) -> types.CompletionParams:
     return types.CompletionParams(
         text_document=types.TextDocumentIdentifier(uri), position=types.Position(line, character)
@@ -119,9 +124,7 @@ async def test_completion_requests_do_not_cancel_the_inline_decode(client: Langu
     plugin = asyncio.ensure_future(client.text_document_completion_async(completion_params(uri, 0, 8)))
     await asyncio.sleep(1.0)
     assert not inline_request.done(), "the completion request left the inline decode running"
-    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="lanes-1"))
-    with pytest.raises(JsonRpcException):
-        await asyncio.wait_for(inline_request, 60)
+    await cancelled(client, inline_request, "lanes-1")
     answer = await asyncio.wait_for(plugin, 60)
     assert answer.items and answer.items[0].text_edit.new_text.startswith("0"), "then the plugin's request ran"
     close_document(client, uri)
@@ -150,9 +153,7 @@ async def test_a_request_waiting_on_a_cancelled_decode_decodes_on_its_own(client
     configure(client, maxTokensMultiLine=16)  # the widget's own decode is short
     plugin = asyncio.ensure_future(client.text_document_completion_async(completion_params(uri, 1, 0)))
     await asyncio.sleep(0.5)  # it joined the inline decode
-    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="handover-1"))
-    with pytest.raises(JsonRpcException):
-        await asyncio.wait_for(inline_request, 60)
+    await cancelled(client, inline_request, "handover-1")
     answer = await asyncio.wait_for(plugin, 60)
     assert answer.items and answer.items[0].text_edit.new_text == "0" * 16
     configure(client, maxTokensMultiLine=LONG)

@@ -65,6 +65,19 @@ local function show(bufnr, shown)
   ghost.show(bufnr, shown.row, shown.col, shown.text, hint)
 end
 
+-- Show what is left of `shown` once `taken`, its start, is in the buffer (typed along or accepted),
+-- with the cursor at row, col.
+local function show_rest(bufnr, shown, row, col, taken)
+  show(bufnr, {
+    row = row,
+    col = col,
+    text = shown.text:sub(#taken + 1),
+    items = shown.items,
+    index = shown.index,
+    typed = (shown.typed or '') .. taken,
+  })
+end
+
 -- Ask the server for a completion at the cursor.
 function M.request(bufnr, kind)
   local s = buffers[bufnr]
@@ -147,14 +160,7 @@ local function follow_typing(bufnr)
   if typed == '' or #typed >= #shown.text or shown.text:sub(1, #typed) ~= typed then
     return false
   end
-  show(bufnr, {
-    row = row,
-    col = col,
-    text = shown.text:sub(#typed + 1),
-    items = shown.items,
-    index = shown.index,
-    typed = (shown.typed or '') .. typed,
-  })
+  show_rest(bufnr, shown, row, col, typed)
   return true
 end
 
@@ -242,14 +248,7 @@ function M.accept(bufnr, how)
       server.run_command(client, shown.items[shown.index].command, bufnr)
     end
   else
-    show(bufnr, {
-      row = end_row,
-      col = end_col,
-      text = shown.text:sub(#piece + 1),
-      items = shown.items,
-      index = shown.index,
-      typed = (shown.typed or '') .. piece,
-    })
+    show_rest(bufnr, shown, end_row, end_col, piece)
   end
   M.schedule(bufnr) -- the next completion, or (after a part) the server's take on the rest
   return true
