@@ -3,9 +3,9 @@
 - `EagerTarget` (the CPU default): a cache that grows in place (kv_cache.PreallocatedLayer), and
   every forward pass has the shape of its input. Attention spans only the tokens held.
 - `FixedShapeTarget` (the CUDA default, compiled): a cache of fixed capacity at fixed addresses,
-  and every forward pass of up to `max_rows` tokens padded to one of a few row counts (1, 2, 4,
-  ..., max_rows). A handful of shapes is what lets `torch.compile(mode="reduce-overhead")`
-  capture each as a CUDA graph, as gpt-fast does, so a step is one graph launch instead of
+  and every forward pass of up to `max_rows` tokens padded to one row or to `max_rows`
+  (row_buckets). Two shapes are what lets `torch.compile(mode="reduce-overhead")` capture each
+  as a CUDA graph, as gpt-fast does, so a step is one graph launch instead of
   hundreds of kernel launches from Python. The write position is a device tensor read inside
   the graph; rolling back sets it, and nothing is copied. Padding rows write past the real end,
   where the causal mask hides them until real tokens overwrite them. A SelfDrafter's steps,
@@ -172,12 +172,13 @@ class FixedLayer(CacheLayerMixin):
 
 
 def row_buckets(max_rows: int) -> tuple[int, ...]:
-    """The row counts a forward is padded to: the powers of two below max_rows, and max_rows."""
-    buckets, rows = [], 1
-    while rows < max_rows:
-        buckets.append(rows)
-        rows *= 2
-    return (*buckets, max_rows)
+    """The row counts a forward is padded to: one row (AR and draft steps) and max_rows (a verify).
+
+    Two, not the powers of two between: on an H200 each captured graph cost ~24 s of compiling on a
+    cold start (12 graphs for γ ≤ 16 took ~5 minutes), while a 17-row step of Gemma-3-270M costs what
+    a 1-row one does, its time being launch overhead, not rows (our AR step took 2 ms, 12x the
+    bandwidth bound: docs/gpu.md)."""
+    return (1,) if max_rows == 1 else (1, max_rows)
 
 
 class FixedShapeTarget:

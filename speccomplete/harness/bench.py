@@ -178,8 +178,10 @@ def run_bench(
     names = list(methods)
     ar, spec = contenders.ours["ar"], contenders.ours["spec"]
     prompts = [ar.fit_prompt(ar.encode(c.prefix), max_new_tokens, max_prompt_tokens)[0] for c in cases]
-    for name in names:  # warm-up: allocator, kernels, thread pools (and compiling, for compiled steps)
-        run = methods[name](prompts[0][-64:], "warm-up")
+    # warm-up: allocator, kernels, thread pools, compiling; on the first case's whole prompt, as on
+    # an H200 a 64-token warm-up left a full prefill's first run 8x slower than the next (docs/gpu.md)
+    for name in names:
+        run = methods[name](prompts[0], "warm-up")
         if say:
             say(f"warm-up {name}: {run.seconds:.1f} s")
     results = []

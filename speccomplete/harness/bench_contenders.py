@@ -75,8 +75,10 @@ def build_contenders(
     from speccomplete.decoder.kernels import pack_linear_weights
     from speccomplete.decoder.lean_forward import keep_hf_forward
 
-    packed = "int8" if args.quantization == "int8" else "oneDNN-packed" if not args.no_pack else "plain"
     steps = decoder.steps  # every decoder on the target runs on the product's cache (and compiled graphs)
+    # the loader packs only CPU linears on eager steps (decoder/loader.py, use_cpu_kernels)
+    cpu_eager = target.device.type == "cpu" and not steps.compiled
+    packed = "int8" if args.quantization == "int8" else "oneDNN-packed" if cpu_eager and not args.no_pack else "plain"
     ours = {"ar": SpeculativeDecoder(target, tokenizer, steps=steps), "spec": decoder}
     doc = {
         "ar": f"our AR baseline: same engine, {packed} weights, same target steps and cache, γ=0",
