@@ -29,6 +29,7 @@ from .language import detect_language
 from .options import ServerOptions
 from .positions import PositionError, offset_at
 from .prompt import FimTokens, build_prompt, fim_tokens, format_fim
+from .snippets import OpenDocument
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class Request:
     character: int  # UTF-16 code units, as LSP counts
     trigger: Trigger
     received: float  # time.perf_counter() when the server took the request up (after any debounce)
+    open_documents: tuple[OpenDocument, ...] = ()  # the editor's other open documents, most recent first
 
 
 @dataclass
@@ -157,9 +159,11 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
         return finish("", False, GenerationStats(), "error", error=e)
 
     try:
-        prompt = build_prompt(text, offset, language, options.prompt_budget_chars)
+        prompt = build_prompt(
+            text, offset, language, options.prompt_budget_chars, request.open_documents, options.context_budget_chars
+        )
         context = TrimContext.from_prompt(prompt)
-        model_input = format_fim(prompt, engine.fim) if engine.fim else prompt.prefix
+        model_input = format_fim(prompt, engine.fim) if engine.fim else prompt.model_prefix
         generation = engine.decoder.generate(
             model_input,
             DecodeOptions(

@@ -55,6 +55,7 @@ from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, SERVER_NOT_INITIALIZED, Re
 from .log_limits import limit_logging
 from .options import ServerOptions, models_changed, parse_options
 from .positions import PositionError, offset_at
+from .snippets import MAX_DOCUMENTS, OpenDocument
 from .transport import serve_stdio, serve_tcp
 
 log = logging.getLogger(__name__)
@@ -219,6 +220,7 @@ class SpecdecServer(LanguageServer):
         # completions another request superseded lately, by request id: an accept can still be on its way
         # (the other lane, or the client's own next request, replaced it a moment before the user took it)
         self.superseded: dict[str, Shown] = {}
+        self.recent: dict[str, None] = {}  # URIs of open documents, the most recently edited or asked for last
         self.loads = 0  # counts model loads, so a superseded load does not install its models
         self.load_progress: tuple[int, str] | None = None  # the last (percentage, message) reported
         self.load_task: asyncio.Task | None = None
@@ -365,6 +367,19 @@ class SpecdecServer(LanguageServer):
 
     # ------------------------------------------------------------------ completions
 
+    def touch(self, uri: str) -> None:
+        self.recent.pop(uri, None)
+        self.recent[uri] = None
+
+    def other_documents(self, uri: str) -> tuple[OpenDocument, ...]:
+        """The open documents but `uri`'s, the most recently edited or asked for first: the editor's other
+        tabs, for context from beyond the prompt (server/snippets.py)."""
+        documents = self.workspace.text_documents
+        order = [u for u in reversed(self.recent) if u in documents]
+        order += [u for u in documents if u not in self.recent]
+        others = [u for u in order if u != unquote(uri)][:MAX_DOCUMENTS]
+        return tuple(OpenDocument(path_of(u), documents[u].source) for u in others)
+
     def open_document(self, uri: str):
         """The open document at `uri`, or None. pygls files documents under their unquoted URIs, so a
         percent-encoded one (spaces, non-ASCII names, `file:///c%3A/...`) is looked up unquoted too."""
@@ -416,6 +431,7 @@ class SpecdecServer(LanguageServer):
         if superseded is not None:
             superseded.set()  # its decode stops at the end of its current round
         version = document.version
+        self.touch(unquote(uri))
         request = Request(
             uuid.uuid4().hex,
             document.source,
@@ -425,6 +441,7 @@ class SpecdecServer(LanguageServer):
             position.character,
             trigger,
             time.perf_counter(),
+            self.other_documents(uri) if self.options.context_budget_chars else (),
         )
         rest = self.settle_shown(uri, request)
         if rest is not None:
@@ -578,6 +595,7 @@ def shutdown(ls: SpecdecServer, params: None) -> None:
 def did_change(ls: SpecdecServer, params: types.DidChangeTextDocumentParams) -> None:
     """Stop the document's decodes: what they would show is for a version that is gone (`deliver` would
     drop it), and the worker is wanted for the request the typing brings next."""
+    ls.touch(unquote(params.text_document.uri))
     for lane in LANES:
         cancel = ls.running.get((params.text_document.uri, lane))
         if cancel is not None:
@@ -587,6 +605,7 @@ def did_change(ls: SpecdecServer, params: types.DidChangeTextDocumentParams) -> 
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: SpecdecServer, params: types.DidCloseTextDocumentParams) -> None:
     uri = params.text_document.uri
+    ls.recent.pop(unquote(uri), None)
     for lane in LANES:
         cancel = ls.running.pop((uri, lane), None)
         if cancel is not None:

@@ -35,6 +35,7 @@ from speccomplete.telemetry.log import DEFAULT_KEEP_BYTES, DEFAULT_KEEP_DAYS
 
 from .gate import DEFAULT_MIN_CONFIDENCE
 from .prompt import DEFAULT_BUDGET_CHARS
+from .snippets import DEFAULT_CONTEXT_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,8 @@ class ServerOptions:
     reject_after_s: Annotated[float, Range(0, 86400)] = 10.0
     enabled_languages: tuple[str, ...] | None = None  # speccomplete/languages.py names; None: every language
     prompt_budget_chars: Count = DEFAULT_BUDGET_CHARS
+    # definitions this file names and windows of other open documents, before the prompt (server/snippets.py)
+    context_budget_chars: Annotated[int, Range(0, 100_000)] = DEFAULT_CONTEXT_CHARS
     max_document_chars: Count = 1_000_000  # larger documents get no completion (and are not tokenized)
 
     def language_enabled(self, language: str) -> bool:
@@ -131,6 +134,7 @@ class ServerOptions:
             "max_tokens_single_line": self.max_tokens_single_line,
             "max_tokens_multi_line": self.max_tokens_multi_line,
             "prompt_budget_chars": self.prompt_budget_chars,
+            "context_budget_chars": self.context_budget_chars,
         }
 
 
@@ -172,6 +176,10 @@ HELP = {
     "enabled_languages": "Only these languages get completions (names as in speccomplete/languages.py); "
     "null: every language.",
     "prompt_budget_chars": "Characters of the document around the cursor that go into the prompt.",
+    "context_budget_chars": "Characters, over `promptBudgetChars`, for context from beyond the prompt: "
+    "signatures of definitions in this file that the code above the cursor names, and the most similar "
+    "lines of other open documents in the same language (0: none; off by default, as it did not improve the "
+    "default target's completions: docs/quality.md).",
     "max_document_chars": "Larger documents get no completion (and are not tokenized).",
 }
 

@@ -27,6 +27,7 @@ from tree_sitter import Node, Tree
 
 from speccomplete.languages import LANGUAGES, TEXT
 from speccomplete.server import syntax
+from speccomplete.server.snippets import OpenDocument, context_block
 
 DEFAULT_BUDGET_CHARS = 2000  # prefill runs ~175 tokens/s on a 2-core CPU, so context costs latency
 SUFFIX_SHARE = 3  # nearest-first growth takes 3 lines before the cursor for each line after it
@@ -47,6 +48,12 @@ class Prompt:
     multiline: bool
     indent: str  # the cursor line's indentation
     language: str
+    context: str = ""  # from beyond the prefix and suffix, put before the prefix (server/snippets.py)
+
+    @property
+    def model_prefix(self) -> str:
+        """What the model reads before the cursor: the context, then the prefix."""
+        return self.context + self.prefix
 
 
 @dataclass(frozen=True)
@@ -70,10 +77,19 @@ def fim_tokens(vocab) -> FimTokens | None:
 
 def format_fim(prompt: Prompt, tokens: FimTokens) -> str:
     """Prefix-suffix-middle order: the model writes the middle after the last token."""
-    return f"{tokens.prefix}{prompt.prefix}{tokens.suffix}{prompt.suffix}{tokens.middle}"
+    return f"{tokens.prefix}{prompt.model_prefix}{tokens.suffix}{prompt.suffix}{tokens.middle}"
 
 
-def build_prompt(text: str, offset: int, language: str, budget_chars: int = DEFAULT_BUDGET_CHARS) -> Prompt:
+def build_prompt(
+    text: str,
+    offset: int,
+    language: str,
+    budget_chars: int = DEFAULT_BUDGET_CHARS,
+    documents: tuple[OpenDocument, ...] = (),
+    context_chars: int = 0,
+) -> Prompt:
+    """documents: the other open documents; context_chars: the budget of the block from beyond the
+    prefix and suffix (server/snippets.py), over budget_chars; 0 for none."""
     if not 0 <= offset <= len(text):
         raise ValueError(f"offset {offset} is outside a {len(text)}-character document")
     line_start = text.rfind("\n", 0, offset) + 1
@@ -91,7 +107,8 @@ def build_prompt(text: str, offset: int, language: str, budget_chars: int = DEFA
         prefix, suffix = _cut_long_line(before, after, budget_chars)
     else:
         prefix, suffix = _paged(text, offset, language, tree, budget_chars)
-    return Prompt(prefix, suffix, multiline, indent, language)
+    context = context_block(text, offset, language, tree, prefix + suffix, documents, context_chars)
+    return Prompt(prefix, suffix, multiline, indent, language, context)
 
 
 def _paged(text: str, offset: int, language: str, tree: Tree | None, budget: int) -> tuple[str, str]:

@@ -32,6 +32,8 @@ class Language:
     block_opener: str = r"[{:]"  # a line ending in this opens a block: the completion is multi-line
     header: str | None = None  # a file header line (imports, includes), matched after its indentation
     comments_and_strings: tuple[str, ...] = ()  # regexes, longest forms first
+    # how a line is commented out: around each line of context from elsewhere (server/snippets.py)
+    line_comment: tuple[str, str] = ("//", "")
 
 
 _DQ, _SQ, _BACKTICK = r'"(?:\\.|[^"\\\n])*"?', r"'(?:\\.|[^'\\\n])*'?", r"`(?:\\.|[^`\\])*`?"
@@ -54,6 +56,7 @@ LANGUAGES: tuple[Language, ...] = (
         block_opener=r":",
         header=r"(?:import|from)\s",
         comments_and_strings=(_TRIPLE_DQ, _TRIPLE_SQ, r"#[^\n]*", _DQ, _SQ),
+        line_comment=("#", ""),
     ),
     Language(
         "cpp",
@@ -122,6 +125,7 @@ LANGUAGES: tuple[Language, ...] = (
         block_opener=r"\b(?:then|do|else|repeat)|\bfunction\b.*\)|\{",
         header=r"(?:local\s+[\w,\s]+=\s*)?require\b",
         comments_and_strings=(r"--\[\[[\s\S]*?(?:\]\]|\Z)", r"--[^\n]*", r"\[\[[\s\S]*?(?:\]\]|\Z)", _DQ, _SQ),
+        line_comment=("--", ""),
     ),
     Language(
         "haskell",
@@ -134,6 +138,7 @@ LANGUAGES: tuple[Language, ...] = (
         block_opener=r"=|->|\b(?:where|do|of|let|then|else|in)",
         header=r"(?:module|import)\s",
         comments_and_strings=(r"\{-[\s\S]*?(?:-\}|\Z)", r"--[^\n]*", _DQ),  # ' is also a prime: x'
+        line_comment=("--", ""),
     ),
     Language(
         "ruby",
@@ -147,6 +152,7 @@ LANGUAGES: tuple[Language, ...] = (
         r"|^\s*(?:def|class|module|if|unless|while|until|case|elsif|when)\b.*|\{\s*(?:\|[^|]*\|)?",
         header=r"(?:require|require_relative|load)\b",
         comments_and_strings=(r"#[^\n]*", _DQ, _SQ),
+        line_comment=("#", ""),
     ),
     Language(
         "rust",
@@ -204,6 +210,7 @@ LANGUAGES: tuple[Language, ...] = (
         block_opener=r"\b(?:do|else|fn)|->",
         header=r"(?:import|alias|require|use)\s",  # matched after indentation: these live inside defmodule
         comments_and_strings=(_TRIPLE_DQ, r"#[^\n]*", _DQ, _SQ),
+        line_comment=("#", ""),
     ),
     Language(
         "ocaml",
@@ -216,6 +223,7 @@ LANGUAGES: tuple[Language, ...] = (
         block_opener=r"=|->|\b(?:then|else|do|in|begin|struct|sig|with|function)",
         header=r"(?:open|include)\s",
         comments_and_strings=(r"\(\*[\s\S]*?(?:\*\)|\Z)", _DQ),  # ' is also a type variable: 'a
+        line_comment=("(*", " *)"),
     ),
     Language(
         "tsx",
@@ -239,10 +247,11 @@ LANGUAGES: tuple[Language, ...] = (
         block_opener=r"\b(?:then|do|else|in)|\{",
         header=r"(?:source|\.)\s",
         comments_and_strings=(r"(?:^|(?<=\s))#[^\n]*", _DQ, _SQ, _BACKTICK),  # not ${#x}
+        line_comment=("#", ""),
     ),
 )
 
-TEXT = Language("text", None, (), (), (), None, comments_and_strings=(_DQ,))
+TEXT = Language("text", None, (), (), (), None, comments_and_strings=(_DQ,), line_comment=("", ""))
 
 _BY_NAME = {language.name: language for language in (*LANGUAGES, TEXT)}
 

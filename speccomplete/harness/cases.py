@@ -1,9 +1,10 @@
 """Completion cases: a document and an LSP cursor position, one JSON object per line.
 
 `{"id": str, "path": str, "text": str, "line": int, "character": int}`, optionally `"label"` (a
-language label that overrides detection, e.g. "nl"). Cases drawn from the corpus dev split put the
-cursor after the indentation of a real line, so the rest of that line is the ground truth for
-next-line exact match.
+language label that overrides detection, e.g. "nl") and `"neighbours"` (`[{"path": str, "text": str}]`:
+other files open in the editor, as its other tabs; written only when there are some). Cases drawn from
+the corpus dev split put the cursor after the indentation of a real line, so the rest of that line is the
+ground truth for next-line exact match.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from speccomplete.server.language import detect_language
@@ -26,6 +27,7 @@ class Case:
     line: int
     character: int
     label: str = ""  # a language label that overrides detection: "nl" for README and docs cases
+    neighbours: list[dict] = field(default_factory=list)  # other open documents: {"path": str, "text": str}
 
     @property
     def language(self) -> str:
@@ -59,16 +61,26 @@ def read_cases(path: str | Path) -> list[Case]:
 def write_cases(cases: list[Case], path: str | Path) -> None:
     with open(path, "w") as f:
         for case in cases:
-            f.write(json.dumps(case.__dict__) + "\n")
+            row = dict(case.__dict__)
+            if not row["neighbours"]:
+                del row["neighbours"]  # case files without open documents stay as they were
+            f.write(json.dumps(row) + "\n")
 
 
 def sample_cases(
-    splits_dir: str | Path, per_language: int, seed: int = 0, split: str = "dev", nl_roots: list[str] | None = None
+    splits_dir: str | Path,
+    per_language: int,
+    seed: int = 0,
+    split: str = "dev",
+    nl_roots: list[str] | None = None,
+    neighbours: int = 0,
 ) -> list[Case]:
     """Pick files from `<lang>.<split>.txt` lists and a cursor inside each, deterministically.
 
     With `nl_roots`, also natural-language cases (READMEs and docs under those package roots, the
-    same split rule as the draft corpus); their language is detected as "text".
+    same split rule as the draft corpus); their language is detected as "text". With `neighbours`,
+    each case also carries up to that many other files of its list as open documents (`_neighbours`),
+    drawn apart from the cases: the same seed draws the same cases with and without them.
     """
     rng = random.Random(seed)
     cases = []
@@ -76,13 +88,13 @@ def sample_cases(
         language = listing.name.split(".")[0]
         files = [p for p in listing.read_text().splitlines() if p.strip()]
         rng.shuffle(files)
-        cases += _pick(files, language, language, per_language, rng)
+        cases += _pick(files, language, language, per_language, rng, neighbours=neighbours)
     if nl_roots:
         from speccomplete.decoder.training.corpus import nl_documents
 
         files = [doc.source for doc in nl_documents(nl_roots, split)]
         rng.shuffle(files)
-        cases += _pick(files, "nl", "text", per_language, rng)
+        cases += _pick(files, "nl", "text", per_language, rng, neighbours=neighbours)
     return cases
 
 
@@ -94,8 +106,11 @@ def _pick(
     rng: random.Random,
     max_prefix_chars: int = 3000,
     min_line_chars: int = 10,
+    neighbours: int = 0,
+    listing: list[str] | None = None,
 ) -> list[Case]:
-    """Up to `count` cases from `files` in `language`, the cursor after the indentation of a real line."""
+    """Up to `count` cases from `files` in `language`, the cursor after the indentation of a real line; each
+    with up to `neighbours` other files of `listing` (default: `files`) as open documents (`_neighbours`)."""
     cases: list[Case] = []
     for file in files:
         if len(cases) == count:
@@ -118,10 +133,40 @@ def _pick(
         number = rng.choice(candidates)
         row = lines[number]
         indent = row[: len(row) - len(row.lstrip())]
-        cases.append(
-            Case(f"{label}-{len(cases)}", file, text, number, utf16_len(indent), label if label != language else "")
-        )
+        case = Case(f"{label}-{len(cases)}", file, text, number, utf16_len(indent), label if label != language else "")
+        if neighbours > 0:
+            # a generator of its own: the cases drawn are the same with and without neighbours
+            choose = random.Random(file)
+            case.neighbours = _neighbours(file, files if listing is None else listing, language, neighbours, choose)
+        cases.append(case)
     return cases
+
+
+def _neighbours(file: str, listing: list[str], language: str, count: int, rng: random.Random) -> list[dict]:
+    """Up to `count` other files of `listing` open beside `file`, as `{"path", "text"}`: first those in its
+    directory, then, if too few, others under the parent directory; each of `language`, readable, at most
+    100,000 bytes and without NUL bytes. Candidates are sorted, then shuffled with `rng` (deterministic)."""
+    own = Path(file)
+    same_dir, parent = own.parent, own.parent.parent
+    near = sorted({p for p in listing if p.strip() and Path(p) != own and Path(p).is_relative_to(parent)})
+    near = [p for p in near if detect_language(p) == language]
+    tiers = [[p for p in near if Path(p).parent == same_dir], [p for p in near if Path(p).parent != same_dir]]
+    chosen: list[dict] = []
+    for tier in tiers:
+        if len(chosen) == count:
+            break
+        rng.shuffle(tier)
+        for path in tier:
+            if len(chosen) == count:
+                break
+            try:
+                raw = Path(path).read_bytes()
+            except OSError:
+                continue
+            if len(raw) > 100_000 or b"\0" in raw:
+                continue
+            chosen.append({"path": path, "text": raw.decode("utf-8", errors="replace")})
+    return chosen
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -131,6 +176,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--per-language", type=int, default=2)
     p.add_argument("--nl-roots", help="ROOTS.txt of the corpus: also sample natural-language (README/docs) cases")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--neighbours",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also store up to N other files of the same directory and language as open documents",
+    )
     p.add_argument("--out", required=True)
     return p
 
@@ -141,7 +193,9 @@ def run(args: argparse.Namespace) -> int:
         from speccomplete.decoder.training.corpus import package_roots
 
         nl_roots = package_roots(args.nl_roots)
-    cases = sample_cases(args.splits, args.per_language, seed=args.seed, split=args.split, nl_roots=nl_roots)
+    cases = sample_cases(
+        args.splits, args.per_language, seed=args.seed, split=args.split, nl_roots=nl_roots, neighbours=args.neighbours
+    )
     write_cases(cases, args.out)
     print(f"wrote {len(cases)} cases to {args.out}")
     return 0

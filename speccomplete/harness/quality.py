@@ -37,6 +37,7 @@ from speccomplete.metrics import percentile
 from speccomplete.server import gate
 from speccomplete.server.completion import Completion, Engine, Request, complete, load_engine
 from speccomplete.server.options import ServerOptions, parse_options
+from speccomplete.server.snippets import OpenDocument
 
 from .cases import Case, read_cases, sample_cases
 from .model_args import add_backend_args, add_model_args, backend_options, model_options
@@ -174,10 +175,14 @@ def line_match(case: Case, text: str) -> tuple[bool, float, str, str] | None:
 
 
 def run_case(engine: Engine, options: ServerOptions, case: Case, request_id: str) -> dict:
-    """One request through the server's pipeline, and the row that records it."""
+    """One request through the server's pipeline, and the row that records it; the case's neighbours are the
+    editor's other open documents."""
     text = request_document(case)
+    open_documents = tuple(OpenDocument(n["path"], n["text"]) for n in case.neighbours)
     start = time.perf_counter()
-    request = Request(request_id, text, case.path, None, case.line, case.character, "invoked", start)
+    request = Request(
+        request_id, text, case.path, None, case.line, case.character, "invoked", start, open_documents=open_documents
+    )
     completion: Completion = complete(engine, options, request, threading.Event())
     wall_ms = (time.perf_counter() - start) * 1000
     event = completion.event
@@ -343,8 +348,9 @@ def load_cases(args: argparse.Namespace) -> tuple[list[Case], str]:
     if args.cases:
         cases, source = read_cases(args.cases), args.cases
     else:
-        cases = sample_cases(args.splits, args.per_language, seed=args.seed, split="dev")
-        source = f"{args.splits} (dev, {args.per_language} per language, seed {args.seed})"
+        cases = sample_cases(args.splits, args.per_language, seed=args.seed, split="dev", neighbours=args.neighbours)
+        open_too = f", {args.neighbours} neighbours" if args.neighbours else ""
+        source = f"{args.splits} (dev, {args.per_language} per language, seed {args.seed}{open_too})"
     return (cases[: args.limit] if args.limit else cases), source
 
 
@@ -369,6 +375,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     source.add_argument("--splits", help="sample dev-split cases from the <lang>.dev.txt file lists in this directory")
     p.add_argument("--per-language", type=int, default=8, help="with --splits: cases per language (default: 8)")
     p.add_argument("--seed", type=int, default=0, help="with --splits: the sampling seed")
+    p.add_argument(
+        "--neighbours",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --splits: also open up to N other files of each case's directory and language (default: 0)",
+    )
     p.add_argument("--limit", type=int, help="use only the first N cases")
     p.add_argument(
         "--options",

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 from speccomplete.harness.cases import Case, read_cases, sample_cases, write_cases
 
 
@@ -37,3 +41,106 @@ def test_code_and_nl_cases(tmp_path):
     assert nl[0].expected_line.startswith("This paragraph explains part")
     write_cases(nl, tmp_path / "cases.jsonl")
     assert read_cases(tmp_path / "cases.jsonl") == nl
+
+
+def test_neighbours_round_trip(tmp_path):
+    text = "def f(x):\n    return x + 1\n"
+    open_docs = [{"path": "pkg/util.py", "text": "def g():\n    pass\n"}, {"path": "pkg/ü.py", "text": "é = 1\n"}]
+    cases = [Case("py-0", "pkg/a.py", text, 1, 4, neighbours=open_docs), Case("py-1", "pkg/b.py", text, 1, 4)]
+    write_cases(cases, tmp_path / "c.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert rows[0]["neighbours"] == open_docs and "neighbours" not in rows[1]  # none: written as before
+    assert read_cases(tmp_path / "c.jsonl") == cases
+    # a case file from before neighbours existed still loads, with none
+    old = {"id": "py-0", "path": "a.py", "text": text, "line": 1, "character": 4, "label": ""}
+    (tmp_path / "old.jsonl").write_text(json.dumps(old) + "\n")
+    assert read_cases(tmp_path / "old.jsonl")[0].neighbours == []
+
+
+def _tree(tmp_path):
+    """pkg/ with four usable Python files, and what must never open beside them; a lone/ and other/ beside pkg/."""
+
+    def code(name: str) -> str:
+        return "".join(f"{name}_{i} = compute({i})  # line {i}\n" for i in range(30))
+
+    root = tmp_path / "repo"
+    files = {
+        "pkg/a.py": code("a"),
+        "pkg/b.py": code("b"),
+        "pkg/c.py": code("c"),
+        "pkg/d.py": code("d"),
+        "pkg/big.py": code("big") * 150,  # over 100,000 bytes: a case may come from it, not a neighbour
+        "pkg/nul.py": code("nul") + "\0",
+        "pkg/m.rs": code("m"),  # another language in the same directory
+        "pkg/sub/e.py": code("e"),
+        "lone/x.py": code("x"),  # alone in its directory: its neighbours come from under repo/
+        "other/y.py": code("y"),
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    splits = tmp_path / "splits"
+    splits.mkdir()
+    listed = [n for n in files if n.endswith(".py")] + ["pkg/missing.py"]
+    (splits / "python.dev.txt").write_text("".join(f"{root / n}\n" for n in listed))
+    (splits / "rust.dev.txt").write_text(f"{root / 'pkg/m.rs'}\n")
+    return root, splits
+
+
+def test_neighbours_are_other_files_of_the_directory_and_language(tmp_path):
+    root, splits = _tree(tmp_path)
+    cases = sample_cases(splits, per_language=20, seed=3, split="dev", neighbours=2)
+    by_path = {os.path.relpath(c.path, root): c for c in cases}
+    assert {"pkg/a.py", "pkg/big.py", "pkg/sub/e.py", "lone/x.py", "pkg/m.rs"} <= set(by_path)
+    usable = {"pkg/a.py", "pkg/b.py", "pkg/c.py", "pkg/d.py"}
+    for name, case in by_path.items():
+        opened = [os.path.relpath(n["path"], root) for n in case.neighbours]
+        assert name not in opened and len(set(opened)) == len(opened)
+        for n in case.neighbours:
+            assert n["text"] == Path(n["path"]).read_text()
+        if name.startswith("pkg/") and name.endswith(".py") and name != "pkg/sub/e.py":
+            assert len(opened) == 2 and set(opened) <= usable - {name}  # never big.py, nul.py, m.rs or missing.py
+        elif name == "pkg/m.rs":
+            assert opened == []  # no other Rust file in its list
+    # fewer than 2 in its directory: the rest from under the parent directory, of the same language
+    lone = [os.path.relpath(n["path"], root) for n in by_path["lone/x.py"].neighbours]
+    assert len(lone) == 2 and set(lone) <= usable | {"pkg/sub/e.py", "other/y.py"}
+    sub = [os.path.relpath(n["path"], root) for n in by_path["pkg/sub/e.py"].neighbours]
+    assert len(sub) == 2 and set(sub) <= usable
+    # deterministic
+    again = sample_cases(splits, per_language=20, seed=3, split="dev", neighbours=2)
+    assert [(c.path, c.line, c.neighbours) for c in again] == [(c.path, c.line, c.neighbours) for c in cases]
+
+
+GOLDEN = {  # what sample_cases drew before neighbours existed: (id, path under repo/, line, character)
+    0: [
+        ("python-0", "lone/x.py", 19, 0),
+        ("python-1", "other/y.py", 26, 0),
+        ("python-2", "pkg/b.py", 14, 0),
+        ("rust-0", "pkg/m.rs", 24, 0),
+    ],
+    1: [
+        ("python-0", "pkg/sub/e.py", 14, 0),
+        ("python-1", "other/y.py", 11, 0),
+        ("python-2", "lone/x.py", 23, 0),
+        ("rust-0", "pkg/m.rs", 8, 0),
+    ],
+    7: [
+        ("python-0", "other/y.py", 24, 0),
+        ("python-1", "pkg/d.py", 14, 0),
+        ("python-2", "pkg/b.py", 9, 0),
+        ("rust-0", "pkg/m.rs", 10, 0),
+    ],
+}
+
+
+def test_neighbours_or_none_draw_the_cases_drawn_before_neighbours_existed(tmp_path):
+    root, splits = _tree(tmp_path)
+    for seed, want in GOLDEN.items():
+        cases = sample_cases(splits, per_language=3, seed=seed, split="dev")
+        got = [(c.id, os.path.relpath(c.path, root), c.line, c.character) for c in cases]
+        assert got == want, seed
+        assert all(c.neighbours == [] for c in cases)
+        with_neighbours = sample_cases(splits, per_language=3, seed=seed, split="dev", neighbours=2)
+        assert [(c.id, os.path.relpath(c.path, root), c.line, c.character) for c in with_neighbours] == want
+        assert any(c.neighbours for c in with_neighbours)

@@ -8,8 +8,13 @@ import json
 import pytest
 
 from speccomplete.cli import main
+from speccomplete.harness import quality
 from speccomplete.harness.cases import Case, read_cases, write_cases
 from speccomplete.harness.quality import OVERALL, line_match, loop_kind, loops, request_document, scored, summarize
+from speccomplete.server.completion import Completion
+from speccomplete.server.options import parse_options
+from speccomplete.server.snippets import OpenDocument
+from speccomplete.telemetry.events import CompletionEvent
 from tests.lsp_support import EXAMPLES, save_random_model
 
 LOOPING = [  # (completion, the rule that catches it)
@@ -87,6 +92,25 @@ def test_holes_have_no_reference():
         assert not scored(case)
         assert request_document(case) == case.text
         assert line_match(case, "x + 1") is None
+
+
+def test_run_case_opens_the_neighbours_beside_the_document(monkeypatch):
+    seen = []
+
+    def complete(engine, options, request, cancel):
+        seen.append(request)
+        return Completion("y = x + 1", "python", True, CompletionEvent(latency_ms=5.0))
+
+    monkeypatch.setattr(quality, "complete", complete)
+    options, errors = parse_options({})
+    assert not errors
+    neighbours = [{"path": "b.py", "text": "def g():\n    pass\n"}, {"path": "c.py", "text": "z = 3\n"}]
+    row = quality.run_case(None, options, Case("py", "a.py", PY, 4, 4, neighbours=neighbours), "q-0")
+    assert seen[0].open_documents == (OpenDocument("b.py", "def g():\n    pass\n"), OpenDocument("c.py", "z = 3\n"))
+    assert seen[0].path == "a.py" and seen[0].text == request_document(Case("py", "a.py", PY, 4, 4))
+    assert row["exact"] is True
+    quality.run_case(None, options, Case("py", "a.py", PY, 4, 4), "q-1")
+    assert seen[1].open_documents == ()
 
 
 def _row(language, shown, exact=None, similarity=None, looping=None, latency=10.0):

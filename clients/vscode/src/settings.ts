@@ -26,6 +26,7 @@ const SERVER_OPTIONS: Record<string, string> = {
   debounceMs: 'debounceMs',
   rejectAfterS: 'rejectAfterS',
   promptBudgetChars: 'promptBudgetChars',
+  contextBudgetChars: 'contextBudgetChars',
   maxDocumentChars: 'maxDocumentChars',
   'telemetry.enabled': 'telemetry',
   'telemetry.path': 'telemetryPath',
