@@ -156,8 +156,10 @@ EOF
   ;;
 bench | bench-trained | bench-eagle3)
   if [ "$step" = bench ]; then
-    # our AR and spec, HF greedy and HF assisted, and the bandwidth bound, in one run
-    drafts=()
+    # our AR and spec, HF greedy and HF assisted, and the bandwidth bound, in one run; and the lookup
+    # alone: the self draft runs the target's layers for every draft, which on a GPU costs an AR step
+    # (docs/gpu.md, the second session), so `ngram` may be the CUDA default's better draft
+    drafts=(--compare-drafts ngram)
   elif [ "$step" = bench-eagle3 ]; then
     [ -f "$eagle_dir/config.json" ] || {
       echo "no EAGLE-3 draft in $eagle_dir: run the train-eagle3 step first, on this warm machine" >&2

@@ -49,7 +49,7 @@ def run_step(gpu_root: Path, out: Path, *args: str, **env: str) -> subprocess.Co
 def test_bench_smoke_writes_its_tables(gpu_root, tmp_path):
     run_step(gpu_root, tmp_path, "bench", "--smoke")
     data = json.loads((tmp_path / "bench.json").read_text())
-    assert {"ar", "spec", "hf_greedy"} <= set(data["methods"]) and any(
+    assert {"ar", "spec", "spec_draft_ngram", "hf_greedy"} <= set(data["methods"]) and any(
         m.startswith("hf_assisted") for m in data["methods"]
     )
     assert data["bandwidth_bound"]["bound_tokens_per_s"] > 0
