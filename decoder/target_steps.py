@@ -175,9 +175,9 @@ def row_buckets(max_rows: int) -> tuple[int, ...]:
     """The row counts a forward is padded to: one row (AR and draft steps) and max_rows (a verify).
 
     Two, not the powers of two between: on an H200 each captured graph cost ~24 s of compiling on a
-    cold start (12 graphs for γ ≤ 16 took ~5 minutes), while a 17-row step of Gemma-3-270M costs what
-    a 1-row one does, its time being launch overhead, not rows (our AR step took 2 ms, 12x the
-    bandwidth bound: docs/gpu.md)."""
+    cold start (12 graphs for γ ≤ 16 took ~5 minutes), while a step of Gemma-3-270M there is launch
+    overhead, not rows (our AR step took 2 ms, 12x the bandwidth bound), so padding a verify to 17
+    rows should cost little; not yet timed (docs/gpu.md)."""
     return (1,) if max_rows == 1 else (1, max_rows)
 
 

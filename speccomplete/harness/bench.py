@@ -178,8 +178,8 @@ def run_bench(
     names = list(methods)
     ar, spec = contenders.ours["ar"], contenders.ours["spec"]
     prompts = [ar.fit_prompt(ar.encode(c.prefix), max_new_tokens, max_prompt_tokens)[0] for c in cases]
-    # warm-up: allocator, kernels, thread pools, compiling; on the first case's whole prompt, as on
-    # an H200 a 64-token warm-up left a full prefill's first run 8x slower than the next (docs/gpu.md)
+    # warm-up: allocator, kernels, thread pools, compiling; on the first case's whole prompt: after a
+    # 64-token warm-up, an H200's first full-length AR run took 1303 ms, the next case's 162 (docs/gpu.md)
     for name in names:
         run = methods[name](prompts[0], "warm-up")
         if say:
