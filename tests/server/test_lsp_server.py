@@ -391,3 +391,24 @@ async def test_events_follow_the_schema(client: LanguageClient, workdir):
         if record.get("record") != "outcome":
             CompletionEvent.from_dict(record)
     assert any(r.get("record") != "outcome" for r in records(workdir["events"]))
+
+
+async def test_another_open_document_reaches_the_prompt_when_context_is_on(client: LanguageClient, workdir):
+    """contextBudgetChars (server/snippets.py): the most similar window of another open document in the
+    language goes before the prompt, which grows by its tokens; at 0, the default, nothing does."""
+    other, uri = "file:///work/pkg/headers.py", "file:///work/pkg/main.py"
+    fields = "    size = header.get('size')\n    name = header.get('name')\n    kind = header.get('kind')\n"
+    open_document(client, other, "def dump(header):\n" + fields + "    return size, name, kind\n", "python")
+    open_document(client, uri, "import sys\n\n\ndef main(header):\n" + fields + "    print(size, name, kind)\n    ", "python")
+    await inline(client, uri, 8, 4)
+    without = latest_event(workdir["events"])
+    configure(client, contextBudgetChars=500)
+    await inline(client, uri, 8, 4)
+    with_context = latest_event(workdir["events"])
+    configure(client, contextBudgetChars=0)
+    assert without["settings"]["context_budget_chars"] == 0
+    assert with_context["settings"]["context_budget_chars"] == 500
+    # the window: a comment line naming headers.py and the 5 lines of dump, commented out
+    assert with_context["prompt_tokens"] >= without["prompt_tokens"] + 30
+    close_document(client, other)
+    close_document(client, uri)
