@@ -399,7 +399,8 @@ async def test_another_open_document_reaches_the_prompt_when_context_is_on(clien
     other, uri = "file:///work/pkg/headers.py", "file:///work/pkg/main.py"
     fields = "    size = header.get('size')\n    name = header.get('name')\n    kind = header.get('kind')\n"
     open_document(client, other, "def dump(header):\n" + fields + "    return size, name, kind\n", "python")
-    open_document(client, uri, "import sys\n\n\ndef main(header):\n" + fields + "    print(size, name, kind)\n    ", "python")
+    text = "import sys\n\n\ndef main(header):\n" + fields + "    print(size, name, kind)\n    "
+    open_document(client, uri, text, "python")
     await inline(client, uri, 8, 4)
     without = latest_event(workdir["events"])
     configure(client, contextBudgetChars=500)
