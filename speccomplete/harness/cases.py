@@ -107,21 +107,16 @@ def _pick(
     max_prefix_chars: int = 3000,
     min_line_chars: int = 10,
     neighbours: int = 0,
-    listing: list[str] | None = None,
 ) -> list[Case]:
     """Up to `count` cases from `files` in `language`, the cursor after the indentation of a real line; each
-    with up to `neighbours` other files of `listing` (default: `files`) as open documents (`_neighbours`)."""
+    with up to `neighbours` other files of `files` as open documents (`_neighbours`)."""
     cases: list[Case] = []
     for file in files:
         if len(cases) == count:
             break
-        try:
-            raw = Path(file).read_bytes()
-        except OSError:
+        text = _read_source(file, 500_000)
+        if text is None or detect_language(file) != language:
             continue
-        if len(raw) > 500_000 or b"\0" in raw or detect_language(file) != language:
-            continue
-        text = raw.decode("utf-8", errors="replace")
         lines = text.split("\n")
         candidates, offset = [], 0
         for number, row in enumerate(lines):
@@ -137,7 +132,7 @@ def _pick(
         if neighbours > 0:
             # a generator of its own: the cases drawn are the same with and without neighbours
             choose = random.Random(file)
-            case.neighbours = _neighbours(file, files if listing is None else listing, language, neighbours, choose)
+            case.neighbours = _neighbours(file, files, language, neighbours, choose)
         cases.append(case)
     return cases
 
@@ -147,26 +142,31 @@ def _neighbours(file: str, listing: list[str], language: str, count: int, rng: r
     directory, then, if too few, others under the parent directory; each of `language`, readable, at most
     100,000 bytes and without NUL bytes. Candidates are sorted, then shuffled with `rng` (deterministic)."""
     own = Path(file)
-    same_dir, parent = own.parent, own.parent.parent
-    near = sorted({p for p in listing if p.strip() and Path(p) != own and Path(p).is_relative_to(parent)})
+    near = sorted({p for p in listing if p.strip() and Path(p) != own and Path(p).is_relative_to(own.parent.parent)})
     near = [p for p in near if detect_language(p) == language]
-    tiers = [[p for p in near if Path(p).parent == same_dir], [p for p in near if Path(p).parent != same_dir]]
+    same_dir = [p for p in near if Path(p).parent == own.parent]
+    elsewhere = [p for p in near if Path(p).parent != own.parent]
+    rng.shuffle(same_dir)
+    rng.shuffle(elsewhere)
     chosen: list[dict] = []
-    for tier in tiers:
+    for path in same_dir + elsewhere:
         if len(chosen) == count:
             break
-        rng.shuffle(tier)
-        for path in tier:
-            if len(chosen) == count:
-                break
-            try:
-                raw = Path(path).read_bytes()
-            except OSError:
-                continue
-            if len(raw) > 100_000 or b"\0" in raw:
-                continue
-            chosen.append({"path": path, "text": raw.decode("utf-8", errors="replace")})
+        text = _read_source(path, 100_000)
+        if text is not None:
+            chosen.append({"path": path, "text": text})
     return chosen
+
+
+def _read_source(path: str, max_bytes: int) -> str | None:
+    """The file's text, or None where it cannot be read, is over `max_bytes` or holds a NUL byte."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError:
+        return None
+    if len(raw) > max_bytes or b"\0" in raw:
+        return None
+    return raw.decode("utf-8", errors="replace")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
