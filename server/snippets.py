@@ -74,8 +74,9 @@ def context_block(
     opener, closer = known.line_comment if known is not None else ("", "")
     if budget <= 0 or not opener:
         return ""
+    lines = text.split("\n")
     query_rows = _query_rows(text, offset)
-    query = _identifiers("\n".join(text.split("\n", query_rows.stop)[query_rows.start : query_rows.stop]))
+    query = _identifiers("\n".join(lines[query_rows.start : query_rows.stop]))
     if not query:
         return ""
 
@@ -84,7 +85,9 @@ def context_block(
 
     pieces: list[str] = []
     used = 0
-    signatures = _missing_signatures(tree, text, offset, query_rows, query, prompt_text) if tree is not None else []
+    signatures = []
+    if tree is not None:
+        signatures = _missing_signatures(tree, lines, text, offset, query_rows, query, prompt_text)
     while signatures and len(commented(["Definitions used below, from this file:", *signatures])) > budget:
         signatures.pop()  # the file's last first: nearer the cursor, more likely in the prompt already
     if signatures:
@@ -115,13 +118,12 @@ def _identifiers(text: str) -> frozenset[str]:
 
 
 def _missing_signatures(
-    tree: Tree, text: str, offset: int, query_rows: range, query: frozenset[str], prompt_text: str
+    tree: Tree, lines: list[str], text: str, offset: int, query_rows: range, query: frozenset[str], prompt_text: str
 ) -> list[str]:
     """Signatures of definitions whose name the query holds, not enclosing the cursor nor begun in the
     query's rows (where their own line names them), whose first line the prompt does not hold; in the
     file's order. Looks at statements only, not inside expressions."""
     source = tree.root_node.text or b""
-    lines = text.split("\n")
     byte = syntax.byte_len(text[:offset])
     found: list[str] = []
     stack = list(reversed(tree.root_node.named_children))
