@@ -63,43 +63,25 @@ end
 
 -- The actions behind the keys, per display; each returns whether it did something.
 local function actions(display)
-  if display == 'native' then
-    local native = require('specdec.native')
-    return {
-      accept = native.accept,
-      accept_word = function(bufnr)
-        return native.accept_part(bufnr, 'word')
-      end,
-      accept_line = function(bufnr)
-        return native.accept_part(bufnr, 'line')
-      end,
-      next = function(bufnr)
-        return native.cycle(bufnr, 1)
-      end,
-      prev = function(bufnr)
-        return native.cycle(bufnr, -1)
-      end,
-      dismiss = native.dismiss,
-    }
-  end
-  local trigger = require('specdec.trigger')
+  -- native.lua and trigger.lua answer the same calls: Neovim's own inline completion, or our ghost text
+  local shown = display == 'native' and require('specdec.native') or require('specdec.trigger')
   return {
     accept = function(bufnr)
-      return trigger.accept(bufnr, 'all')
+      return shown.accept(bufnr, 'all')
     end,
     accept_word = function(bufnr)
-      return trigger.accept(bufnr, 'word')
+      return shown.accept(bufnr, 'word')
     end,
     accept_line = function(bufnr)
-      return trigger.accept(bufnr, 'line')
+      return shown.accept(bufnr, 'line')
     end,
     next = function(bufnr)
-      return trigger.cycle(bufnr, 1)
+      return shown.cycle(bufnr, 1)
     end,
     prev = function(bufnr)
-      return trigger.cycle(bufnr, -1)
+      return shown.cycle(bufnr, -1)
     end,
-    dismiss = trigger.dismiss,
+    dismiss = shown.dismiss,
   }
 end
 

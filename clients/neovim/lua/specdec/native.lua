@@ -23,13 +23,13 @@ function M.visible(bufnr)
   return ns ~= nil and #vim.api.nvim_buf_get_extmarks(bufnr, ns, 0, -1, { limit = 1 }) > 0
 end
 
-function M.accept(bufnr)
-  return vim.lsp.inline_completion.get({ bufnr = bufnr })
-end
-
--- Insert the next word or line of the shown completion (how: 'word' or 'line'); the whole of it runs
--- its command as a full accept does. Neovim asks again when the cursor moves.
-function M.accept_part(bufnr, how)
+-- Accept the shown completion: all of it (how: 'all'), or insert its next word or line (how: 'word' or
+-- 'line'); a part that is the whole of it runs its command as a full accept does. Neovim asks again
+-- when the cursor moves. The same call as trigger.accept, for the plugin's own ghost text.
+function M.accept(bufnr, how)
+  if how == 'all' then
+    return vim.lsp.inline_completion.get({ bufnr = bufnr })
+  end
   return vim.lsp.inline_completion.get({
     bufnr = bufnr,
     on_accept = function(item)
