@@ -13,6 +13,10 @@ Between requests the caches are kept: the next prompt is compared with the token
 hold, and only what differs is prefilled. Editors ask again and again about the same file, so
 most of a prompt is usually already there.
 
+With DecodeOptions.heal the prompt's last token is taken back, and the first round's first row of
+target logits is masked to the tokens that continue its text (healing.py). Drafts are judged against
+that masked row, so greedy and sampled speculation are still the target's own decoding, under the mask.
+
 A request is cancelled (DecodeOptions.cancel) between rounds and between the prefill's chunks of
 PREFILL_CHUNK tokens, so a cancelled long prompt stops within one chunk. A prefill cancelled midway
 leaves the target's cache as the last request left it (cut to the tokens reused), as the drafters'
@@ -33,6 +37,7 @@ import torch
 from .cpu_threads import IdleCores
 from .drafts.base import Drafter, Proposal
 from .gamma import FixedGamma, HeuristicGamma
+from .healing import allowed_first, heal
 from .kv_cache import head_logits
 from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities
 from .stats import GenerationStats
@@ -63,6 +68,9 @@ class DecodeOptions:
     seed: int | None = None
     max_prompt_tokens: int | None = None  # left-truncate longer prompts (the context window always applies)
     gamma_group: str = ""  # requests of one group (e.g. a language) share an adaptive γ policy's statistics
+    # take the prompt's last token back and write it again (healing.py; text prompts only): that token counts
+    # in max_new_tokens, so the text may be one token shorter
+    heal: bool = False
 
 
 # Why a generation ended: an EOS token, max_new_tokens, a stop string, DecodeOptions.stop_when,
@@ -79,6 +87,9 @@ class Generation:
     # the target's log-probability of each token in token_ids (under its raw logits, before temperature):
     # the completion's own evidence of how sure the model was (server/gate.py)
     logprobs: list[float] = field(default_factory=list)
+    # the end of the prompt that the first token wrote again (token healing, healing.py): the first tokens
+    # cover it and then `text`, which does not repeat it
+    healed: str = ""
 
 
 def round_rows(gamma, drafter: Drafter | None) -> int:
@@ -141,10 +152,13 @@ class SpeculativeDecoder:
         start = time.perf_counter()
         stats = GenerationStats()
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        healed = ""
+        if opts.heal and isinstance(prompt, str):
+            ids, healed = heal(self.tokenizer, ids)
         ids, stats.prompt_truncated_tokens = self.fit_prompt(ids, opts.max_new_tokens, opts.max_prompt_tokens)
         stats.prompt_tokens = len(ids)
         generator = torch.Generator(self.target.device).manual_seed(opts.seed) if opts.seed is not None else None
-        stream = TextStream(self.tokenizer, ids, opts.stop_strings)
+        stream = TextStream(self.tokenizer, ids, opts.stop_strings, healed)
 
         self._take_idle_cores(stats)
         reused = self._reuse_prefix(ids)
@@ -153,7 +167,7 @@ class SpeculativeDecoder:
         if prefill_logits is None:
             stats.prefill_ms = stats.total_ms = _ms(start)
             stats.finish_reason = "cancelled"
-            return Generation("", [], "cancelled", stats, [])
+            return Generation("", [], "cancelled", stats, [], healed)
         if self.drafter is not None:
             self.drafter.reset(ids, reused)
         stats.prefill_ms = _ms(start)
@@ -168,7 +182,13 @@ class SpeculativeDecoder:
                 break
             self._take_idle_cores(stats)
             new_tokens, new_logprobs = self._round(
-                committed, prefill_logits, opts, generator, stats, wanted=opts.max_new_tokens - len(generated)
+                committed,
+                prefill_logits,
+                opts,
+                generator,
+                stats,
+                wanted=opts.max_new_tokens - len(generated),
+                healed=healed if not generated else "",
             )
             prefill_logits = None
             for token, logprob in zip(new_tokens, new_logprobs):
@@ -196,7 +216,7 @@ class SpeculativeDecoder:
         stats.new_tokens = len(generated)
         stats.finish_reason = finish
         stats.total_ms = _ms(start)
-        return Generation(stream.text, generated, finish, stats, logprobs)
+        return Generation(stream.text, generated, finish, stats, logprobs, healed)
 
     def _take_idle_cores(self, stats: GenerationStats) -> None:
         if self.idle_cores is not None:
@@ -239,11 +259,14 @@ class SpeculativeDecoder:
                 logits = self.steps.forward(ids[begin:], keep=1)
         return logits
 
-    def _round(self, committed, prefill_logits, opts, generator, stats, wanted: int) -> tuple[list[int], list[float]]:
+    def _round(
+        self, committed, prefill_logits, opts, generator, stats, wanted: int, healed: str = ""
+    ) -> tuple[list[int], list[float]]:
         """One draft-then-verify round. Returns the tokens to commit (accepted drafts plus one from the
         target) and the target's log-probability of each.
 
         wanted: the tokens still to generate; a round drafts at most one fewer (the target adds one).
+        healed: the text the round's first token must start with (the first round of a healed prompt).
         """
         params = opts.sampling
         policy = self._policy(opts.gamma_group)
@@ -265,6 +288,9 @@ class SpeculativeDecoder:
             logits = torch.cat([prefill_logits, self.steps.forward(proposal.tokens, keep=k)])
         else:
             logits = prefill_logits
+        if healed:  # the first token: the target's distribution over the tokens that continue `healed`
+            allowed = allowed_first(self.tokenizer, healed, logits.shape[-1], logits.device)
+            logits = torch.cat([logits[:1].masked_fill(~allowed, float("-inf")), logits[1:]])
         drafts = torch.tensor(proposal.tokens, dtype=torch.long, device=logits.device)
         if params.greedy:
             decided = accept_greedy(logits, drafts)

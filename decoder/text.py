@@ -13,10 +13,13 @@ CONTEXT_TOKENS = 4
 
 
 class TextStream:
-    def __init__(self, tokenizer, prompt_ids: list[int], stop_strings: tuple[str, ...] = ()):
+    def __init__(self, tokenizer, prompt_ids: list[int], stop_strings: tuple[str, ...] = (), healed: str = ""):
+        """healed: prompt text the generated tokens start by writing again (decoder/healing.py): not part
+        of the stream's text."""
         self.tokenizer = tokenizer
         self.context = list(prompt_ids[-CONTEXT_TOKENS:])
-        self.context_text = self._decode(self.context)
+        self.context_text = self._decode(self.context) + healed
+        self.healed = healed
         self.stop_strings = tuple(s for s in stop_strings if s)
         self.text = ""  # everything decoded so far, cut at a stop string once one is found
         self.emitted = 0  # characters of self.text handed to the caller
@@ -28,7 +31,10 @@ class TextStream:
     def update(self, generated_ids: list[int]) -> str:
         """Re-decode after new tokens; returns the newly settled text (possibly empty)."""
         full = self._decode(self.context + generated_ids)
-        text = full[len(self.context_text) :] if full.startswith(self.context_text) else self._decode(generated_ids)
+        if full.startswith(self.context_text):
+            text = full[len(self.context_text) :]
+        else:  # a decode that is not context-free (the context ends inside a character)
+            text = self._decode(generated_ids).removeprefix(self.healed)
         search_from = max(0, len(self.text) - max((len(s) for s in self.stop_strings), default=0))
         self.text = text
         cut = min((i for s in self.stop_strings if (i := text.find(s, search_from)) >= 0), default=-1)

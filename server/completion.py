@@ -16,6 +16,7 @@ from speccomplete.decoder.backends import TextDecoder
 from speccomplete.decoder.drafts import draft_label
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
+from speccomplete.decoder.healing import token_strings
 from speccomplete.decoder.loader import load_decoder
 from speccomplete.decoder.models import Progress, packaged_gguf
 from speccomplete.decoder.sampling import SamplingParams
@@ -76,6 +77,8 @@ def load_engine(options: ServerOptions, progress: Progress | None = None) -> Eng
     )
     decoder = loaded.decoder
     target, tokenizer = loaded.target, loaded.tokenizer
+    if options.token_healing:
+        token_strings(tokenizer)  # ~1 s for a large vocabulary: here, not in the first completion
     weights = "int8" if loaded.quantization == "int8" else str(target.dtype).removeprefix("torch.")
     device = f"{target.device} {weights}"
     return Engine(
@@ -173,6 +176,7 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
                 stop_when=scope_closed(context),
                 cancel=cancel,
                 gamma_group=language,  # γ adapts to each language's own acceptance
+                heal=options.token_healing,
             ),
         )
         if generation.finish_reason == "cancelled":

@@ -34,13 +34,14 @@ def evidence(generation: Generation, shown: str, tokenizer=None) -> Evidence:
     logprobs = generation.logprobs
     if not shown or not logprobs:
         return Evidence(0, None, None)
-    used = _tokens_behind(generation.token_ids, len(shown), tokenizer) if tokenizer else len(logprobs)
+    healed = len(generation.healed)  # the first tokens write the healed end of the prompt before `shown`
+    used = _tokens_behind(generation.token_ids, healed + len(shown), tokenizer) if tokenizer else len(logprobs)
     kept = logprobs[: max(1, used)]
     first_line = len(shown.split("\n", 1)[0]) or 1
     if first_line == len(shown) or not tokenizer:  # a single line: the same tokens
         first = len(kept)
     else:
-        first = _tokens_behind(generation.token_ids, first_line, tokenizer)
+        first = _tokens_behind(generation.token_ids, healed + first_line, tokenizer)
     return Evidence(len(kept), _geometric_mean(kept), math.exp(min(kept)), _geometric_mean(kept[: max(1, first)]))
 
 

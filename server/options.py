@@ -120,6 +120,7 @@ class ServerOptions:
     # definitions this file names and windows of other open documents, before the prompt (server/snippets.py)
     context_budget_chars: Annotated[int, Range(0, 100_000)] = DEFAULT_CONTEXT_CHARS
     max_document_chars: Count = 1_000_000  # larger documents get no completion (and are not tokenized)
+    token_healing: bool = True  # the prompt's last token is written again by the model (decoder/healing.py)
 
     def language_enabled(self, language: str) -> bool:
         return self.enabled_languages is None or language in self.enabled_languages
@@ -135,6 +136,7 @@ class ServerOptions:
             "max_tokens_multi_line": self.max_tokens_multi_line,
             "prompt_budget_chars": self.prompt_budget_chars,
             "context_budget_chars": self.context_budget_chars,
+            "token_healing": self.token_healing,
         }
 
 
@@ -181,6 +183,9 @@ HELP = {
     "lines of other open documents in the same language (0: none; off by default, as it did not improve the "
     "default target's completions: docs/quality.md).",
     "max_document_chars": "Larger documents get no completion (and are not tokenized).",
+    "token_healing": "The model writes the prompt's last token again, choosing among the tokens that start with "
+    "its text, so a prompt cut after `= ` or a comment's ` ` ends where its tokenizer would cut (`local` "
+    "backend); docs/quality.md.",
 }
 
 

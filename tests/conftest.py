@@ -60,11 +60,20 @@ def _bytes_to_unicode() -> dict[int, str]:
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-def make_byte_tokenizer(bos: bool = True, eos: bool = True, eos_name: str = "</s>") -> PreTrainedTokenizerFast:
-    """Byte-level BPE, 256 byte tokens (id == byte value), no merges; specials appended after them."""
+def make_byte_tokenizer(
+    bos: bool = True, eos: bool = True, eos_name: str = "</s>", merges: tuple[tuple[str, str], ...] = ()
+) -> PreTrainedTokenizerFast:
+    """Byte-level BPE, 256 byte tokens (id == byte value), no merges; specials appended after them.
+    merges: pairs of texts that become one token each (ids from 256, before the specials; e.g. (" ", "*"))."""
     byte_char = _bytes_to_unicode()
     vocab = {byte_char[b]: b for b in range(256)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+
+    def piece(text: str) -> str:
+        return "".join(byte_char[b] for b in text.encode("utf-8"))
+
+    for left, right in merges:
+        vocab[piece(left + right)] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(piece(left), piece(right)) for left, right in merges]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     kwargs = {}
@@ -73,9 +82,9 @@ def make_byte_tokenizer(bos: bool = True, eos: bool = True, eos_name: str = "</s
     if eos:
         kwargs["eos_token"] = eos_name
     out = PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
-    if bos:
+    if bos and not merges:
         assert out.bos_token_id == BOS
-    if eos:
+    if eos and not merges:
         assert out.eos_token_id == (EOS if bos else BOS)
     return out
 

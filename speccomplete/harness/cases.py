@@ -1,10 +1,11 @@
 """Completion cases: a document and an LSP cursor position, one JSON object per line.
 
 `{"id": str, "path": str, "text": str, "line": int, "character": int}`, optionally `"label"` (a
-language label that overrides detection, e.g. "nl") and `"neighbours"` (`[{"path": str, "text": str}]`:
-other files open in the editor, as its other tabs; written only when there are some). Cases drawn from
-the corpus dev split put the cursor after the indentation of a real line, so the rest of that line is the
-ground truth for next-line exact match.
+language label that overrides detection, e.g. "nl"), `"neighbours"` (`[{"path": str, "text": str}]`:
+other files open in the editor, as its other tabs; written only when there are some) and `"cut": true`.
+Cases drawn from the corpus dev split put the cursor after the indentation of a real line, so the rest of
+that line is the ground truth for next-line exact match; with `--mid-line`, inside the same line's text
+instead (the user paused while typing it), marked `cut`: the rest of the line is the ground truth.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Case:
     character: int
     label: str = ""  # a language label that overrides detection: "nl" for README and docs cases
     neighbours: list[dict] = field(default_factory=list)  # other open documents: {"path": str, "text": str}
+    cut: bool = False  # the rest of the cursor's line is the reference, cut out before the request (mid-line)
 
     @property
     def language(self) -> str:
@@ -64,6 +66,8 @@ def write_cases(cases: list[Case], path: str | Path) -> None:
             row = dict(case.__dict__)
             if not row["neighbours"]:
                 del row["neighbours"]  # case files without open documents stay as they were
+            if not row["cut"]:
+                del row["cut"]
             f.write(json.dumps(row) + "\n")
 
 
@@ -74,13 +78,15 @@ def sample_cases(
     split: str = "dev",
     nl_roots: list[str] | None = None,
     neighbours: int = 0,
+    mid_line: bool = False,
 ) -> list[Case]:
     """Pick files from `<lang>.<split>.txt` lists and a cursor inside each, deterministically.
 
     With `nl_roots`, also natural-language cases (READMEs and docs under those package roots, the
     same split rule as the draft corpus); their language is detected as "text". With `neighbours`,
     each case also carries up to that many other files of its list as open documents (`_neighbours`),
-    drawn apart from the cases: the same seed draws the same cases with and without them.
+    drawn apart from the cases: the same seed draws the same cases with and without them. With `mid_line`,
+    the cursor is inside the same lines' text, at a point drawn from the file and line alone (`_mid_line`).
     """
     rng = random.Random(seed)
     cases = []
@@ -88,13 +94,13 @@ def sample_cases(
         language = listing.name.split(".")[0]
         files = [p for p in listing.read_text().splitlines() if p.strip()]
         rng.shuffle(files)
-        cases += _pick(files, language, language, per_language, rng, neighbours=neighbours)
+        cases += _pick(files, language, language, per_language, rng, neighbours=neighbours, mid_line=mid_line)
     if nl_roots:
         from speccomplete.decoder.training.corpus import nl_documents
 
         files = [doc.source for doc in nl_documents(nl_roots, split)]
         rng.shuffle(files)
-        cases += _pick(files, "nl", "text", per_language, rng, neighbours=neighbours)
+        cases += _pick(files, "nl", "text", per_language, rng, neighbours=neighbours, mid_line=mid_line)
     return cases
 
 
@@ -107,9 +113,10 @@ def _pick(
     max_prefix_chars: int = 3000,
     min_line_chars: int = 10,
     neighbours: int = 0,
+    mid_line: bool = False,
 ) -> list[Case]:
-    """Up to `count` cases from `files` in `language`, the cursor after the indentation of a real line; each
-    with up to `neighbours` other files of `files` as open documents (`_neighbours`)."""
+    """Up to `count` cases from `files` in `language`, the cursor after the indentation of a real line (or
+    inside its text: `mid_line`); each with up to `neighbours` other files of `files` as open documents."""
     cases: list[Case] = []
     for file in files:
         if len(cases) == count:
@@ -127,14 +134,24 @@ def _pick(
             continue
         number = rng.choice(candidates)
         row = lines[number]
-        indent = row[: len(row) - len(row.lstrip())]
-        case = Case(f"{label}-{len(cases)}", file, text, number, utf16_len(indent), label if label != language else "")
+        column = _mid_line(file, number, row) if mid_line else len(row) - len(row.lstrip())
+        case = Case(
+            f"{label}-{len(cases)}", file, text, number, utf16_len(row[:column]), label if label != language else ""
+        )
+        case.cut = mid_line
         if neighbours > 0:
             # a generator of its own: the cases drawn are the same with and without neighbours
             choose = random.Random(file)
             case.neighbours = _neighbours(file, files, language, neighbours, choose)
         cases.append(case)
     return cases
+
+
+def _mid_line(file: str, number: int, row: str) -> int:
+    """A cursor inside the row's text, where typing might pause: at least one character typed after the
+    indentation and two left. Drawn from the file and row alone, so the rows drawn are those without it."""
+    start = len(row) - len(row.lstrip()) + 1
+    return random.Random(f"{file}:{number}").randint(start, len(row.rstrip()) - 2)
 
 
 def _neighbours(file: str, listing: list[str], language: str, count: int, rng: random.Random) -> list[dict]:
@@ -183,6 +200,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         metavar="N",
         help="also store up to N other files of the same directory and language as open documents",
     )
+    p.add_argument(
+        "--mid-line",
+        action="store_true",
+        help="put the cursor inside the line's text, not after its indentation: the rest of the line is cut out "
+        "and scored (the user paused while typing it)",
+    )
     p.add_argument("--out", required=True)
     return p
 
@@ -194,7 +217,13 @@ def run(args: argparse.Namespace) -> int:
 
         nl_roots = package_roots(args.nl_roots)
     cases = sample_cases(
-        args.splits, args.per_language, seed=args.seed, split=args.split, nl_roots=nl_roots, neighbours=args.neighbours
+        args.splits,
+        args.per_language,
+        seed=args.seed,
+        split=args.split,
+        nl_roots=nl_roots,
+        neighbours=args.neighbours,
+        mid_line=args.mid_line,
     )
     write_cases(cases, args.out)
     print(f"wrote {len(cases)} cases to {args.out}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import TYPE_CHECKING
 
 import torch
@@ -123,3 +124,21 @@ def backend_options(args: argparse.Namespace) -> dict:
     if args.openai_model:
         options["openaiModel"] = args.openai_model
     return options
+
+
+def add_options_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--options",
+        help="extra server settings as a JSON object, camelCase as initializationOptions: "
+        "'{\"maxTokensMultiLine\": 64}'",
+    )
+
+
+def extra_options(args: argparse.Namespace) -> dict:
+    """The server settings --options names (`add_options_arg`), to go on top of the harness's own."""
+    if not args.options:
+        return {}
+    extra = json.loads(args.options)
+    if not isinstance(extra, dict):
+        raise ValueError(f"--options must be a JSON object, got {args.options!r}")
+    return extra

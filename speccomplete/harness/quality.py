@@ -40,7 +40,7 @@ from speccomplete.server.options import ServerOptions, parse_options
 from speccomplete.server.snippets import OpenDocument
 
 from .cases import Case, read_cases, sample_cases
-from .model_args import add_backend_args, add_model_args, backend_options, model_options
+from .model_args import add_backend_args, add_model_args, add_options_arg, backend_options, extra_options, model_options
 from .replay import warm_up
 
 OVERALL = "OVERALL"
@@ -149,10 +149,10 @@ def loops(text: str) -> bool:
 
 
 def scored(case: Case) -> bool:
-    """A case whose cursor is after the indentation of a line with text: the rest of that line is the reference
-    (the `specdec cases` shape)."""
+    """A case whose cursor is after the indentation of a line with text, or marked `cut` (inside its text): the
+    rest of that line is the reference (the `specdec cases` shapes)."""
     line_before = case.prefix[case.prefix.rfind("\n") + 1 :]
-    return not line_before.strip() and bool(case.expected_line.strip())
+    return (case.cut or not line_before.strip()) and bool(case.expected_line.strip())
 
 
 def request_document(case: Case) -> str:
@@ -331,12 +331,8 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         "telemetrySource": "eval",
         "trackOutcomes": False,
         **backend_options(args),
+        **extra_options(args),
     }
-    if args.options:
-        extra = json.loads(args.options)
-        if not isinstance(extra, dict):
-            raise ValueError(f"--options must be a JSON object, got {args.options!r}")
-        raw |= extra
     options, errors = parse_options(raw)
     if errors:
         raise ValueError("--options: " + "; ".join(errors))
@@ -383,11 +379,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="with --splits: also open up to N other files of each case's directory and language (default: 0)",
     )
     p.add_argument("--limit", type=int, help="use only the first N cases")
-    p.add_argument(
-        "--options",
-        help="extra server settings as a JSON object, camelCase as initializationOptions: "
-        "'{\"maxTokensMultiLine\": 64}'",
-    )
+    add_options_arg(p)
     p.add_argument("--json", help="write the summary and every case's row here, and the table beside it (.txt)")
     add_model_args(p)
     add_backend_args(p)

@@ -44,7 +44,7 @@ from speccomplete.server.completion import Completion, Engine, Request, complete
 from speccomplete.server.language import detect_language
 from speccomplete.server.options import ServerOptions, parse_options
 
-from .model_args import add_backend_args, add_model_args, backend_options, model_options
+from .model_args import add_backend_args, add_model_args, add_options_arg, backend_options, extra_options, model_options
 
 TARGET_P50_MS = {"single": 250.0, "multi": 800.0}
 KINDS = ("single", "multi")
@@ -265,7 +265,8 @@ def format_table(data: dict) -> str:
 
 
 def server_options(args: argparse.Namespace) -> ServerOptions:
-    """The server's settings for the replay: the CLI's model and backend, no telemetry, no outcome tracking."""
+    """The server's settings for the replay: the CLI's model and backend, no telemetry, no outcome tracking, then
+    --options on top."""
     raw = {
         **model_options(args),
         "maxTokensSingleLine": args.max_tokens_single_line,
@@ -274,6 +275,7 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
         "telemetrySource": "eval",
         "trackOutcomes": False,
         **backend_options(args),
+        **extra_options(args),
     }
     options, errors = parse_options(raw)
     if errors:
@@ -294,6 +296,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-tokens-multi-line", type=int, default=ServerOptions.max_tokens_multi_line)
     p.add_argument("--label", help="the name of this run's row (default: backend and draft)")
     p.add_argument("--json", help="write the summary and every measured request here")
+    add_options_arg(p)
     add_model_args(p)
     add_backend_args(p)
     return p
@@ -325,6 +328,7 @@ def run(args: argparse.Namespace) -> int:
         "draft": engine.draft,
         "device": engine.device,
         "settings": options.settings(),
+        "options": extra_options(args),
         "files": [
             {
                 "path": path,

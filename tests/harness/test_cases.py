@@ -144,3 +144,20 @@ def test_neighbours_or_none_draw_the_cases_drawn_before_neighbours_existed(tmp_p
         with_neighbours = sample_cases(splits, per_language=3, seed=seed, split="dev", neighbours=2)
         assert [(c.id, os.path.relpath(c.path, root), c.line, c.character) for c in with_neighbours] == want
         assert any(c.neighbours for c in with_neighbours)
+
+
+def test_mid_line_cases_are_the_same_rows_with_the_cursor_inside_the_text(tmp_path):
+    root, splits = _tree(tmp_path)
+    for seed, want in GOLDEN.items():
+        cases = sample_cases(splits, per_language=3, seed=seed, split="dev", mid_line=True)
+        assert [(c.id, os.path.relpath(c.path, root), c.line) for c in cases] == [w[:3] for w in want], seed
+        for case in cases:
+            row = case.text.split("\n")[case.line]
+            typed = case.prefix[case.prefix.rfind("\n") + 1 :]
+            assert case.cut and typed.strip() and len(case.expected_line.rstrip()) >= 2
+            assert typed + case.expected_line == row
+        again = sample_cases(splits, per_language=3, seed=seed, split="dev", mid_line=True)
+        assert [(c.path, c.line, c.character) for c in again] == [(c.path, c.line, c.character) for c in cases]
+    write_cases(cases, tmp_path / "mid.jsonl")
+    assert read_cases(tmp_path / "mid.jsonl") == cases
+    assert all(json.loads(line)["cut"] for line in (tmp_path / "mid.jsonl").read_text().splitlines())

@@ -85,6 +85,15 @@ def test_a_case_after_indentation_is_scored_with_its_line_cut_out():
     assert line_match(case, "") == (False, 0.0, "", "y = x + 1")
 
 
+def test_a_mid_line_case_is_scored_with_the_rest_of_its_line_cut_out():
+    text = "def f(x):\n    y = x + 1\n    return y\n"
+    case = Case("py-0", "a.py", text, 1, 9, cut=True)  # "    y = x" typed, " + 1" to come
+    assert scored(case) and case.expected_line == " + 1"
+    assert request_document(case) == "def f(x):\n    y = x\n    return y\n"
+    assert line_match(case, " + 1\n    return y") == (True, 1.0, "y = x + 1", "y = x + 1")
+    assert not scored(Case("py-0", "a.py", text, 1, 9))  # unmarked, the same cursor is a hole: sent as it is
+
+
 def test_holes_have_no_reference():
     mid_line = Case("mid", "a.py", PY, 4, 9)  # `    y = |x + 1`
     empty_line = Case("blank", "a.py", "def f():\n    \n", 1, 4)

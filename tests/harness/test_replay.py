@@ -143,3 +143,17 @@ def test_the_parser_takes_the_backend_arguments():
     assert args.json == "out.json" and args.label == "llama.cpp" and args.cold_every == 3
     options = server_options(args)
     assert options.backend == "llamacpp" and options.max_tokens_single_line == 32
+
+
+def test_options_go_on_top_of_the_replays_own_settings():
+    args = build_parser().parse_args(
+        ["replay", "--files", "a.py", "--max-tokens-multi-line", "8", "--options", '{"promptBudgetChars": 4000}']
+    )
+    options = server_options(args)
+    assert options.prompt_budget_chars == 4000 and options.max_tokens_multi_line == 8 and not options.telemetry
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        server_options(build_parser().parse_args(["replay", "--files", "a.py", "--options", "[4000]"]))
+    with pytest.raises(ValueError, match="promptBudgetChars"):
+        server_options(
+            build_parser().parse_args(["replay", "--files", "a.py", "--options", '{"promptBudgetChars": -1}'])
+        )

@@ -40,6 +40,16 @@ def test_evidence_counts_only_the_tokens_behind_the_shown_text():
     assert found.confidence == pytest.approx((0.9 * 0.8 * 0.1 * 0.1) ** 0.25)
 
 
+def test_evidence_skips_the_healed_text_the_first_token_wrote_again():
+    # token healing (decoder/healing.py): the tokens write " " of the prompt, then the shown "ab\ncd"
+    tokenizer = make_byte_tokenizer()
+    logprobs = [math.log(p) for p in (0.5, 0.9, 0.8, 0.1, 0.1, 0.1)]
+    generation = Generation("ab\ncd", tokenizer(" ab\ncd")["input_ids"], "length", GenerationStats(), logprobs, " ")
+    found = gate.evidence(generation, "ab\nc", tokenizer)
+    assert found.tokens == 5 and found.first_line_confidence == pytest.approx((0.5 * 0.9 * 0.8) ** (1 / 3))
+    assert gate.evidence(generation, "a", tokenizer).tokens == 2
+
+
 def test_no_logprobs_no_evidence_and_never_silenced():
     generation = Generation("ab", [1, 2], "length", GenerationStats())  # a backend that reports none
     found = gate.evidence(generation, "ab")

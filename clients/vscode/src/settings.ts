@@ -28,6 +28,7 @@ const SERVER_OPTIONS: Record<string, string> = {
   promptBudgetChars: 'promptBudgetChars',
   contextBudgetChars: 'contextBudgetChars',
   maxDocumentChars: 'maxDocumentChars',
+  tokenHealing: 'tokenHealing',
   'telemetry.enabled': 'telemetry',
   'telemetry.path': 'telemetryPath',
   'telemetry.includeText': 'telemetryText',

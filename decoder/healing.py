@@ -1,0 +1,95 @@
+"""Token healing: the prompt's last token is taken back, and the first generated token must begin with its text.
+
+A prompt cut at the cursor often ends inside what training text tokenized as one token: Gemma's tokenizer
+writes ` *` of a comment's continuation line and ` foo` after `= ` as single tokens, so a prompt ending in
+`\\n ` or `x = ` ends in a lone ` ` token that the model has rarely seen followed by `*` or a word. It then
+writes something unlike the code around it, or nothing. Taking the last token back and letting the model
+choose any token that starts with its text (` `, ` *`, ` foo`, ...) puts the cut where the tokenizer would.
+
+`heal` splits the prompt; `allowed_first` is the mask for the first generated token: the token taken back,
+or its text joined to more than whitespace (the cursor's own whitespace is never extended). The engine
+applies the mask to that token's logits alone (decoder/engine.py), in the verify as in plain decoding, so
+greedy stays the target's greedy and sampling stays lossless: both decode under the masked first
+distribution. The healed text is the prompt's, so the generated text starts after it (decoder/text.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+
+import torch
+
+LAST_CHARACTER = "\U0010ffff"
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    """One token's text on its own: through the fast tokenizer's decoder (no leading-space rules)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and backend.decoder is not None:
+        piece = tokenizer.convert_ids_to_tokens(token_id)
+        return backend.decoder.decode([piece]) if piece is not None else ""
+    return tokenizer.decode([token_id])
+
+
+# Every character str.isspace() holds: a continuation starting with one only extends the cursor's whitespace.
+WHITESPACE = tuple(chr(c) for c in range(0x3001) if chr(c).isspace())  # none above U+3000
+
+
+@functools.lru_cache(maxsize=4)
+def token_strings(tokenizer) -> tuple[list[str], torch.Tensor]:
+    """Every token's text, sorted, and the token ids in that order; special tokens are left out. One by one
+    through the fast tokenizer's decoder, ~1 s over Gemma's 262k tokens, once per tokenizer."""
+    special = set(tokenizer.all_special_ids)
+    texts = ((token_text(tokenizer, i), i) for i in range(len(tokenizer)) if i not in special)
+    order = sorted((text, i) for text, i in texts if text)
+    return [text for text, _ in order], torch.tensor([i for _, i in order], dtype=torch.long)
+
+
+def heal(tokenizer, ids: list[int]) -> tuple[list[int], str]:
+    """The prompt without its last token, and that token's text; (ids, "") where nothing is to heal: a
+    one-token prompt, a special token (a FIM prompt ends in one), a token that is not whole characters, or
+    one no other token continues (`\\n`, `\\t`, runs of spaces in Gemma's vocabulary: it would only come back)."""
+    if len(ids) < 2 or ids[-1] in set(tokenizer.all_special_ids):
+        return ids, ""
+    text = token_text(tokenizer, ids[-1])
+    if not text or "\ufffd" in text:
+        return ids, ""
+    texts, _ = token_strings(tokenizer)
+    itself = bisect.bisect_right(texts, text) - bisect.bisect_left(texts, text)
+    if sum(end - start for start, end in _continuations(tokenizer, text)) == itself:
+        return ids, ""
+    return ids[:-1], text
+
+
+@functools.lru_cache(maxsize=4096)
+def _continuations(tokenizer, healed: str) -> tuple[tuple[int, int], ...]:
+    """The places in `token_strings` order of the tokens that are `healed`, or `healed` and then more than
+    whitespace: one range of the texts that start with `healed`, less the ranges that go on with whitespace.
+
+    The whitespace at the cursor is the editor's: its indentation, its line break. A token that only
+    extends it (`\\t\\t` after `\\t`, `\\n\\n` after `\\n`) would indent the completion again or start it
+    with an empty line, so healing joins the cut to text, never to more whitespace."""
+    texts, _ = token_strings(tokenizer)
+
+    def starting(prefix: str, lo: int = 0) -> tuple[int, int]:
+        start = bisect.bisect_left(texts, prefix, lo=lo)
+        return start, bisect.bisect_left(texts, prefix + LAST_CHARACTER, lo=start)
+
+    ranges, (start, end) = [], starting(healed)
+    for space_start, space_end in sorted(starting(healed + c, start) for c in WHITESPACE):
+        if space_start < space_end:
+            ranges.append((start, space_start))
+            start = space_end
+    ranges.append((start, end))
+    return tuple((lo, hi) for lo, hi in ranges if lo < hi)
+
+
+@functools.lru_cache(maxsize=64)
+def allowed_first(tokenizer, healed: str, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """The mask of the first generated token after a healed prompt: True for `_continuations`."""
+    _, ids = token_strings(tokenizer)
+    allowed = torch.zeros(vocab_size + 1, dtype=torch.bool)  # the last: ids past the head, dropped
+    for start, end in _continuations(tokenizer, healed):
+        allowed[ids[start:end].clamp(max=vocab_size)] = True
+    return allowed[:vocab_size].to(device)
