@@ -135,10 +135,8 @@ def _pick(
         number = rng.choice(candidates)
         row = lines[number]
         column = _mid_line(file, number, row) if mid_line else len(row) - len(row.lstrip())
-        case = Case(
-            f"{label}-{len(cases)}", file, text, number, utf16_len(row[:column]), label if label != language else ""
-        )
-        case.cut = mid_line
+        label_if_other = label if label != language else ""
+        case = Case(f"{label}-{len(cases)}", file, text, number, utf16_len(row[:column]), label_if_other, cut=mid_line)
         if neighbours > 0:
             # a generator of its own: the cases drawn are the same with and without neighbours
             choose = random.Random(file)
