@@ -404,6 +404,7 @@ def run(args: argparse.Namespace) -> int:
         rows = run_quality(engine, options, cases, progress=lambda row: bar.update(1))
     finally:
         bar.close()
+    curve = gate_curve(rows)
     data = {
         "cases": source,
         "backend": engine.backend,
@@ -411,17 +412,13 @@ def run(args: argparse.Namespace) -> int:
         "draft": engine.draft,
         "device": engine.device,
         "settings": options.settings(),
-        "options": args.options and json.loads(args.options),
+        "options": extra_options(args) if args.options else None,
         "argv": getattr(args, "argv", None),
         "languages": summarize(rows),
-        "gate_curve": gate_curve(rows),
+        "gate_curve": curve,
         "rows": rows,
     }
-    table = (
-        format_table(data)
-        + "\n\nThe confidence gate, from these rows (docs/quality.md):\n"
-        + format_curve(data["gate_curve"])
-    )
+    table = format_table(data) + "\n\nThe confidence gate, from these rows (docs/quality.md):\n" + format_curve(curve)
     print(table)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
