@@ -1,12 +1,15 @@
 """Training an EAGLE-3 draft (decoder/drafts/eagle3.py) on the target's own hidden states.
 
-Two stages, flat functions:
-- `extract_features`: teacher-forced target passes over corpus sequences, written once to chunk
-  files (the aux states the draft fuses, and the final normed state the target's head reads), so
-  epochs on the CPU never run the target again. Resumable: chunks already written are skipped.
-- `train_eagle3`: AdamW over the draft's own weights (fc, the layer, norm; the head stays the
-  target's rows, frozen) with the "training-time test" (TTT) objective below, the sampler,
-  LR schedule and checkpoint format of decoder/training/train.py.
+The draft reads the target's states (the aux states it fuses, and the final normed state the
+target's head reads, which makes the teacher). They come from one of two sources, with one interface:
+- `OnlineFeatures` (a GPU): the frozen target runs inside each training step, batched, no_grad, in
+  its own dtype; nothing touches a disk, and every epoch sees fresh sequences;
+- `extract_features` + `FeatureShards` (the CPU): teacher-forced target passes over corpus sequences,
+  written once to chunk files, so epochs on the CPU never run the target again. Resumable: chunks
+  already written are skipped.
+`train_eagle3` trains the draft's own weights (fc, the layer, norm; the head stays the target's rows,
+frozen) with the "training-time test" (TTT) objective below, in decoder/training/trainer.py's loop.
+The teacher is compact: the target's distribution over the draft's vocabulary only (its head rows).
 
 TTT, as the engine decodes (decoder/drafts/eagle3.py, `Eagle3.step`): sequence x_0..x_{L-1},
 features g_t. Step 0, row i: embeds E[x_{i+1}], hidden fuse(g_i), position i+1, causal attention
@@ -24,11 +27,9 @@ import bisect
 import json
 import logging
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +41,8 @@ from ..drafts.trained import target_signature
 from ..kv_cache import forward_tapped, new_cache
 from .corpus import Shards
 from .fitness import fitness_from_logits
-from .train import BatchSampler, learning_rate, load_checkpoint, record_evaluation, save_checkpoint
+from .trainer import LoopConfig, Phase
+from .trainer import train as train_loop
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +204,55 @@ class FeatureShards:
         )
 
 
+class OnlineFeatures:
+    """The target's states computed when a batch is drawn: FeatureShards' interface over corpus Shards.
+
+    A batch runs the frozen target once, teacher-forced over whole sequences ([B, L] at a time, no_grad,
+    in the target's dtype), and keeps the tapped states and the final normed state; the corpus tokens
+    wait on the target's device, so drawing a batch never waits for the GPU."""
+
+    def __init__(self, target, shards: Shards, taps: tuple[int, ...]):
+        num_layers = target.config.get_text_config().num_hidden_layers
+        if any(not 0 <= t <= num_layers for t in taps):
+            raise ValueError(f"aux layers must be in 0..{num_layers} for a {num_layers}-layer target, got {taps}")
+        self.target = target
+        self.taps = [int(t) for t in taps]
+        self.languages = shards.languages
+        self.language = shards.language
+        self.tokens = shards.tokens  # [N, L]: `BatchSampler` draws from len(tokens)
+        self.manifest = shards.manifest
+        self._tokens_on_device = shards.tokens.to(target.device)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def indices_of(self, language: str) -> torch.Tensor:
+        return (self.language == self.languages.index(language)).nonzero().flatten()
+
+    @torch.no_grad()
+    def batch(
+        self, indices: torch.Tensor, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ids [B, L] long, features [B, L, k h] and final hidden [B, L, h] on the target's device.
+
+        `dtype` is FeatureShards' argument; states stay in the target's dtype (autocast, or the draft's
+        `fuse`, casts them where they are read)."""
+        if self._tokens_on_device.is_cuda:  # a pinned copy does not wait for the kernels queued before it
+            indices = indices.pin_memory().to(self._tokens_on_device.device, non_blocking=True)
+        ids = self._tokens_on_device[indices.to(self._tokens_on_device.device)]
+        features, final = target_states(self.target, ids, self.taps)
+        return ids, features, final
+
+
+def target_states(target, ids: torch.Tensor, taps: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The states entering target layers `taps` (the number of layers: the final, normed, states),
+    concatenated [B, L, len(taps) h], and the final normed states [B, L, h], of sequences `ids` [B, L]:
+    what kv_cache.forward_tapped returns for one sequence, for a batch at once."""
+    out = target.base_model(input_ids=ids, use_cache=False, output_hidden_states=True)
+    states = list(out.hidden_states[:-1]) + [out.last_hidden_state]  # HF's last is the normed state too
+    return torch.cat([states[k] for k in taps], dim=-1), out.last_hidden_state
+
+
 # --------------------------------------------------------------------------- the TTT forward and loss
 
 
@@ -269,14 +320,15 @@ def ttt_loss(
     steps: int = 3,
     decay: float = 0.8,
     softcap: float | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Σ_s decay^s KL(P || Q) (mean over valid rows), and per step: kl, top-1 agreement, expected acceptance."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Σ_s decay^s KL(P || Q) (mean over valid rows), and per step: kl, top-1 agreement, expected acceptance,
+    as detached device scalars (reading them back is the caller's one host sync)."""
     q_steps = ttt_forward(draft, embed_weight, ids, features, steps)
     with torch.no_grad():
         # P_t for t = 1..L-1: the target's distribution after x_t; step s row i wants t = i+1+s
         log_p_all = torch.log_softmax(teacher_logits(draft, final_hidden[:, 1:], softcap).float(), -1)
     loss = torch.zeros((), device=ids.device)
-    parts: dict[str, float] = {}
+    parts: dict[str, torch.Tensor] = {}
     for s, q_logits in enumerate(q_steps):
         n = q_logits.shape[1]
         log_p = log_p_all[:, s : s + n]
@@ -285,47 +337,35 @@ def ttt_loss(
         kl = (p * (log_p - log_q)).sum(-1).mean()
         loss = loss + decay**s * kl
         with torch.no_grad():
-            parts[f"kl_{s}"] = kl.item()
-            parts[f"top1_{s}"] = (log_q.argmax(-1) == log_p.argmax(-1)).float().mean().item()
-            parts[f"acceptance_{s}"] = torch.minimum(p, log_q.exp()).sum(-1).mean().item()
-    parts["loss"] = loss.item()
+            parts[f"kl_{s}"] = kl.detach()
+            parts[f"top1_{s}"] = (log_q.argmax(-1) == log_p.argmax(-1)).float().mean()
+            parts[f"acceptance_{s}"] = torch.minimum(p, log_q.exp()).sum(-1).mean()
     return loss, parts
 
 
 # --------------------------------------------------------------------------- the loop
 
 
-@dataclass
-class Eagle3TrainConfig:
-    out: str
-    features: str  # a folder from extract_features
-    tokens: int  # sequence tokens to train on (batch x seq_len per batch); epochs over the features are fine
-    dev: str | None = None  # dev features
+# --------------------------------------------------------------------------- the objective and its run
+
+
+@dataclass(kw_only=True)
+class Eagle3TrainConfig(LoopConfig):
+    tokens: int  # sequence tokens to train on (batch x seq_len per batch); epochs over the data are fine
     steps: int = 3  # TTT steps
     decay: float = 0.8
     softcap: float | None = None  # the target's final_logit_softcapping
-    balance: str = "natural"  # natural | uniform | scdf
-    scdf_strength: float = 0.5
     batch_size: int = 8
-    grad_accum: int = 1
-    lr: float = 3e-4
-    warmup_tokens: int = 100_000
-    weight_decay: float = 0.0
-    bf16: bool = False  # autocast: on CUDA; fp32 on the CPU
-    seed: int = 0
-    eval_every: int = 200
     eval_sequences: int = 8  # dev sequences per language
     eval_tokens: int = 128  # positions scored per dev sequence: the target's full head is costly on the CPU
-    checkpoint_every: int = 200
-    max_seconds: float | None = None
 
     def __post_init__(self):
-        if self.balance not in ("natural", "uniform", "scdf"):
-            raise ValueError(f"balance must be natural, uniform or scdf, got {self.balance!r}")
-        if self.steps < 1 or self.tokens <= 0 or self.batch_size < 1 or self.grad_accum < 1:
-            raise ValueError("need steps >= 1, tokens > 0, batch_size >= 1 and grad_accum >= 1")
-        if self.max_seconds is not None and self.max_seconds <= 0:
-            raise ValueError(f"max_seconds must be positive, got {self.max_seconds}")
+        super().__post_init__()
+        if self.steps < 1 or self.tokens <= 0:
+            raise ValueError("need steps >= 1 and tokens > 0")
+
+
+Features = FeatureShards | OnlineFeatures
 
 
 def trainable_parameters(draft: Eagle3) -> dict[str, torch.nn.Parameter]:
@@ -337,12 +377,12 @@ def trainable_parameters(draft: Eagle3) -> dict[str, torch.nn.Parameter]:
 def dev_fitness(
     draft: Eagle3,
     embed_weight: torch.Tensor,
-    dev: FeatureShards,
+    dev: Features,
     cfg: Eagle3TrainConfig,
     target_head: torch.Tensor | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per language, at every TTT step s: top-1 agreement (top1_s) and expected acceptance Σmin(P, Q)
-    (acceptance_s); expected_acceptance and cross_entropy are step 0's (train.py's keys, for s-CDF).
+    (acceptance_s); expected_acceptance and cross_entropy are step 0's (the keys s-CDF reads).
 
     With `target_head` (the target's full output matrix) P is the target's whole distribution, as the
     engine accepts against (decoder/training/fitness.py): a token outside the draft's vocabulary is
@@ -382,113 +422,59 @@ def dev_fitness(
     return out
 
 
+class Eagle3Objective:
+    """The EAGLE-3 draft's part of the loop: its own weights, ttt_loss on a batch's states, dev_fitness."""
+
+    top1_key = "top1_0"
+
+    def __init__(
+        self,
+        draft: Eagle3,
+        embed_weight: torch.Tensor,
+        cfg: Eagle3TrainConfig,
+        dev: Features | None = None,
+        target_head: torch.Tensor | None = None,
+    ):
+        self.draft, self.cfg, self.dev, self.target_head = draft, cfg, dev, target_head
+        self.embed_weight = embed_weight.detach()
+        self.params = trainable_parameters(draft)
+        for p in self.params.values():
+            p.requires_grad_(True)
+        draft.lm_head.weight.requires_grad_(False)
+
+    def parameters(self) -> dict[str, torch.nn.Parameter]:
+        return self.params
+
+    def loss(self, data: Features, indices: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        ids, features, final = data.batch(indices, self.embed_weight.device)
+        cfg = self.cfg
+        return ttt_loss(self.draft, self.embed_weight, ids, features, final, cfg.steps, cfg.decay, cfg.softcap)
+
+    def evaluate(self) -> dict[str, dict[str, float]] | None:
+        if self.dev is None:
+            return None
+        return dev_fitness(self.draft, self.embed_weight, self.dev, self.cfg, self.target_head)
+
+    def train_mode(self, on: bool) -> None:
+        self.draft.train(on)
+
+
 def train_eagle3(
     embed_weight: torch.Tensor,
     draft: Eagle3,
     cfg: Eagle3TrainConfig,
+    data: Features,
+    dev: Features | None = None,
     progress: Callable[[dict], None] | None = None,
     resume: bool = True,
     target_head: torch.Tensor | None = None,
 ) -> dict:
-    """Train `draft`'s own weights on the features in `cfg.features`; returns the final state.
+    """Train `draft`'s own weights on the target's states from `data` (trainer.train); returns the final state.
 
     `embed_weight` is the target's input embedding matrix (the draft reads it, never trains it);
     `target_head`, its output matrix, makes dev fitness score against the full distribution (`dev_fitness`).
-    As train.py's `train`: `progress` gets a record per optimizer step; with `cfg.max_seconds` the
-    loop stops after the step that crosses it and checkpoints (state["complete"] False), and the
-    next run resumes from out/checkpoint with the same weights, AdamW moments and sampler.
     """
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    device = embed_weight.device
-    embed_weight = embed_weight.detach()
-    params = trainable_parameters(draft)
-    for p in params.values():
-        p.requires_grad_(True)
-    draft.lm_head.weight.requires_grad_(False)
-    optimizer = torch.optim.AdamW(list(params.values()), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False)
-    shards = FeatureShards(cfg.features)
-    if shards.taps != list(draft.shape.aux_layers):
-        raise ValueError(
-            f"features in {cfg.features} tap layers {shards.taps}, the draft reads {draft.shape.aux_layers}"
-        )
-    dev = FeatureShards(cfg.dev) if cfg.dev else None
-    sampler = BatchSampler(shards, cfg.balance, cfg.seed)  # type: ignore[arg-type]  # duck-typed: languages, tokens
-    checkpoint = out / "checkpoint"
-    state: dict[str, Any] = {"tokens": 0, "step": 0, "sampler": None, "evals": []}
-    if resume and (checkpoint / "state.json").exists():
-        state = load_checkpoint(checkpoint, params, optimizer)
-        if state["sampler"]:
-            sampler.load_state(state["sampler"])
-        log.info("resumed at step %d (%d tokens)", state["step"], state["tokens"])
-    step_tokens = cfg.batch_size * cfg.grad_accum * shards.tokens.shape[1]
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
-    deadline = time.perf_counter() + cfg.max_seconds if cfg.max_seconds else None
-    out_of_time = False
-    log_file = open(out / "train_log.jsonl", "a")
-    started, tokens_at_start = time.perf_counter(), state["tokens"]
-    draft.train()
-    try:
-        if dev is not None and state["step"] == 0 and not state["evals"]:
-            _evaluate(draft, embed_weight, target_head, dev, cfg, None, state, log_file)  # the untrained baseline
-        while state["tokens"] + step_tokens <= max(cfg.tokens, step_tokens):
-            lr = learning_rate(cfg, state["tokens"], cfg.tokens)  # type: ignore[arg-type]  # reads lr, warmup_tokens
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            parts_sum: dict[str, float] = {}
-            for _ in range(cfg.grad_accum):
-                ids, features, final = shards.batch(sampler.sample(cfg.batch_size), device)
-                with autocast:
-                    loss, parts = ttt_loss(draft, embed_weight, ids, features, final, cfg.steps, cfg.decay, cfg.softcap)
-                (loss / cfg.grad_accum).backward()
-                for k, v in parts.items():
-                    parts_sum[k] = parts_sum.get(k, 0.0) + v / cfg.grad_accum
-            torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            state["step"] += 1
-            state["tokens"] += step_tokens
-            elapsed = time.perf_counter() - started
-            record = {
-                "step": state["step"],
-                "tokens": state["tokens"],
-                "lr": lr,
-                "tokens_per_s": (state["tokens"] - tokens_at_start) / elapsed if elapsed else 0.0,
-                **parts_sum,
-            }
-            log_file.write(json.dumps(record) + "\n")
-            if progress:
-                progress(record)
-            if dev is not None and state["step"] % cfg.eval_every == 0:
-                _evaluate(draft, embed_weight, target_head, dev, cfg, sampler, state, log_file)
-            if state["step"] % cfg.checkpoint_every == 0:
-                state["sampler"] = sampler.state()
-                save_checkpoint(checkpoint, params, optimizer, state)
-            if deadline is not None and time.perf_counter() >= deadline:
-                out_of_time = True
-                break
-        if dev is not None and not out_of_time and (not state["evals"] or state["evals"][-1]["step"] != state["step"]):
-            _evaluate(draft, embed_weight, target_head, dev, cfg, None, state, log_file)
-        state["complete"] = not out_of_time
-        state["sampler"] = sampler.state()
-        save_checkpoint(checkpoint, params, optimizer, state)
-    finally:
-        log_file.close()
-        draft.eval()
-    return state
-
-
-def _evaluate(
-    draft: Eagle3,
-    embed_weight: torch.Tensor,
-    target_head: torch.Tensor | None,
-    dev: FeatureShards,
-    cfg: Eagle3TrainConfig,
-    sampler: BatchSampler | None,
-    state: dict,
-    log_file,
-) -> None:
-    draft.eval()
-    fitness = dev_fitness(draft, embed_weight, dev, cfg, target_head)
-    draft.train()
-    record_evaluation(fitness, sampler, cfg.scdf_strength, state, log_file, top1_key="top1_0")
+    if list(data.taps) != list(draft.shape.aux_layers):
+        raise ValueError(f"the features tap layers {list(data.taps)}, the draft reads {list(draft.shape.aux_layers)}")
+    objective = Eagle3Objective(draft, embed_weight, cfg, dev, target_head)
+    return train_loop(objective, [Phase(data, cfg.tokens)], cfg, progress, resume, device=embed_weight.device)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -159,6 +161,19 @@ def add_training_loop_args(
         help="stop training after this much wall-clock time, checkpoint, and write the draft; "
         "running the same command again resumes (default: no limit)",
     )
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=1,
+        help="optimizer steps between reading the losses back (each read waits for the GPU; 20+ there)",
+    )
+    p.add_argument(
+        "--summary", help="write the run's summary JSON here (tokens, tokens/s, dev fitness before and after)"
+    )
+    p.add_argument(
+        "--return-parts",
+        help="copy the draft's small files here and its weights in parts of 15 MiB (what a lent GPU returns)",
+    )
 
 
 def cmd_finetune(args) -> int:
@@ -171,9 +186,10 @@ def cmd_finetune(args) -> int:
     )
     from speccomplete.decoder.models import check_same_vocabulary, load_model
     from speccomplete.decoder.training.corpus import Shards
+    from speccomplete.decoder.training.derived import Phase, TrainConfig, train
     from speccomplete.decoder.training.draft import build_draft, frequent_token_ids
-    from speccomplete.decoder.training.train import Phase, TrainConfig, train
 
+    command_started = time.perf_counter()
     objective = {"ce": (1.0, 0.0), "kd": (0.0, 1.0), "ce+kd": (0.5, 0.5)}.get(args.objective)
     if objective is None:
         raise ValueError(f"--objective must be ce, kd or ce+kd, got {args.objective!r}")
@@ -231,6 +247,7 @@ def cmd_finetune(args) -> int:
         eval_tokens=args.eval_tokens,
         checkpoint_every=args.checkpoint_every,
         max_seconds=args.max_minutes * 60 if args.max_minutes is not None else None,
+        log_every=args.log_every,
     )
     bar = tqdm(total=sum(p.tokens for p in phases), unit="tok", unit_scale=True, desc="finetune")
 
@@ -238,6 +255,7 @@ def cmd_finetune(args) -> int:
         bar.n = record["tokens"]
         bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}", phase=record["phase"])
 
+    startup_s = time.perf_counter() - command_started
     state = train(target, draft, params, cfg, progress=progress, resume=not args.no_resume)
     bar.close()
     draft.to(target.dtype)
@@ -268,12 +286,61 @@ def cmd_finetune(args) -> int:
             [Shards.load(p.data).manifest for p in phases],
             state["evals"][0]["dev"] if state["evals"] and state["evals"][0]["step"] == 0 else None,
         )
+    return_training_run(args, state, Path(args.out), ("draft.json", "README.md"), startup_s)
     print(f"trained {state['tokens']} tokens in {state['step']} steps; draft in {args.out}")
     if not state["complete"]:
         print(f"stopped at --max-minutes {args.max_minutes:g}; the same command resumes from {args.out}/checkpoint")
     if state["evals"]:
         print(json.dumps(state["evals"][-1]["dev"].get("all", {})))
     return 0
+
+
+def return_training_run(args, state: dict, folder: Path, small_files: tuple[str, ...], startup_s: float) -> None:
+    """--return-parts and --summary of a training command: the draft's small files and its weights in
+    parts into one folder, and the run's summary (returns.py) beside them."""
+    from .returns import sha256_file, split_into_parts, write_summary
+
+    weights = folder / "model.safetensors"
+    parts: list[str] = []
+    if args.return_parts:
+        dest = Path(args.return_parts)
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in small_files:
+            if (folder / name).exists():
+                shutil.copy(folder / name, dest / name)
+        if weights.exists():
+            parts = split_into_parts(weights, dest)
+    if not args.summary:
+        return
+    log_path = folder / "train_log.jsonl"
+    records = (
+        [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.exists() else []
+    )
+    steps = [r for r in records if "loss" in r]
+    evals = state["evals"]
+    seconds = state.get("seconds") or 0.0
+    write_summary(
+        args.summary,
+        {
+            "tokens": state["tokens"],
+            "steps": state["step"],
+            "complete": state.get("complete"),
+            "tokens_this_run": state.get("tokens_this_run"),
+            "seconds_training": seconds,  # the loop, evaluations and checkpoints included
+            "tokens_per_s": state.get("tokens_this_run", 0) / seconds if seconds else None,
+            "startup_s": startup_s,  # the command's start to the loop's: imports, the target, the corpus
+            "first_step_s": state.get("first_step_s"),
+            "last_train": steps[-1] if steps else None,
+            "dev_before_step": evals[0]["step"] if evals else None,
+            "dev_before": evals[0]["dev"] if evals else None,
+            "dev_after_step": evals[-1]["step"] if evals else None,
+            "dev_after": evals[-1]["dev"] if evals else None,
+            "model_sha256": sha256_file(weights) if weights.exists() else None,
+            "parts": parts,
+            "join": "cat model.safetensors.part-* > model.safetensors",
+            "command": "specdec " + shlex.join(args.argv),
+        },
+    )
 
 
 def _tokens(count: str) -> int:

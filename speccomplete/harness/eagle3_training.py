@@ -1,11 +1,13 @@
-"""`specdec train-eagle3`: extract the target's features over a corpus once, train an EAGLE-3 draft on
-them (decoder/training/eagle3.py), and write it as a speculators folder with a model card."""
+"""`specdec train-eagle3`: train an EAGLE-3 draft on the target's states (decoder/training/eagle3.py) and
+write it as a speculators folder with a model card. On a GPU the target runs inside each training step
+(online); on the CPU its states are extracted over a corpus once, to disk, and read back every epoch."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import shlex
+import time
 from pathlib import Path
 
 import torch
@@ -13,7 +15,7 @@ from tqdm import tqdm
 
 from speccomplete.decoder.models import DEFAULT_TARGET
 
-from .drafting import _special_ids, _tokens, _use_bf16, add_training_loop_args
+from .drafting import _special_ids, _tokens, _use_bf16, add_training_loop_args, return_training_run
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -24,8 +26,19 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="corpus directory from `specdec corpus`")
     p.add_argument("--dev", help="dev corpus directory: per-language fitness, and s-CDF weights")
     p.add_argument("--out", required=True, help="output folder: the draft, its model card, log and checkpoint")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--online",
+        action="store_true",
+        help="run the target inside every training step (the default on CUDA): no feature files",
+    )
+    source.add_argument(
+        "--offline",
+        action="store_true",
+        help="extract the target's states to --features once and train on them (the default on the CPU)",
+    )
     p.add_argument("--features", help="feature cache folder (default OUT/features; OUT/features-dev for --dev)")
-    p.add_argument("--tokens", default="1M", help="corpus tokens to extract features for (whole sequences)")
+    p.add_argument("--tokens", default="1M", help="offline: corpus tokens to extract features for (whole sequences)")
     p.add_argument("--train-tokens", default="4M", help="tokens to train on (epochs over the features)")
     p.add_argument(
         "--draft-vocab",
@@ -58,15 +71,22 @@ def run(args) -> int:
     )
     from speccomplete.decoder.models import load_model
     from speccomplete.decoder.training.corpus import Shards
-    from speccomplete.decoder.training.eagle3 import Eagle3TrainConfig, extract_features, train_eagle3
+    from speccomplete.decoder.training.eagle3 import (
+        Eagle3TrainConfig,
+        FeatureShards,
+        OnlineFeatures,
+        extract_features,
+        train_eagle3,
+    )
 
+    command_started = time.perf_counter()
     out = Path(args.out)
     target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
     text_config = target.config.get_text_config()
-    data = Shards.load(args.data)
-    if data.manifest["vocab_size"] != len(tokenizer):
+    corpus = Shards.load(args.data)
+    if corpus.manifest["vocab_size"] != len(tokenizer):
         raise ValueError(
-            f"corpus {args.data} was tokenized with a {data.manifest['vocab_size']}-token vocabulary, "
+            f"corpus {args.data} was tokenized with a {corpus.manifest['vocab_size']}-token vocabulary, "
             f"the target has {len(tokenizer)}"
         )
     if args.init:
@@ -80,29 +100,35 @@ def run(args) -> int:
             if args.aux_layers
             else default_aux_layers(text_config.num_hidden_layers)
         )
-        vocab_ids = _vocabulary(target, tokenizer, data, args.draft_vocab)
+        vocab_ids = _vocabulary(target, tokenizer, corpus, args.draft_vocab)
         shape = Eagle3Shape.for_target(target, len(vocab_ids), aux)
         draft = init_from_target(shape, target, vocab_ids, seed=args.seed)
     draft.float()  # master weights in fp32: AdamW updates are too small for bf16
 
-    features = Path(args.features) if args.features else out / "features"
-    seq_len = data.tokens.shape[1]
-    sequences = max(1, -(-_tokens(args.tokens) // seq_len))
-    bar = tqdm(total=min(sequences, len(data.tokens)), unit="seq", desc="features")
-    extract_features(target, data, features, shape.aux_layers, sequences=sequences, seed=args.seed, progress=_set(bar))
-    bar.close()
-    dev_features = None
-    if args.dev:
-        dev = Shards.load(args.dev)
-        indices = torch.cat([dev.indices_of(lang)[: args.eval_sequences] for lang in dev.languages])
-        dev_features = Path(str(features) + "-dev")
-        extract_features(target, dev, dev_features, shape.aux_layers, indices=indices)
-
+    data: FeatureShards | OnlineFeatures
+    dev: FeatureShards | OnlineFeatures | None = None
+    if args.online or (not args.offline and target.device.type == "cuda"):
+        data = OnlineFeatures(target, corpus, shape.aux_layers)
+        dev = OnlineFeatures(target, Shards.load(args.dev), shape.aux_layers) if args.dev else None
+        source = f"online, over a corpus of {corpus.manifest['tokens']:,} tokens"
+    else:
+        features = Path(args.features) if args.features else out / "features"
+        sequences = max(1, -(-_tokens(args.tokens) // corpus.tokens.shape[1]))
+        bar = tqdm(total=min(sequences, len(corpus.tokens)), unit="seq", desc="features")
+        extract_features(
+            target, corpus, features, shape.aux_layers, sequences=sequences, seed=args.seed, progress=_set(bar)
+        )
+        bar.close()
+        if args.dev:
+            dev_corpus = Shards.load(args.dev)
+            indices = torch.cat([dev_corpus.indices_of(lang)[: args.eval_sequences] for lang in dev_corpus.languages])
+            extract_features(target, dev_corpus, Path(f"{features}-dev"), shape.aux_layers, indices=indices)
+            dev = FeatureShards(Path(f"{features}-dev"))
+        data = FeatureShards(features)
+        source = f"extracted to disk for {data.manifest['tokens']:,} tokens"
     cfg = Eagle3TrainConfig(
         out=str(out),
-        features=str(features),
         tokens=_tokens(args.train_tokens),
-        dev=str(dev_features) if dev_features else None,
         steps=args.ttt_steps,
         decay=args.decay,
         softcap=getattr(text_config, "final_logit_softcapping", None),
@@ -118,6 +144,7 @@ def run(args) -> int:
         eval_tokens=args.eval_tokens,
         checkpoint_every=args.checkpoint_every,
         max_seconds=args.max_minutes * 60 if args.max_minutes is not None else None,
+        log_every=args.log_every,
     )
     bar = tqdm(total=cfg.tokens, unit="tok", unit_scale=True, desc="train-eagle3")
 
@@ -127,10 +154,13 @@ def run(args) -> int:
             loss=f"{record['loss']:.3f}", top1=f"{record['top1_0']:.2f}", tok_s=f"{record['tokens_per_s']:.0f}"
         )
 
+    startup_s = time.perf_counter() - command_started
     state = train_eagle3(
         target.get_input_embeddings().weight,
         draft,
         cfg,
+        data,
+        dev,
         progress=progress,
         resume=not args.no_resume,
         target_head=target.get_output_embeddings().weight,
@@ -145,7 +175,7 @@ def run(args) -> int:
         "ttt_steps": args.ttt_steps,
         "balance": args.balance,
         "corpus": args.data,
-        "features_tokens": json.loads((features / "manifest.json").read_text())["tokens"],
+        "source": source,
         "dev_fitness": dev_fitness,
         "init": args.init or "fresh",
         "command": command,
@@ -159,7 +189,8 @@ def run(args) -> int:
         extra=extra,
     )
     save_eagle3(draft, out, config)
-    write_model_card(out, args, shape, extra, data.manifest)
+    write_model_card(out, args, shape, extra, corpus.manifest)
+    return_training_run(args, state, out, ("config.json", "README.md"), startup_s)
     print(f"trained {state['tokens']} tokens in {state['step']} steps; EAGLE-3 draft in {out}")
     if not state["complete"]:
         print(f"stopped at --max-minutes {args.max_minutes:g}; the same command resumes from {out}/checkpoint")
@@ -208,7 +239,7 @@ def write_model_card(folder: Path, args, shape, extra: dict, manifest: dict) -> 
         f"MLP {shape.intermediate_size}",
         f"- Trained: {extra['tokens_seen']:,} tokens in {extra['steps']} optimizer steps, {extra['ttt_steps']} "
         f"training-time-test steps, language sampling `{extra['balance']}`, init `{extra['init']}`",
-        f"- Corpus `{args.data}` (seq_len {manifest.get('seq_len')}), features of {extra['features_tokens']:,} tokens",
+        f"- Corpus `{args.data}` (seq_len {manifest.get('seq_len')}); the target's states: {extra['source']}",
         "",
     ]
     if manifest.get("per_language"):

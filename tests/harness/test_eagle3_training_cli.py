@@ -110,3 +110,28 @@ def test_bad_init_is_an_error(workspace, capsys):
     root, model = workspace
     assert main(train_args(root, model, root / "bad", "--init", "scratch")) == 2
     assert "draft:FOLDER" in capsys.readouterr().err
+
+
+def test_online_training_returns_its_parts_and_a_summary(workspace, tmp_path):
+    """What a lent GPU runs (on the CPU here): no feature files, a summary JSON and the draft in parts."""
+    from speccomplete.harness.returns import join_parts, sha256_file
+
+    root, model = workspace
+    out, back = tmp_path / "draft", tmp_path / "returned"
+    summary = tmp_path / "train.json"
+    extra = ("--online", "--with-head", "--log-every", "4", "--summary", str(summary), "--return-parts", str(back))
+    assert main(train_args(root, model, out, *extra)) == 0
+    assert not (out / "features").exists()
+    rows = json.loads(summary.read_text())
+    assert rows["tokens"] == 640 and rows["steps"] == 10 and rows["complete"] is True
+    assert rows["tokens_per_s"] > 0 and rows["startup_s"] > 0 and rows["device"]["torch"]
+    assert rows["last_train"]["step"] == 10  # read back at steps 4, 8 and the last
+    assert rows["dev_before_step"] == 0 and rows["dev_after_step"] == 10
+    assert set(rows["dev_before"]) == set(rows["dev_after"]) == {"python", "all"}
+    assert rows["parts"] == ["model.safetensors.part-00"] and {"config.json", "README.md"} <= {
+        p.name for p in back.iterdir()
+    }
+    joined = join_parts(back, "model.safetensors")
+    assert sha256_file(joined) == rows["model_sha256"] == sha256_file(out / WEIGHTS)
+    target, _ = load_model(str(model), device="cpu")
+    assert load_eagle3(back, target).shape.aux_layers == (0, 1, 2)

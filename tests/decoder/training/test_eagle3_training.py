@@ -16,6 +16,7 @@ from speccomplete.decoder.training.draft import frequent_token_ids
 from speccomplete.decoder.training.eagle3 import (
     Eagle3TrainConfig,
     FeatureShards,
+    OnlineFeatures,
     dev_fitness,
     extract_features,
     train_eagle3,
@@ -179,10 +180,9 @@ def test_features_are_the_targets_hidden_states_and_extraction_resumes(target, c
         extract_features(target, shards, tmp_path / "g", (0, 1, 5))
 
 
-def config(features, out, steps: int, **kw) -> Eagle3TrainConfig:
+def config(out, steps: int, **kw) -> Eagle3TrainConfig:
     return Eagle3TrainConfig(
         out=str(out),
-        features=str(features / "train"),
         tokens=steps * 4 * 32,
         batch_size=4,
         lr=kw.pop("lr", 3e-3),
@@ -200,7 +200,9 @@ def test_overfitting_lowers_the_loss_and_raises_dev_agreement(target, corpus, fe
     state = train_eagle3(
         target.get_input_embeddings().weight,
         draft,
-        config(features, tmp_path, 40, dev=str(features / "dev"), balance="scdf", eval_every=20),
+        config(tmp_path, 40, balance="scdf", eval_every=20),
+        FeatureShards(features / "train"),
+        FeatureShards(features / "dev"),
         progress=records.append,
     )
     assert len(records) == 40 and state["complete"] and state["tokens"] == 40 * 4 * 32
@@ -220,16 +222,18 @@ def test_overfitting_lowers_the_loss_and_raises_dev_agreement(target, corpus, fe
 def test_resume_after_max_seconds_continues_exactly(target, corpus, features, tmp_path):
     embed = target.get_input_embeddings().weight
     straight = make_draft(target, corpus)
-    train_eagle3(embed, straight, config(features, tmp_path / "a", 6))
+    train_eagle3(embed, straight, config(tmp_path / "a", 6), FeatureShards(features / "train"))
 
     interrupted = make_draft(target, corpus)
-    state = train_eagle3(embed, interrupted, config(features, tmp_path / "b", 6, max_seconds=1e-9))
+    state = train_eagle3(
+        embed, interrupted, config(tmp_path / "b", 6, max_seconds=1e-9), FeatureShards(features / "train")
+    )
     assert not state["complete"] and state["step"] == 1 and state["tokens"] == 4 * 32
     saved = json.loads((tmp_path / "b" / "checkpoint" / "state.json").read_text())
     assert saved["step"] == 1 and saved["sampler"] is not None and saved["adam_steps"]
 
     resumed = make_draft(target, corpus)  # a fresh process: weights, moments and sampler come from the checkpoint
-    state = train_eagle3(embed, resumed, config(features, tmp_path / "b", 6))
+    state = train_eagle3(embed, resumed, config(tmp_path / "b", 6), FeatureShards(features / "train"))
     assert state["complete"] and state["step"] == 6 and state["tokens"] == 6 * 4 * 32
     for (name, a), b in zip(trainable_parameters(straight).items(), trainable_parameters(resumed).values()):
         assert torch.equal(a, b), name
@@ -240,13 +244,14 @@ def test_resume_after_max_seconds_continues_exactly(target, corpus, features, tm
 def test_features_for_other_layers_are_refused(target, corpus, features, tmp_path):
     draft = make_draft(target, corpus, taps=(1, 2, 3))
     with pytest.raises(ValueError, match="tap layers"):
-        train_eagle3(target.get_input_embeddings().weight, draft, config(features, tmp_path, 2))
+        embed = target.get_input_embeddings().weight
+        train_eagle3(embed, draft, config(tmp_path, 2), FeatureShards(features / "train"))
 
 
 def test_dev_fitness_against_the_full_distribution_counts_tokens_the_draft_cannot_write(target, corpus, features):
     draft = make_draft(target, corpus).eval()
     embed, dev = target.get_input_embeddings().weight, FeatureShards(features / "dev")
-    cfg = config(features, "unused", 1, eval_sequences=2)
+    cfg = config("unused", 1, eval_sequences=2)
     within = dev_fitness(draft, embed, dev, cfg)
     full = dev_fitness(draft, embed, dev, cfg, target_head=target.lm_head.weight)
     assert set(full) == {"python", "rust", "all"}
@@ -258,3 +263,48 @@ def test_dev_fitness_against_the_full_distribution_counts_tokens_the_draft_canno
         assert full[lang]["expected_acceptance"] < within[lang]["expected_acceptance"]
         assert full[lang]["acceptance_0"] == full[lang]["expected_acceptance"]
         assert 0.0 < full[lang]["expected_acceptance"] < 1.0
+
+
+def test_online_features_are_the_extracted_ones_a_batch_at_once(target, corpus, tmp_path):
+    """The GPU's source of states (the target inside the step, batched) gives what extraction stored."""
+    shards = Shards.load(corpus / "train")
+    extract_features(target, shards, tmp_path / "f", (1, 4), sequences=3, seed=2)
+    stored = FeatureShards(tmp_path / "f")
+    online = OnlineFeatures(target, shards, (1, 4))
+    order = torch.randperm(len(shards.tokens), generator=torch.Generator().manual_seed(2))[:3]
+    ids, features, final = online.batch(order)
+    assert torch.equal(ids, stored.tokens) and features.shape == (3, 32, 64) and final.shape == (3, 32, 32)
+    _, stored_features, stored_final = stored.batch(torch.arange(3))
+    torch.testing.assert_close(features.to(torch.bfloat16).float(), stored_features, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(final.to(torch.bfloat16).float(), stored_final, atol=2e-2, rtol=2e-2)
+    assert torch.equal(features[..., 32:], final)  # tap 4 of 4 layers: the final normed state
+    with pytest.raises(ValueError, match="aux layers"):
+        OnlineFeatures(target, shards, (0, 1, 5))
+
+
+def test_online_training_learns_stops_on_time_and_resumes_exactly(target, corpus, tmp_path):
+    embed = target.get_input_embeddings().weight
+    train_data = OnlineFeatures(target, Shards.load(corpus / "train"), TAPS)
+    dev = OnlineFeatures(target, Shards.load(corpus / "dev"), TAPS)
+    draft = make_draft(target, corpus)
+    records = []
+    state = train_eagle3(
+        embed, draft, config(tmp_path / "a", 30, log_every=5), train_data, dev, progress=records.append
+    )
+    # the losses come back once every 5 steps, as their mean
+    assert [r["step"] for r in records] == [5, 10, 15, 20, 25, 30] and state["complete"]
+    assert records[-1]["loss"] < 0.7 * records[0]["loss"]
+    before, after = state["evals"][0]["dev"]["all"], state["evals"][-1]["dev"]["all"]
+    assert after["expected_acceptance"] > before["expected_acceptance"]
+
+    straight = make_draft(target, corpus)
+    train_eagle3(embed, straight, config(tmp_path / "b", 6), train_data)
+    interrupted = make_draft(target, corpus)
+    stopped = train_eagle3(embed, interrupted, config(tmp_path / "c", 6, max_seconds=1e-9), train_data, dev)
+    assert not stopped["complete"] and stopped["step"] == 1
+    assert [e["step"] for e in stopped["evals"]] == [0, 1]  # a run the clock ends is evaluated at its end too
+    resumed = make_draft(target, corpus)
+    state = train_eagle3(embed, resumed, config(tmp_path / "c", 6), train_data)
+    assert state["complete"] and state["step"] == 6
+    for (name, a), b in zip(trainable_parameters(straight).items(), trainable_parameters(resumed).values()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)

@@ -22,7 +22,8 @@ from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.training.corpus import Document, Shards, build_corpus
 from speccomplete.decoder.training.draft import build_draft, frequent_token_ids
 from speccomplete.decoder.training.fitness import fitness_from_logits
-from speccomplete.decoder.training.train import BatchSampler, Phase, TrainConfig, train
+from speccomplete.decoder.training.derived import Phase, TrainConfig, train
+from speccomplete.decoder.training.trainer import BatchSampler
 from tests.conftest import BOS, EOS, check_stats, make_byte_tokenizer, random_prompts, tiny_llama
 
 TOKENIZER = make_byte_tokenizer()
@@ -165,11 +166,11 @@ def test_draft_for_another_target_is_refused(target, corpus, tmp_path):
 def test_scdf_upweights_the_worst_fitting_language(corpus):
     sampler = BatchSampler(Shards.load(corpus / "train"), "scdf", seed=0)
     sampler.set_fitness({"python": 0.8, "rust": 0.4}, strength=0.5)
-    weights = dict(zip(sampler.shards.languages, sampler.weights.tolist()))
+    weights = dict(zip(sampler.data.languages, sampler.weights.tolist()))
     assert weights["rust"] == pytest.approx(0.25 + 0.5 * 2 / 3)
     assert weights["python"] == pytest.approx(0.25 + 0.5 * 1 / 3)
     picks = sampler.sample(3000)
-    rust_share = (sampler.shards.language[picks] == sampler.shards.languages.index("rust")).float().mean()
+    rust_share = (sampler.data.language[picks] == sampler.data.languages.index("rust")).float().mean()
     assert abs(float(rust_share) - weights["rust"]) < 0.04
 
 
