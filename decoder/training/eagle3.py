@@ -322,28 +322,31 @@ def ttt_loss(
     softcap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Σ_s decay^s KL(P || Q) (mean over valid rows), and per step: kl, top-1 agreement, expected acceptance,
-    as detached device scalars (reading them back is the caller's one host sync)."""
+    as detached device scalars (reading them back is the caller's one host sync).
+
+    KL(P || Q) = Σ P log P - Σ P log Q: P and its entropy are computed once for every step, so what a step
+    keeps for the backward pass is its log Q alone (the [rows, draft vocabulary] tensors dominate memory)."""
     q_steps = ttt_forward(draft, embed_weight, ids, features, steps)
     with torch.no_grad():
         # P_t for t = 1..L-1: the target's distribution after x_t; step s row i wants t = i+1+s
         log_p_all = torch.log_softmax(teacher_logits(draft, final_hidden[:, 1:], softcap).float(), -1)
+        p_all = log_p_all.exp()
+        p_log_p = (p_all * log_p_all).sum(-1)  # [B, L-1]
+        p_top1 = log_p_all.argmax(-1)
+        del log_p_all
     loss = torch.zeros((), device=ids.device)
     parts: dict[str, torch.Tensor] = {}
     for s, q_logits in enumerate(q_steps):
         n = q_logits.shape[1]
-        log_p = log_p_all[:, s : s + n]
+        p = p_all[:, s : s + n]
         log_q = torch.log_softmax(q_logits.float(), -1)
-        p = log_p.exp()
-        kl = (p * (log_p - log_q)).sum(-1).mean()
+        kl = (p_log_p[:, s : s + n] - (p * log_q).sum(-1)).mean()
         loss = loss + decay**s * kl
         with torch.no_grad():
             parts[f"kl_{s}"] = kl.detach()
-            parts[f"top1_{s}"] = (log_q.argmax(-1) == log_p.argmax(-1)).float().mean()
+            parts[f"top1_{s}"] = (q_logits.argmax(-1) == p_top1[:, s : s + n]).float().mean()
             parts[f"acceptance_{s}"] = torch.minimum(p, log_q.exp()).sum(-1).mean()
     return loss, parts
-
-
-# --------------------------------------------------------------------------- the loop
 
 
 # --------------------------------------------------------------------------- the objective and its run

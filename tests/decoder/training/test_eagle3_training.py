@@ -308,3 +308,22 @@ def test_online_training_learns_stops_on_time_and_resumes_exactly(target, corpus
     assert state["complete"] and state["step"] == 6
     for (name, a), b in zip(trainable_parameters(straight).items(), trainable_parameters(resumed).values()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_ttt_loss_is_the_decayed_kl_of_each_step(target, corpus):
+    draft = make_draft(target, corpus, seed=2)
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, 256, (2, 7), generator=gen)
+    features, final = torch.randn(2, 7, 96, generator=gen), torch.randn(2, 7, 32, generator=gen) * 5
+    embed = target.get_input_embeddings().weight
+    with torch.no_grad():
+        loss, parts = ttt_loss(draft, embed, ids, features, final, steps=3, decay=0.5)
+        q_steps = ttt_forward(draft, embed, ids, features, 3)
+        log_p = torch.log_softmax(draft.lm_head(final[:, 1:]), -1)
+    expected = 0
+    for s, q in enumerate(q_steps):
+        lp = log_p[:, s : s + q.shape[1]]
+        kl = (lp.exp() * (lp - torch.log_softmax(q, -1))).sum(-1).mean()
+        torch.testing.assert_close(parts[f"kl_{s}"], kl)
+        expected += 0.5**s * kl
+    torch.testing.assert_close(loss, expected)
