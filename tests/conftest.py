@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import os
 import random
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,64 @@ BYTE_VOCAB = 258  # 256 bytes + <s> + </s>
 # Where the tiny models live: the CPU, or `SPECDEC_TEST_DEVICE=cuda` for the decoder tests' CUDA run
 # (gpu/step.sh tests). Models built here carry their device, so decoders on them follow it.
 TEST_DEVICE = torch.device(os.environ.get("SPECDEC_TEST_DEVICE", "cpu"))
+
+
+# --------------------------------------------------------------------------- the run's summary
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--summary-json",
+        metavar="FILE",
+        help="at the end, write the counts, the failed tests and the machine's facts here (JSON), also when "
+        "the run is interrupted: gpu/step.sh tests stops pytest with SIGINT at its cap",
+    )
+
+
+# Each test's outcome as its reports come in: passed, failed (its call), error (its setup or teardown, or a
+# module that did not collect) or skipped (xfail too). A module global: pytest_runtest_logreport has no config.
+_OUTCOMES: dict[str, str] = {}
+_STARTED = time.monotonic()
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _OUTCOMES[report.nodeid] = "error"
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        outcome = "failed" if report.when == "call" else "error"
+    elif report.skipped:
+        outcome = "skipped"
+    elif report.when == "call":
+        outcome = "passed"
+    else:  # a setup or teardown that passed says nothing of the test
+        return
+    if _OUTCOMES.get(report.nodeid) not in ("failed", "error"):  # a teardown after a failure keeps the failure
+        _OUTCOMES[report.nodeid] = outcome
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """pytest calls this after a KeyboardInterrupt too, so a run cut by its cap still leaves its summary."""
+    path = session.config.getoption("summary_json", None)
+    if not path:
+        return
+    from speccomplete.harness.returns import write_summary
+
+    counts = Counter(_OUTCOMES.values())
+    rows = {
+        "exit": int(exitstatus),
+        "interrupted": exitstatus == pytest.ExitCode.INTERRUPTED,
+        "seconds": round(time.monotonic() - _STARTED, 1),
+        "tests": len(_OUTCOMES),
+        "passed": counts["passed"],
+        "failures": counts["failed"],
+        "errors": counts["error"],
+        "skipped": counts["skipped"],
+        "failed": [test for test, outcome in _OUTCOMES.items() if outcome in ("failed", "error")],
+    }
+    write_summary(path, rows)
 
 
 # --------------------------------------------------------------------------- tokenizer

@@ -44,6 +44,7 @@ from .bench_contenders import (
 )
 from .cases import Case, read_cases
 from .model_args import add_model_args, device_name, load
+from .returns import device_facts
 
 
 @dataclass
@@ -668,6 +669,9 @@ def run(args: argparse.Namespace) -> int:
         weight_bytes=weight_bytes,
         methods_doc=doc,
     )
+    # the machine beside the numbers (GPU name, versions, date): the tables are committed with them;
+    # "device" is already the torch device the rows ran on
+    data["device_facts"] = device_facts()
     table = format_table(data)
     print(table)
     if args.json:

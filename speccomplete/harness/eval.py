@@ -32,6 +32,7 @@ from speccomplete.telemetry.log import EventLog
 
 from .cases import Case, read_cases
 from .model_args import add_backend_args, add_model_args, backend_options, model_options
+from .returns import write_summary
 
 log = logging.getLogger(__name__)
 
@@ -307,6 +308,24 @@ def summarize_answers(answers: list[CaseAnswer], events: list[CompletionEvent]) 
     return rows
 
 
+def latency_summary(answers: list[CaseAnswer], events: list[CompletionEvent]) -> dict:
+    """The run in one JSON object (--summary): latency p50 and p95, single-line and multi-line, over the events."""
+
+    def latencies(multiline: bool) -> dict:
+        values = [e.latency_ms for e in events if e.multiline == multiline]
+        return {"n": len(values), "p50_ms": percentile(values, 50), "p95_ms": percentile(values, 95)}
+
+    return {
+        "cases": len(answers),
+        "events": len(events),
+        "unanswered": sum(1 for r in answers if r.status != "ok"),  # errors, timeouts and crashes
+        # where the server decoded, as its events say ("device" is the machine's facts: returns.write_summary)
+        "decoder_device": events[0].device if events else None,
+        "single_line": latencies(multiline=False),
+        "multi_line": latencies(multiline=True),
+    }
+
+
 def format_summary(rows: list[dict]) -> str:
     """The table; `scope` counts completions the syntax check ended inside the decode loop."""
 
@@ -381,6 +400,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("cases", help="CASES.jsonl in the `specdec cases` format")
     p.add_argument("--telemetry", required=True, help="write the completion events here (JSONL)")
     p.add_argument("--results", help="also write each case's completion text here (opt-in: it is source code)")
+    p.add_argument("--summary", help="also write the latency summary and the machine's facts here (JSON)")
     p.add_argument("--concurrency", type=int, default=1, help="requests in flight at once")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for one completion")
     p.add_argument("--max-tokens-single-line", type=int, default=32)
@@ -400,6 +420,8 @@ def run(args: argparse.Namespace) -> int:
         answers, events = evaluate(cases, args, progress=lambda r: bar.update(1))
     except (RuntimeError, TimeoutError) as e:  # the server could not start or load its models
         print(f"specdec eval: {e}", file=sys.stderr)
+        if args.summary:  # a summary still says what happened, and on which machine
+            write_summary(args.summary, {"cases": len(cases), "events": 0, "error": str(e)})
         return 2
     finally:
         bar.close()
@@ -410,5 +432,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_summary(summarize_answers(answers, events)))
     if failures := format_failures(answers):
         print(failures)
+    if args.summary:
+        print(json.dumps(write_summary(args.summary, latency_summary(answers, events))))
     print(f"events: {args.telemetry}" + (f", results: {args.results}" if args.results else ""))
     return 0

@@ -2,16 +2,18 @@
 
 Each step runs the command it runs on the device machine, on the CPU with tiny budgets: a tiny
 random target in place of the converted Gemma, a tiny corpus in place of the corpus pack, two
-cases. What it leaves under $OUT must exist and parse, as the runbook's readers expect it.
+cases. What it leaves under $OUT must exist and parse, as the runbook's readers expect it: each
+command's own summary JSON, the machine's facts inside it, and a trained draft in parts that join.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,11 +21,12 @@ import pytest
 from conftest import write_python_splits
 
 from speccomplete.cli import main
-from speccomplete.decoder.drafts.trained import DraftMeta
+from speccomplete.harness.returns import PART_BYTES, join_parts, sha256_file
 from tests.lsp_support import save_random_model
 
 REPO = Path(__file__).resolve().parents[2]
 STEP = REPO / "gpu" / "step.sh"
+WEIGHTS = "model.safetensors"
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +49,23 @@ def run_step(gpu_root: Path, out: Path, *args: str, **env: str) -> subprocess.Co
     return done
 
 
+def returned_files(out: Path) -> list[Path]:
+    """What the device tool would bring back: at most 8 files, each under 16 MiB."""
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) <= 8 and all(p.stat().st_size <= PART_BYTES for p in files), files
+    return files
+
+
+def join_returned_draft(out: Path, summary: dict) -> Path:
+    """The draft folder that came back, its weights joined from the parts and checked against the summary."""
+    folder = out / "draft"
+    parts = sorted(p.name for p in folder.glob(f"{WEIGHTS}.part-*"))
+    assert parts and parts == summary["parts"]
+    joined = join_parts(folder, WEIGHTS)
+    assert sha256_file(joined) == summary["model_sha256"]
+    return folder
+
+
 def test_bench_smoke_writes_its_tables(gpu_root, tmp_path):
     run_step(gpu_root, tmp_path, "bench", "--smoke")
     data = json.loads((tmp_path / "bench.json").read_text())
@@ -54,102 +74,133 @@ def test_bench_smoke_writes_its_tables(gpu_root, tmp_path):
     )
     assert data["bandwidth_bound"]["bound_tokens_per_s"] > 0
     assert "bandwidth bound" in (tmp_path / "bench.txt").read_text()
-    assert json.loads((tmp_path / "bench-device.json").read_text())["date_utc"]
+    # the machine's facts inside the bench's own JSON, no file of their own
+    assert data["device"] == "cpu" and data["device_facts"]["date_utc"] and data["device_facts"]["torch"]
+    assert {p.name for p in returned_files(tmp_path)} == {"bench.json", "bench.txt", "bench.log"}
 
 
-def test_train_smoke_stops_on_time_resumes_and_returns_the_draft(gpu_root, tmp_path):
+def test_train_smoke_stops_on_time_resumes_and_returns_the_eagle3_draft(gpu_root, tmp_path):
+    from safetensors.torch import load_file
+
+    from speccomplete.decoder.drafts.eagle3 import load_eagle3, read_config
+    from speccomplete.decoder.models import load_model
+
     first = tmp_path / "first"
     run_step(gpu_root, first, "train", "--smoke")  # --max-minutes 0.0005: a step or a few, then a checkpoint
     stopped = json.loads((first / "train.json").read_text())
     assert stopped["complete"] is False and stopped["steps"] >= 1 and stopped["tokens_per_s"] > 0
-    assert "resumes" in (first / "train.log").read_text()
+    assert stopped["device"]["date_utc"] and "resumes" in (first / "train.log").read_text()
+    assert not (gpu_root / "train" / "draft" / "features").exists()  # online: the target runs beside the draft
+
     second = tmp_path / "second"
     run_step(gpu_root, second, "train", "--smoke", TRAIN_MINUTES="5")  # the same command, time to finish
     finished = json.loads((second / "train.json").read_text())
-    assert finished["complete"] is True and finished["steps"] > stopped["steps"]  # it went on from the checkpoint
-    assert finished["tokens"] == 16000 // 128 * 128  # whole steps of 2 x 64 within --tokens 16k, over both calls
-    # the draft comes back in parts that join into the file the machine wrote
-    parts = sorted((second / "draft").glob("model.safetensors.part-*"))
-    assert [p.name for p in parts] == finished["parts"] and all(p.stat().st_size <= 15 * 2**20 for p in parts)
-    joined = second / "draft" / "model.safetensors"
-    joined.write_bytes(b"".join(p.read_bytes() for p in parts))
-    for p in parts:
-        p.unlink()
-    assert DraftMeta.read(second / "draft").tokens_seen == finished["tokens"]
+    assert finished["complete"] is True and finished["steps"] > stopped["steps"]  # on from the checkpoint
+    assert finished["tokens"] == 4000 // 128 * 128  # whole steps of 2 x 64 within --train-tokens 4k, both calls
+    assert finished["dev_before"] is not None and finished["dev_after"] is not None  # the corpus pack's dev/
+    assert finished["join"] and finished["device"]["date_utc"]
+    returned_files(second)  # the log, the summary, config.json, README.md and the parts
+
+    # the parts join into the file the machine wrote, and the folder loads as an EAGLE-3 draft for the target
+    folder = join_returned_draft(second, finished)
+    config = read_config(folder)
+    assert config["speculators_model_type"] == "eagle3" and config["head_from_target"] is False  # --with-head
+    assert config["specdec"]["tokens_seen"] == finished["tokens"] and "lm_head.weight" in load_file(folder / WEIGHTS)
+    target, _ = load_model(str(gpu_root / "models" / "tiny"), device="cpu")  # the fixture's SPECDEC_TARGET
+    assert load_eagle3(folder, target).shape.draft_vocab == 64
+    assert (folder / "README.md").exists()
 
 
-def test_bench_trained_smoke_compares_the_new_draft(gpu_root, tmp_path):
-    if not (gpu_root / "train" / "draft" / "draft.json").exists():
+def test_bench_trained_smoke_compares_the_eagle3_draft(gpu_root, tmp_path):
+    eagle_dir = gpu_root / "train" / "draft"
+    if not (eagle_dir / "config.json").exists():
         run_step(gpu_root, tmp_path / "train", "train", "--smoke")
     run_step(gpu_root, tmp_path, "bench-trained", "--smoke")
     data = json.loads((tmp_path / "bench-trained.json").read_text())
+    # behind the lookup, against the product default, the draft alone and the lookup alone
+    assert {"spec_draft_ngram+self", f"spec_draft_{eagle_dir}", "spec_draft_ngram"} <= set(data["methods"])
+    assert data["draft"] == f"ngram+{eagle_dir}" and "hf_greedy" not in data["methods"]  # --no-hf
+    assert data["device_facts"]["date_utc"]
+
+
+def test_bench_trained_says_when_no_draft_was_trained(tmp_path):
+    root = tmp_path / "gpu"
+    root.mkdir()
+    (root / "env.sh").write_text("export SPECDEC_TARGET=unused\n")
+    env = os.environ | {"GPU_ROOT": str(root), "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(STEP), "bench-trained"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "run the step that trains it first" in done.stderr
+
+
+def test_train_derived_smoke_resumes_returns_the_draft_and_bench_derived_compares_it(gpu_root, tmp_path):
+    from speccomplete.decoder.drafts.trained import DraftMeta
+
+    derived_dir = gpu_root / "train-derived" / "draft"
+    first = tmp_path / "first"
+    run_step(gpu_root, first, "train-derived", "--smoke")  # --max-minutes 0.0005: a step or a few
+    stopped = json.loads((first / "train-derived.json").read_text())
+    assert stopped["complete"] is False and stopped["steps"] >= 1 and stopped["tokens_per_s"] > 0
+    assert stopped["device"]["date_utc"] and "resumes" in (first / "train-derived.log").read_text()
+
+    second = tmp_path / "second"
+    run_step(gpu_root, second, "train-derived", "--smoke", TRAIN_MINUTES="5")  # the same command, time to finish
+    finished = json.loads((second / "train-derived.json").read_text())
+    assert finished["complete"] is True and finished["steps"] > stopped["steps"]  # on from the checkpoint
+    assert finished["tokens"] == 16000 // 128 * 128  # whole steps of 2 x 64 within --tokens 16k, both calls
+    returned_files(second)
+    folder = join_returned_draft(second, finished)
+    assert DraftMeta.read(folder).tokens_seen == finished["tokens"]
+
+    run_step(gpu_root, tmp_path / "bench", "bench-derived", "--smoke")
+    data = json.loads((tmp_path / "bench" / "bench-derived.json").read_text())
     assert {"spec_draft_ngram+self", "spec_draft_ngram+auto"} <= set(data["methods"])
-    assert str(gpu_root / "train" / "draft") in data["draft"]
+    assert data["draft"] == f"ngram+{derived_dir}" and "hf_greedy" not in data["methods"]
 
 
 def test_eval_and_tests_smoke(gpu_root, tmp_path):
     run_step(gpu_root, tmp_path / "eval", "eval", "--smoke")
     latency = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert latency["events"] == 2 and latency["single_line"]["p50_ms"] > 0 and latency["multi_line"]["p50_ms"] > 0
+    assert latency["single_line"]["n"] == latency["multi_line"]["n"] == 1
+    assert latency["decoder_device"].startswith("cpu") and latency["device"]["date_utc"]  # "cpu int8": its label
     run_step(gpu_root, tmp_path / "tests", "tests", "--smoke")
     summary = json.loads((tmp_path / "tests" / "tests.json").read_text())
-    assert summary["exit"] == 0 and summary["tests"] >= 2 and not summary["failed"]
+    assert summary["exit"] == 0 and summary["tests"] >= 2 and summary["passed"] == summary["tests"]
+    assert not summary["failed"] and not summary["interrupted"] and summary["device"]["date_utc"]
     assert ET.parse(tmp_path / "tests" / "tests.xml").getroot().find("testsuite") is not None
 
 
-def test_train_eagle3_smoke_resumes_returns_the_draft_and_bench_eagle3_compares_it(gpu_root, tmp_path):
-    from safetensors.torch import load_file
-
-    from speccomplete.decoder.drafts.eagle3 import WEIGHTS, load_eagle3, read_config
-    from speccomplete.decoder.models import load_model
-
-    eagle_dir = gpu_root / "train-eagle3" / "draft"
-    first = tmp_path / "first"
-    run_step(gpu_root, first, "train-eagle3", "--smoke")  # --max-minutes 0.0005: a step or a few, then a checkpoint
-    stopped = json.loads((first / "train-eagle3.json").read_text())
-    assert stopped["exit"] == 0 and stopped["complete"] is False and stopped["steps"] >= 1
-    assert stopped["tokens_per_s"] > 0 and len(stopped["train_top1"]) == 3  # --ttt-steps 3, the default
-    assert 0 < stopped["features_tokens"] <= 2048 and stopped["features_tokens"] % 64 == 0  # whole sequences of 64
-    assert stopped["dev_eval_step"] == 0 and len(stopped["dev_first_top1"]) == 3  # the untrained baseline
-    assert stopped["device"]["date_utc"] and not (first / "train-eagle3-device.json").exists()
-    assert "the same command resumes" in (first / "train-eagle3.log").read_text()
-
-    second = tmp_path / "second"
-    run_step(gpu_root, second, "train-eagle3", "--smoke", TRAIN_MINUTES="5")  # the same command, time to finish
-    finished = json.loads((second / "train-eagle3.json").read_text())
-    assert finished["exit"] == 0 and finished["complete"] is True and finished["steps"] > stopped["steps"]
-    assert finished["tokens"] == 4000 // 128 * 128  # whole steps of 2 x 64 within --train-tokens 4k, both calls
-    # it went on from the checkpoint: one log, its steps counted on across the two calls
-    log = [json.loads(line) for line in (eagle_dir / "train_log.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in log if "loss" in r] == list(range(1, finished["steps"] + 1))
-    assert finished["features_tokens"] == stopped["features_tokens"]  # the cached features, reused
-    # the dev eval at the end: top-1 and acceptance per TTT step, from the folder's log
-    assert finished["dev_eval_step"] == finished["steps"]
-    assert len(finished["dev_top1"]) == len(finished["dev_acceptance"]) == 3
-    assert all(0 <= x <= 1 for x in finished["dev_top1"] + finished["dev_acceptance"])
-    assert finished["dev_expected_acceptance"] == finished["dev_acceptance"][0]
-    assert set(finished["dev_last"]) == {"python", "all"}
-    # at most the device tool's 8 files come back, each under 16 MiB
-    returned = [p for p in second.rglob("*") if p.is_file()]
-    assert len(returned) <= 8 and all(p.stat().st_size <= 15 * 2**20 for p in returned)
-
-    # the parts join into the file the machine wrote, and the folder loads as an EAGLE-3 draft for the target
-    parts = sorted((second / "draft").glob("model.safetensors.part-*"))
-    assert parts and [p.name for p in parts] == finished["parts"]
-    folder = second / "draft"
-    joined = b"".join(p.read_bytes() for p in parts)
-    assert hashlib.sha256(joined).hexdigest() == finished["model_sha256"]
-    (folder / WEIGHTS).write_bytes(joined)
-    for p in parts:
-        p.unlink()
-    config = read_config(folder)
-    assert config["speculators_model_type"] == "eagle3" and config["head_from_target"] is False  # --with-head
-    assert config["specdec"]["tokens_seen"] == finished["tokens"] and "lm_head.weight" in load_file(folder / WEIGHTS)
-    target, _ = load_model(str(gpu_root / "models" / "tiny"), device="cpu")  # the fixture's SPECDEC_TARGET
-    assert load_eagle3(folder, target).shape.draft_vocab == 64
-    assert "| python |" in (folder / "README.md").read_text()
-
-    run_step(gpu_root, tmp_path / "bench", "bench-eagle3", "--smoke")
-    data = json.loads((tmp_path / "bench" / "bench-eagle3.json").read_text())
-    assert {"spec_draft_ngram+self", f"spec_draft_{eagle_dir}"} <= set(data["methods"])
-    assert str(eagle_dir) in data["draft"] and "hf_greedy" not in data["methods"]  # --no-hf
+def test_the_tests_summary_is_written_when_sigint_stops_pytest(tmp_path):
+    """gpu/step.sh tests stops pytest with SIGINT at its cap: the summary must still say what ran."""
+    started = tmp_path / "started"
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # the rootdir: node ids relative to tmp_path
+    (tmp_path / "test_capped.py").write_text(
+        "import time\n"
+        "from pathlib import Path\n\n"
+        "def test_passes():\n    pass\n\n"
+        "def test_fails():\n    assert False\n\n"
+        "def test_runs_into_the_cap():\n"
+        f"    Path({str(started)!r}).touch()\n"
+        "    time.sleep(120)\n"
+    )
+    summary = tmp_path / "tests.json"
+    # tests/conftest.py as a plugin: the test file lies outside tests/
+    command = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q"]
+    command += [f"--summary-json={summary}", f"--junitxml={tmp_path / 'tests.xml'}", "test_capped.py"]
+    env = os.environ | {"PYTHONPATH": str(REPO / "tests")}
+    pytest_run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and pytest_run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert started.exists(), pytest_run.communicate(timeout=30)[0].decode()[-3000:]
+        pytest_run.send_signal(signal.SIGINT)
+        output = pytest_run.communicate(timeout=60)[0].decode()
+    finally:
+        if pytest_run.poll() is None:
+            pytest_run.kill()
+    rows = json.loads(summary.read_text())
+    assert rows["interrupted"] is True and rows["exit"] == pytest.ExitCode.INTERRUPTED, output[-3000:]
+    assert rows["tests"] == 2 and rows["passed"] == 1 and rows["failures"] == 1 and rows["errors"] == 0
+    assert rows["failed"] == ["test_capped.py::test_fails"] and rows["device"]["date_utc"]
+    assert ET.parse(tmp_path / "tests.xml").getroot().find("testsuite") is not None  # the junit file too
