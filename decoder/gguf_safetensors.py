@@ -1,0 +1,310 @@
+"""A GGUF model straight to a safetensors folder, without transformers: seconds where `convert_gguf` takes a minute.
+
+`convert_gguf` (decoder/models.py) loads a GGUF through transformers, which parses every metadata value in Python,
+the tokenizer's whole vocabulary included (Gemma 3: 262k tokens, scores and types), once for the weights and again
+for the tokenizer. Nearly all of its time goes there. Here the metadata files (config.json, tokenizer.json, ...) come
+from a META folder that `write_meta` builds beforehand from a folder `convert_gguf` wrote, and only the tensors are
+read from the GGUF: dequantized by the gguf package, renamed to transformers' names, and changed back as
+transformers' GGUF loader changes them back (its tensor processors, transformers/modeling_gguf_pytorch_utils.py).
+The folder written holds the same model.safetensors, tensor for tensor, and the same metadata files.
+
+The GPU carry uses it (speccomplete/harness/gpu_pack.py builds the meta, gpu/unpack.sh converts):
+
+    python -m speccomplete.decoder.gguf_safetensors GGUF META OUT     META: a folder or its .tar.xz
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+import shutil
+import struct
+import sys
+import tarfile
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+# The meta folder's own file: the GGUF -> safetensors tensor map. The others are copied into the output as they are.
+TENSOR_MAP = "gguf_tensors.json"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+# GGUF architectures whose tensors transformers changes back on loading (TENSOR_PROCESSORS in
+# modeling_gguf_pytorch_utils.py): llama's q/k rows were permuted by llama.cpp's converter, and Gemma 2/3's and
+# Nemotron's norm weights were stored as w + 1. Architectures with no processor there load unchanged.
+PERMUTED_QK = frozenset({"llama"})
+NORM_PLUS_ONE = frozenset({"gemma2", "gemma3", "nemotron"})
+CHUNK_ELEMENTS = 2**20  # values a thread dequantizes at a time
+# Architectures transformers reshapes, splits or merges tensors of (its legacy processors, and the newer loader of
+# transformers/integrations/gguf): not done here, convert_gguf serves them.
+UNSUPPORTED = frozenset(
+    {"qwen2moe", "qwen3moe", "gpt_oss", "gpt-oss", "bloom", "t5", "t5encoder", "gpt2", "mamba", "lfm2", "minimax-m2"}
+    | {"qwen35", "qwen35moe"}
+)
+
+
+class MetaMismatchError(ValueError):
+    """The meta folder was built from another GGUF, or the GGUF holds what this converter cannot write."""
+
+
+def tensor_reader(path: str | Path):
+    """A gguf.GGUFReader that reads the tensors and the scalar metadata but skips over the values of arrays.
+
+    GGUFReader makes a numpy view for every element of every array: three for each of Gemma's 262k tokens, and
+    one for each score and token type. Arrays of numbers here become one view each; arrays of strings are
+    stepped over (their contents come back empty). Little-endian files only; others get the plain reader.
+    """
+    from gguf import GGUFReader, GGUFValueType
+
+    class TensorReader(GGUFReader):
+        def _get_field_parts(self, orig_offs, raw_type):
+            if GGUFValueType(raw_type) != GGUFValueType.ARRAY or self.byte_order != "I" or sys.byteorder != "little":
+                return super()._get_field_parts(orig_offs, raw_type)
+            item_type = self._get(orig_offs, np.uint32)
+            count = self._get(orig_offs + 4, np.uint64)
+            start = orig_offs + 12
+            item = GGUFValueType(int(item_type[0]))
+            if item == GGUFValueType.STRING:
+                end = start
+                for _ in range(int(count[0])):
+                    end += 8 + struct.unpack_from("<Q", self.data, end)[0]
+                return end - orig_offs, [item_type, count, self.data[start:end]], [], [GGUFValueType.ARRAY, item]
+            numpy_type = self.gguf_scalar_to_np.get(item)
+            if numpy_type is None:  # arrays of arrays: rare, small, read the usual way
+                return super()._get_field_parts(orig_offs, raw_type)
+            values = self._get(start, numpy_type, int(count[0]))
+            return 12 + int(values.nbytes), [item_type, count, values], [2], [GGUFValueType.ARRAY, item]
+
+    return TensorReader(path)
+
+
+def read_scalar(reader, key: str):
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def gguf_architecture(reader) -> str:
+    return str(read_scalar(reader, "general.architecture"))
+
+
+def hf_tensor_map(converted: Path, reader) -> dict[str, str]:
+    """GGUF tensor name -> transformers name, as transformers' loader maps them (get_gguf_hf_weights_map), for the
+    tensors of the converted folder's model.safetensors."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+
+    config = AutoConfig.from_pretrained(converted)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    processor = TENSOR_PROCESSORS.get(gguf_architecture(reader), TensorProcessor)(config=config.to_dict())
+    gguf_to_hf = get_gguf_hf_weights_map(model, processor)
+    with safe_open(str(converted / "model.safetensors"), framework="numpy") as saved:
+        saved_names = set(saved.keys())
+    mapped = {t.name: gguf_to_hf[t.name] for t in reader.tensors if gguf_to_hf.get(t.name) in saved_names}
+    missing = saved_names - set(mapped.values())
+    if missing:
+        raise MetaMismatchError(f"{converted} holds tensors no GGUF tensor maps to: {sorted(missing)[:5]}")
+    return mapped
+
+
+def header_sha256(reader) -> str:
+    """The hash of everything before the tensor data: the metadata (vocabulary included) and the tensor table."""
+    return hashlib.sha256(memoryview(reader.data[: reader.data_offset])).hexdigest()
+
+
+def write_meta(converted: str | Path, gguf: str | Path, meta: str | Path) -> Path:
+    """Build the META folder from a folder `convert_gguf` wrote from `gguf`: its metadata files and the tensor map.
+
+    Runs where transformers is at hand (it maps the names). Then it converts `gguf` with the new meta and checks
+    the result equals `converted` tensor for tensor, so a meta that would convert wrongly is never written.
+    """
+    from safetensors import safe_open
+
+    converted, meta = Path(converted), Path(meta)
+    if not (converted / "model.safetensors").is_file():
+        raise MetaMismatchError(f"{converted} has no single model.safetensors (sharded folders are not handled)")
+    reader = tensor_reader(gguf)
+    architecture = gguf_architecture(reader)
+    if architecture in UNSUPPORTED:
+        raise MetaMismatchError(f"GGUF architecture {architecture!r} is not handled here: use convert_gguf")
+    names = hf_tensor_map(converted, reader)
+    with safe_open(str(converted / "model.safetensors"), framework="numpy") as saved:
+        slices = {name: saved.get_slice(name) for name in saved.keys()}
+        header_metadata = saved.metadata()
+    tensors = {}
+    for tensor in reader.tensors:
+        if tensor.name in names:
+            hf_name = names[tensor.name]
+            if slices[hf_name].get_dtype() != "F32":
+                raise MetaMismatchError(
+                    f"{hf_name} is {slices[hf_name].get_dtype()} in {converted}; only F32 is written"
+                )
+            tensors[tensor.name] = {"hf": hf_name, "shape": list(slices[hf_name].get_shape())}
+    shutil.rmtree(meta, ignore_errors=True)
+    meta.mkdir(parents=True)
+    for file in sorted(converted.iterdir()):
+        if file.is_file() and file.name not in WEIGHT_FILES:
+            shutil.copy2(file, meta / file.name)
+    tensor_map = {
+        "gguf_architecture": architecture,
+        "gguf_header_sha256": header_sha256(reader),
+        "safetensors_metadata": header_metadata,
+        "tensors": tensors,
+    }
+    (meta / TENSOR_MAP).write_text(json.dumps(tensor_map, indent=1) + "\n")
+    with tempfile.TemporaryDirectory(dir=meta.parent, prefix=f".{meta.name}-check-") as check:
+        differing = differing_tensors(converted, convert_with_meta(gguf, meta, Path(check) / "model"))
+    if differing:
+        shutil.rmtree(meta)
+        raise MetaMismatchError(f"converting with the meta does not reproduce {converted}: {differing[:5]} differ")
+    return meta
+
+
+def differing_tensors(expected: Path, actual: Path) -> list[str]:
+    """The names of the tensors of model.safetensors in `expected` that `actual` lacks or holds otherwise."""
+    from safetensors import safe_open
+
+    differing = []
+    with (
+        safe_open(str(expected / "model.safetensors"), framework="numpy") as want,
+        safe_open(str(actual / "model.safetensors"), framework="numpy") as got,
+    ):
+        if set(want.keys()) != set(got.keys()):
+            return sorted(set(want.keys()) ^ set(got.keys()))
+        for name in want.keys():
+            a, b = want.get_tensor(name), got.get_tensor(name)
+            if a.dtype != b.dtype or a.shape != b.shape or not np.array_equal(a, b):
+                differing.append(name)
+    return differing
+
+
+def pack_meta(meta: str | Path, archive: str | Path) -> Path:
+    """The meta folder as one .tar.xz (Gemma's tokenizer.json alone is tens of MB, and compresses well)."""
+    meta, archive = Path(meta), Path(archive)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
+        for file in sorted(meta.iterdir()):
+            tar.add(file, arcname=file.name, recursive=False)
+    return archive
+
+
+def unpack_meta(archive: str | Path, folder: str | Path) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "r:xz") as tar:
+        tar.extractall(folder, filter="data")
+    return folder
+
+
+def undo_llama_permutation(weights: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's converter interleaves each head's q/k rows for its rotary layout; this puts them back
+    (transformers' LlamaTensorProcessor._reverse_permute_weights)."""
+    half = weights.shape[0] // heads // 2
+    return weights.reshape(heads, half, 2, *weights.shape[1:]).swapaxes(2, 1).reshape(weights.shape)
+
+
+def dequantize_all(tensors: list, threads: int | None = None) -> list[np.ndarray]:
+    """The tensors in fp32, as gguf.dequantize gives them, dequantized a few rows at a time on a pool of threads.
+
+    numpy lets go of the GIL in the arithmetic, so the threads run side by side; a GGUF block never spans two
+    rows, so rows dequantized apart come out as they would together.
+    """
+    from gguf import GGMLQuantizationType, dequantize
+
+    outputs: list[np.ndarray] = []
+    chunks: list[tuple[np.ndarray, np.ndarray, GGMLQuantizationType]] = []
+    for tensor in tensors:
+        shape = tuple(int(d) for d in reversed(tensor.shape))
+        if tensor.tensor_type == GGMLQuantizationType.F32:
+            outputs.append(tensor.data.reshape(shape))
+            continue
+        rows = tensor.data.reshape(-1, tensor.data.shape[-1])
+        out = np.empty((rows.shape[0], tensor.n_elements // rows.shape[0]), np.float32)
+        step = max(1, CHUNK_ELEMENTS // out.shape[1])
+        chunks += [(rows[i : i + step], out[i : i + step], tensor.tensor_type) for i in range(0, len(rows), step)]
+        outputs.append(out.reshape(shape))
+
+    def dequantize_chunk(chunk) -> None:
+        rows, out, tensor_type = chunk
+        out[...] = dequantize(rows, tensor_type)
+
+    with ThreadPoolExecutor(threads or os.cpu_count() or 1) as pool:
+        for _ in pool.map(dequantize_chunk, chunks):
+            pass
+    return outputs
+
+
+def hf_weights(name: str, weights: np.ndarray, architecture: str, heads: int | None, kv_heads: int | None):
+    """A dequantized GGUF tensor changed back as transformers' tensor processor for `architecture` does."""
+    if architecture in PERMUTED_QK and heads is not None and kv_heads is not None:
+        if ".attn_q." in name:
+            weights = undo_llama_permutation(weights, heads)
+        elif ".attn_k." in name:
+            weights = undo_llama_permutation(weights, kv_heads)
+    if architecture in NORM_PLUS_ONE and "norm.weight" in name:
+        weights = weights - 1
+    return np.ascontiguousarray(weights, dtype=np.float32)
+
+
+def convert_with_meta(gguf: str | Path, meta: str | Path, out: str | Path) -> Path:
+    """Write `out`, a safetensors folder `load_model` takes, from `gguf` and the META folder (or its .tar.xz).
+
+    The folder appears whole or not at all: it is written beside `out` and renamed into place. A meta built from
+    another GGUF (its metadata or tensor table differ) fails with MetaMismatchError before anything is written.
+    """
+    from safetensors.numpy import save_file
+
+    gguf, meta, out = Path(gguf), Path(meta), Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        if meta.is_file():
+            meta = unpack_meta(meta, tmp)
+        else:
+            for file in sorted(meta.iterdir()):
+                if file.is_file():
+                    shutil.copy2(file, tmp / file.name)
+        tensor_map = json.loads((tmp / TENSOR_MAP).read_text())
+        (tmp / TENSOR_MAP).unlink()  # the meta's own file: the output folder is what convert_gguf writes
+        reader = tensor_reader(gguf)
+        if header_sha256(reader) != tensor_map["gguf_header_sha256"]:
+            raise MetaMismatchError(f"the meta was built from another GGUF than {gguf} (their headers differ)")
+        architecture = tensor_map["gguf_architecture"]
+        heads = read_scalar(reader, f"{architecture}.attention.head_count")
+        kv_heads = read_scalar(reader, f"{architecture}.attention.head_count_kv")
+        found = {t.name: t for t in reader.tensors}
+        names = list(tensor_map["tensors"])
+        tensors = {}
+        for name, weights in zip(names, dequantize_all([found[name] for name in names])):
+            expected = tensor_map["tensors"][name]
+            weights = hf_weights(name, weights, architecture, heads, kv_heads)
+            if list(weights.shape) != expected["shape"]:
+                raise MetaMismatchError(f"{name} came out {list(weights.shape)}, expected {expected['shape']}")
+            tensors[expected["hf"]] = weights
+        save_file(tensors, tmp / "model.safetensors", metadata=tensor_map["safetensors_metadata"])
+        if out.exists():  # a concurrent conversion won; keep its result
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3:
+        print("usage: python -m speccomplete.decoder.gguf_safetensors GGUF META OUT", file=sys.stderr)
+        return 2
+    convert_with_meta(*args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The fast GGUF conversion (decoder/gguf_safetensors.py) writes what transformers' conversion (convert_gguf) writes:
+the same tensors, byte for byte, and the same metadata files, for a tiny llama (q/k rows permuted by llama.cpp) and a
+tiny Gemma 3 (norm weights stored as w + 1, quantized tensors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+from gguf.quants import quantize
+from safetensors import safe_open
+
+from speccomplete.decoder.gguf_safetensors import (
+    MetaMismatchError,
+    convert_with_meta,
+    differing_tensors,
+    pack_meta,
+    tensor_reader,
+    write_meta,
+)
+from speccomplete.decoder.models import convert_gguf, load_model
+from speccomplete.harness.tiny_gguf import write_tiny_gguf
+
+
+def write_tiny_gemma3_gguf(path: Path, seed: int = 0) -> Path:
+    """Two Gemma 3 layers (d_model 64, 4 heads of 16, 2 KV heads) with a sentencepiece vocabulary of bytes and
+    letters, laid out as llama.cpp writes Gemma 3: norms as w + 1 around 1, most matrices Q8_0 or Q4_0."""
+    hidden, layers, heads, kv_heads, head_dim, ffn = 64, 2, 4, 2, 16, 128
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += ["\u2581", "\u2581\u2581"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    types = [3, 3, 3, 2] + [6] * 256 + [1] * (len(tokens) - 260)  # control, unknown, byte, normal
+    scores = [0.0] * 260 + [-float(i) for i in range(len(tokens) - 260)]
+    rng = np.random.RandomState(seed)
+    writer = GGUFWriter(str(path), "gemma3")
+    writer.add_name("tiny-gemma3")
+    writer.add_context_length(512)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_sliding_window(64)
+    writer.add_file_type(GGMLQuantizationType.Q8_0)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+    writer.add_pad_token_id(0)
+    writer.add_unk_token_id(3)
+
+    def matrix(name: str, rows: int, cols: int, qtype: GGMLQuantizationType | None = GGMLQuantizationType.Q8_0):
+        values = (rng.standard_normal((rows, cols)) * 0.2).astype(np.float32)
+        if qtype is None:
+            writer.add_tensor(name, values)
+        else:
+            blocks = quantize(values, qtype)
+            writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype)
+
+    def norm(name: str, size: int):
+        writer.add_tensor(name, (1 + rng.standard_normal(size) * 0.1).astype(np.float32))
+
+    matrix("token_embd.weight", len(tokens), hidden)
+    norm("output_norm.weight", hidden)
+    for i in range(layers):
+        norm(f"blk.{i}.attn_norm.weight", hidden)
+        matrix(f"blk.{i}.attn_q.weight", heads * head_dim, hidden)
+        matrix(f"blk.{i}.attn_k.weight", kv_heads * head_dim, hidden, GGMLQuantizationType.Q4_0)
+        matrix(f"blk.{i}.attn_v.weight", kv_heads * head_dim, hidden, None)
+        matrix(f"blk.{i}.attn_output.weight", hidden, heads * head_dim)
+        norm(f"blk.{i}.attn_q_norm.weight", head_dim)
+        norm(f"blk.{i}.attn_k_norm.weight", head_dim)
+        norm(f"blk.{i}.post_attention_norm.weight", hidden)
+        norm(f"blk.{i}.ffn_norm.weight", hidden)
+        matrix(f"blk.{i}.ffn_gate.weight", ffn, hidden)
+        matrix(f"blk.{i}.ffn_up.weight", ffn, hidden)
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", (rng.standard_normal((hidden, ffn)) * 0.2).astype(np.float16))
+        norm(f"blk.{i}.post_ffw_norm.weight", hidden)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def converted(request, tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(GGUF, transformers' conversion of it, the meta folder built from that)."""
+    tmp = tmp_path_factory.mktemp(request.param)
+    writer = write_tiny_gguf if request.param == "llama" else write_tiny_gemma3_gguf
+    gguf = writer(tmp / f"tiny-{request.param}.gguf")
+    reference = convert_gguf(gguf, tmp / "transformers")
+    return gguf, reference, write_meta(reference, gguf, tmp / "meta")
+
+
+def same_files(a: Path, b: Path) -> bool:
+    names = sorted(p.name for p in a.iterdir())
+    return names == sorted(p.name for p in b.iterdir()) and all(
+        (a / n).read_bytes() == (b / n).read_bytes() for n in names
+    )
+
+
+def test_the_fast_conversion_writes_what_transformers_writes(converted, tmp_path):
+    gguf, reference, meta = converted
+    fast = convert_with_meta(gguf, meta, tmp_path / "fast")
+    assert differing_tensors(reference, fast) == []
+    assert same_files(reference, fast)  # model.safetensors byte for byte, and every metadata file
+    with safe_open(str(fast / "model.safetensors"), framework="numpy") as saved:
+        if "gemma" in gguf.name:  # the norms were stored around 1: transformers' -1 brings them back around 0
+            assert abs(saved.get_tensor("model.norm.weight").mean()) < 0.2
+        else:  # q is permuted back: not the GGUF's rows as stored
+            stored = next(t for t in GGUFReader(gguf).tensors if t.name == "blk.0.attn_q.weight").data
+            assert not np.array_equal(saved.get_tensor("model.layers.0.self_attn.q_proj.weight"), stored)
+    (model, tokenizer), (reference_model, reference_tokenizer) = (
+        load_model(str(d), device="cpu") for d in (fast, reference)
+    )
+    ids = tokenizer("def f(x):", return_tensors="pt").input_ids
+    assert ids.tolist() == reference_tokenizer("def f(x):", return_tensors="pt").input_ids.tolist()
+    assert torch.equal(model(ids).logits, reference_model(ids).logits)
+
+
+def test_the_meta_travels_as_one_archive(converted, tmp_path):
+    gguf, reference, meta = converted
+    archive = pack_meta(meta, tmp_path / "meta.tar.xz")
+    assert same_files(reference, convert_with_meta(gguf, archive, tmp_path / "fast"))
+
+
+def test_a_meta_from_another_gguf_is_refused(converted, tmp_path):
+    gguf, _, meta = converted
+    other = (
+        write_tiny_gguf(tmp_path / "other.gguf")
+        if "gemma" in gguf.name
+        else write_tiny_gemma3_gguf(tmp_path / "o.gguf")
+    )
+    with pytest.raises(MetaMismatchError, match="another GGUF"):
+        convert_with_meta(other, meta, tmp_path / "fast")
+    assert not (tmp_path / "fast").exists() and not list(tmp_path.glob(".fast-*"))  # nothing left behind
+
+
+def test_the_tensor_reader_reads_what_gguf_reader_reads_without_the_vocabulary(converted):
+    gguf = converted[0]
+    plain, fast = GGUFReader(gguf), tensor_reader(gguf)
+    assert fast.data_offset == plain.data_offset and list(fast.fields) == list(plain.fields)
+    for ours, theirs in zip(fast.tensors, plain.tensors):
+        assert (ours.name, ours.tensor_type, ours.data_offset) == (theirs.name, theirs.tensor_type, theirs.data_offset)
+        assert np.array_equal(ours.data, theirs.data)
+    for key, field in plain.fields.items():
+        if field.types[-1] != 8 or field.types[0] != 9:  # all but the arrays of strings
+            assert fast.fields[key].contents() == field.contents(), key
+    assert fast.fields["tokenizer.ggml.tokens"].contents() == []  # stepped over, not read
