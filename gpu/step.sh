@@ -14,7 +14,8 @@
 # (speccomplete/harness/returns.py): train.json or train-derived.json and the draft in draft/, in parts
 # of 15 MiB; bench.json and bench.txt (bench-trained.*, bench-derived.*); tests.json and tests.xml;
 # eval.json, eval-events.jsonl. Its output goes to STEP.log (eval: eval.txt). The tool returns at most
-# 8 files, of 16 MiB each: train's are its log, its summary, the draft's config.json, README.md and 4 parts.
+# 8 files, of 16 MiB each: train's are its log, its summary, the draft's config.json, README.md and its
+# weights without the head (the target's rows, rebuilt on load), ~15 MB in 1-2 parts.
 # --smoke runs the same commands on the CPU with tiny budgets (the rehearsal in
 # tests/harness/test_gpu_steps.py: a tiny target in SPECDEC_TARGET, two cases, a few tokens).
 #
@@ -92,8 +93,10 @@ else
   derived_minutes=${TRAIN_MINUTES:-6}
   train_device=(--device cuda --dtype bfloat16)
   train_init=${TRAIN_INIT:-draft:decoder/weights/gemma3-270m-eagle3}
-  # --log-every 20: each read of the losses waits for the GPU
-  train_extra=(--train-tokens "${TRAIN_TOKENS:-2000M}" --batch-size "${TRAIN_BATCH:-64}" --log-every 20)
+  # --log-every 20: each read of the losses waits for the GPU. Dev fitness before and after only, and a
+  # checkpoint every 500 steps: evaluations and checkpoints are device time the draft does not learn in.
+  train_extra=(--train-tokens "${TRAIN_TOKENS:-2000M}" --batch-size "${TRAIN_BATCH:-64}" --log-every 20
+    --eval-every 1000000000 --checkpoint-every 500)
   # the shipped draft's recipe (decoder/weights/gemma3-270m-code/README.md), at a GPU's batch and budget
   derived_extra=(--init "${TRAIN_INIT:-draft:decoder/weights/gemma3-270m-code}" --tokens "${TRAIN_TOKENS:-100M}"
     --batch-size "${TRAIN_BATCH:-32}" --precision bf16 --warmup-tokens 2M --eval-sequences 2 --eval-tokens 256
@@ -140,7 +143,7 @@ train)
   # The target runs beside the draft (no feature files), until --max-minutes; the same call again resumes.
   run_logged "$OUT/train.log" "$PYTHON" -m speccomplete train-eagle3 --online --data "$corpus" "${dev[@]}" \
     --out "$eagle_dir" --target "$SPECDEC_TARGET" "${train_device[@]}" "${train_extra[@]}" --lr 1e-3 \
-    --max-minutes "$train_minutes" --with-head --summary "$OUT/train.json" --return-parts "$OUT/draft"
+    --max-minutes "$train_minutes" --summary "$OUT/train.json" --return-parts "$OUT/draft"
   ;;
 bench-trained)
   need_draft "$eagle_dir/config.json"
