@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import lzma
 import os
 import shutil
 import struct
@@ -187,7 +186,7 @@ def pack_meta(meta: str | Path, archive: str | Path) -> Path:
     """The meta folder as one .tar.xz (Gemma's tokenizer.json alone is tens of MB, and compresses well)."""
     meta, archive = Path(meta), Path(archive)
     archive.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, "w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
+    with tarfile.open(archive, "w:xz") as tar:
         for file in sorted(meta.iterdir()):
             tar.add(file, arcname=file.name, recursive=False)
     return archive

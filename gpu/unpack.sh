@@ -8,7 +8,8 @@
 #   site/            the load's wheels (pip --target)
 #   pkg/speccomplete our package, as links into this copy of the repo (pyproject.toml's package-dir)
 #   gguf/            the model's pieces; once all are there: checked, joined, checked whole
-#   models/<name>    the converted safetensors folder (decoder/models.py, convert_gguf)
+#   models/<name>    the converted safetensors folder: written from the GGUF and the carried model-meta.tar.xz
+#                    (decoder/gguf_safetensors.py, seconds), else by transformers (decoder/models.py, convert_gguf)
 #   cases.jsonl, corpus/   the dev cases and the training corpus, when the pack has them
 #   env.sh           what later steps source (from the repo root): PYTHONPATH, PYTHONSAFEPATH,
 #                    SPECDEC_TARGET (the model folder), SPECDEC_CACHE (so the packaged alias names it too),
@@ -106,6 +107,10 @@ if [ -d "$load/gguf" ]; then
     cp "$load"/gguf/* "$root/gguf/"
     say "gguf: $(ls "$load/gguf" | grep -c '\.part-') pieces of $gguf_file"
 fi
+if [ -f "$load/model-meta.tar.xz" ]; then
+    cp "$load/model-meta.tar.xz" "$root/gguf/"
+    say "meta: model-meta.tar.xz, $(stat -c %s "$root/gguf/model-meta.tar.xz") bytes (the model's metadata and tensor map)"
+fi
 model_dir=$root/models/$name
 if [ ! -f "$model_dir/config.json" ] && [ -f "$root/gguf/model.SHA256SUMS" ]; then
     missing=0
@@ -121,14 +126,23 @@ if [ ! -f "$model_dir/config.json" ] && [ -f "$root/gguf/model.SHA256SUMS" ]; th
             { rm -f "$root/gguf/$gguf_file"; fail "the joined $gguf_file does not match its checksum"; }
         say "gguf: $gguf_file joined, $(stat -c %s "$root/gguf/$gguf_file") bytes, sha256 OK"
         start=$(date +%s.%N)
-        PYTHONPATH="$root/pkg:$root/site${PYTHONPATH:+:$PYTHONPATH}" "$py" -c '
+        how="transformers (no meta carried)"
+        if [ -f "$root/gguf/model-meta.tar.xz" ]; then
+            how="the carried meta"
+            PYTHONPATH="$root/pkg:$root/site${PYTHONPATH:+:$PYTHONPATH}" "$py" -m speccomplete.decoder.gguf_safetensors \
+                "$root/gguf/$gguf_file" "$root/gguf/model-meta.tar.xz" "$model_dir" ||
+                { how="transformers, after the meta failed"; say "converting with the meta failed: falling back"; }
+        fi
+        if [ ! -f "$model_dir/config.json" ]; then
+            PYTHONPATH="$root/pkg:$root/site${PYTHONPATH:+:$PYTHONPATH}" "$py" -c '
 import sys
 from speccomplete.decoder.models import convert_gguf
 convert_gguf(sys.argv[1], sys.argv[2])
 ' "$root/gguf/$gguf_file" "$model_dir" || fail "converting $gguf_file failed"
+        fi
         seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
         rm -f "$root/gguf"/*.part-*  # kept until now, so a failed conversion can be rerun from this load
-        say "converted to $model_dir in $seconds s, $(du -sh "$model_dir" | cut -f1)"
+        say "converted to $model_dir with $how in $seconds s, $(du -sh "$model_dir" | cut -f1)"
     else
         say "gguf: $missing pieces still to come"
     fi

@@ -9,7 +9,10 @@ folder `load-N/` that fits one call beside the tree, sent in back-to-back calls 
 - the wheels the machine lacks, first (pinned to this environment's versions, with their missing
   dependencies);
 - the target's GGUF in pieces, filling the loads, with `model.SHA256SUMS` over every piece and the
-  whole file; the machine joins and converts it once (decoder/models.py, `convert_gguf`);
+  whole file; the machine joins and converts it once. The first load brings `model-meta.tar.xz`, the
+  converted model's metadata files and tensor map (decoder/gguf_safetensors.py), built here from the
+  model as `convert_gguf` converts it (decoder/models.py): with it, the machine writes the same
+  safetensors in seconds instead of parsing the GGUF's metadata through transformers for a minute;
 - the dev cases (`--cases`) and a packed training corpus (`--splits`), in the room left over.
 
 Each load also holds `load.json` (what it carries) and `SHA256SUMS` (its own files), so a broken
@@ -169,6 +172,33 @@ def model_gguf(spec: str) -> tuple[str, Path]:
     return path.stem, path
 
 
+MODEL_META = "model-meta.tar.xz"  # in the first load; unpack.sh converts with it (decoder/gguf_safetensors.py)
+
+
+def model_meta(gguf: Path, converted: Path, cache: Path) -> Path:
+    """The meta the machine converts `gguf` with, as one .tar.xz built from `converted` (`convert_gguf`'s folder).
+
+    Building it checks that a conversion with it reproduces `converted` tensor for tensor. It is kept in `cache`
+    and built again only when the GGUF's header or the converted folder's files change.
+    """
+    from speccomplete.decoder.gguf_safetensors import header_sha256, pack_meta, tensor_reader, write_meta
+
+    archive = cache / MODEL_META
+    stamp_file = cache / "model-meta.stamp.json"
+    stamp = {
+        "gguf_header_sha256": header_sha256(tensor_reader(gguf)),
+        "converted": {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(converted.iterdir())},
+    }
+    if archive.is_file() and stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
+        return archive
+    stamp_file.unlink(missing_ok=True)
+    meta = write_meta(converted, gguf, cache / "model-meta")
+    pack_meta(meta, archive)
+    shutil.rmtree(meta)
+    stamp_file.write_text(json.dumps(stamp) + "\n")
+    return archive
+
+
 # --------------------------------------------------------------------------- loads
 
 
@@ -180,7 +210,7 @@ class Part:
     source: Path
     size: int
     offset: int = 0
-    kind: str = "file"  # wheel, piece or cases
+    kind: str = "file"  # wheel, piece, cases, meta or corpus
 
 
 @dataclass
@@ -193,9 +223,10 @@ class Load:
 
 
 def plan_loads(
-    wheels: list[Path], cases: Path | None, gguf: Path, room: int, min_piece: int
+    wheels: list[Path], cases: Path | None, gguf: Path, room: int, min_piece: int, meta: Path | None = None
 ) -> tuple[list[Load], list[Part]]:
-    """Wheels first (largest first, first fit), the cases in the first load, then GGUF pieces filling the rest.
+    """Wheels first (largest first, first fit), the cases and the model's meta in the first load, then GGUF pieces
+    filling the rest.
 
     Returns the loads and the pieces in file order.
     """
@@ -217,6 +248,10 @@ def plan_loads(
         size = cases.stat().st_size
         load = loads[0] if loads and loads[0].used + size <= room else fit(size)
         load.parts.append(Part("cases.jsonl", cases, size, kind="cases"))
+    if meta is not None:  # in the first load it fits, so the machine has it when the last piece comes
+        size = meta.stat().st_size
+        load = loads[0] if loads and loads[0].used + size <= room else fit(size)
+        load.parts.append(Part(MODEL_META, meta, size, kind="meta"))
     total = gguf.stat().st_size
     pieces: list[Part] = []
     offset = 0
@@ -354,6 +389,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="the CPU rehearsal: tiny loads, no downloads, a tiny random GGUF unless --model is given",
     )
     p.add_argument("--model", help="packaged alias or GGUF file to carry (default: the default target)")
+    p.add_argument(
+        "--no-meta",
+        action="store_true",
+        help="carry no model meta: the machine converts the GGUF through transformers (a minute, not seconds)",
+    )
     p.add_argument("--wheels", default=",".join(DEFAULT_WHEELS), help="comma-separated roots; dependencies follow")
     p.add_argument("--no-wheels", action="store_true", help="carry no wheels")
     p.add_argument("--cases", help="a cases file to carry in the first load")
@@ -373,7 +413,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from speccomplete.decoder.models import DEFAULT_TARGET
+    from speccomplete.decoder.models import DEFAULT_TARGET, convert_gguf, resolve
 
     out = Path(args.out).resolve()
     repo = Path(__file__).resolve().parents[2]  # speccomplete/harness/ sits in the repo root's speccomplete/
@@ -400,13 +440,21 @@ def run(args) -> int:
         name, gguf = "tiny-llama", write_tiny_gguf(out / "cache" / "tiny-llama.gguf")
     else:
         name, gguf = model_gguf(args.model or DEFAULT_TARGET)
+    meta = None
+    if not args.no_meta:
+        if args.smoke and not args.model:  # converted beside the tiny GGUF: it is written anew by every pack
+            shutil.rmtree(out / "cache" / "tiny-llama", ignore_errors=True)
+            converted = convert_gguf(gguf, out / "cache" / "tiny-llama")
+        else:  # the cached conversion, made on first use like any start's
+            converted = Path(resolve(args.model or DEFAULT_TARGET))
+        meta = model_meta(gguf, converted, out / "cache" / "meta" / name)
     wheels: list[Path] = []
     requirements: list[tuple[str, str]] = []
     if not (args.no_wheels or args.smoke):
         requirements = wheel_requirements([w for w in args.wheels.split(",") if w])
         wheels = download_wheels(requirements, out / "cache" / "whl")
     cases = Path(args.cases) if args.cases else None
-    loads, pieces = plan_loads(wheels, cases, gguf, room, min_piece=max(room // 16, 1))
+    loads, pieces = plan_loads(wheels, cases, gguf, room, min_piece=max(room // 16, 1), meta=meta)
 
     folders = [out / f"load-{number}" for number in range(1, len(loads) + 1)]
     piece_sums = {}
@@ -436,6 +484,7 @@ def run(args) -> int:
             "wheels": [Path(p.dest).name for p in load.parts if p.kind == "wheel"],
             "pieces": [Path(p.dest).name for p in load.parts if p.kind == "piece"],
             "cases": any(p.kind == "cases" for p in load.parts),
+            "meta": any(p.kind == "meta" for p in load.parts),
             "corpus": any(p.kind == "corpus" for p in load.parts),
         }
         (folder / "load.json").write_text(json.dumps(info, indent=1) + "\n")
@@ -450,7 +499,7 @@ def run(args) -> int:
             raise PackError(f"{folder.name} holds {size} bytes, over its budget of {budget}")
         carry = folder.relative_to(repo).as_posix() if folder.is_relative_to(repo) else str(folder)
         rows.append({"name": folder.name, "bytes": size, "carry": [carry], "command": f"bash gpu/unpack.sh {carry}"})
-        rows[-1].update((k, info[k]) for k in ("wheels", "pieces", "cases", "corpus"))
+        rows[-1].update((k, info[k]) for k in ("wheels", "pieces", "cases", "meta", "corpus"))
 
     plan = {
         "pack": pack_id,
@@ -497,6 +546,8 @@ def plan_markdown(plan: dict) -> str:
             what.append(f"GGUF pieces {', '.join(p.rsplit('-', 1)[-1] for p in row['pieces'])}")
         if row["cases"]:
             what.append("cases")
+        if row.get("meta"):
+            what.append("model meta")
         if row["corpus"]:
             what.append("corpus")
         lines.append(

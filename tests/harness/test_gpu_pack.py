@@ -1,7 +1,9 @@
 """The GPU carry's CPU rehearsal: `specdec gpu-pack --smoke`, then gpu/unpack.sh for every load, in order.
 
-The smoke pack carries a tiny random llama GGUF (no downloads), cut into several loads, the dev cases
-and a small corpus; unpacking must check, join and convert it into a model that `load_model` takes.
+The smoke pack carries a tiny random llama GGUF (no downloads), cut into several loads, its meta (the
+metadata files and tensor map of its conversion here), the dev cases and a small corpus; unpacking must
+check, join and convert it with the meta into the model transformers' conversion gives, which `load_model`
+takes. Without the meta (--no-meta), unpacking converts through transformers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from conftest import make_byte_tokenizer, tiny_llama
 
 from speccomplete.cli import main
+from speccomplete.decoder.gguf_safetensors import differing_tensors
 from speccomplete.decoder.models import load_model
 from speccomplete.decoder.training.corpus import Shards
 from speccomplete.harness.gpu_pack import Part, plan_loads, wheel_requirements
@@ -72,6 +75,7 @@ def test_loads_fit_and_pieces_hash_to_the_model(smoke_pack):
         assert size == row["bytes"] <= plan["load_bytes"]
         assert row["command"] == f"bash gpu/unpack.sh {row['carry'][0]}"
     assert loads[0]["cases"] and (smoke_pack / "load-1" / "cases.jsonl").read_bytes() == CASES.read_bytes()
+    assert loads[0]["meta"] and (smoke_pack / "load-1" / "model-meta.tar.xz").is_file()
     assert loads[-1]["corpus"] and plan["corpus"]["tokens"] > 0
     assert loads[-2]["corpus"] and loads[-2]["pieces"] and not loads[-1]["pieces"]  # the corpus spans two loads
     pieces = sorted(smoke_pack.glob("load-*/gguf/*.part-*"), key=lambda p: p.name)
@@ -95,6 +99,11 @@ def test_unpack_every_load_converts_a_loadable_model(smoke_pack, tmp_path):
     report = (out / "unpack.txt").read_text()
     assert "sha256 OK" in report and "converted to" in report and f"done: all {len(plan['loads'])} loads" in report
     model_dir = root / "models" / plan["model"]["name"]
+    # converted with the carried meta, into what transformers' conversion here gave (the meta's source)
+    assert "with the carried meta in" in report and "falling back" not in report
+    reference = smoke_pack / "cache" / "tiny-llama"
+    assert differing_tensors(reference, model_dir) == []
+    assert sorted(p.name for p in model_dir.iterdir()) == sorted(p.name for p in reference.iterdir())
     model, tokenizer = load_model(str(model_dir), device="cpu")
     assert model.config.vocab_size == len(tokenizer) == 259
     assert tokenizer("def f").input_ids == list(b"def f")
@@ -113,6 +122,20 @@ def test_unpack_every_load_converts_a_loadable_model(smoke_pack, tmp_path):
     # rerunning the last load is harmless: the model is kept, not converted again
     again = unpack(plan["loads"][-1]["carry"][0], root, out)
     assert again.returncode == 0 and "converted to" not in again.stdout
+
+
+def test_without_the_meta_unpack_converts_through_transformers(tmp_path):
+    out = tmp_path / "carry"
+    assert main(["gpu-pack", "--smoke", "--no-meta", "--out", str(out)]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert not any(row["meta"] for row in plan["loads"]) and not list(out.glob("load-*/model-meta.tar.xz"))
+    root, report = tmp_path / "gpu", tmp_path / "out"
+    for row in plan["loads"]:
+        done = unpack(out / row["name"], root, report)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "with transformers (no meta carried) in" in (report / "unpack.txt").read_text()
+    model, tokenizer = load_model(str(root / "models" / plan["model"]["name"]), device="cpu")
+    assert model.config.vocab_size == len(tokenizer) == 259
 
 
 def test_a_corrupt_piece_fails_loudly(smoke_pack, tmp_path):
