@@ -67,9 +67,9 @@ def tensor_reader(path: str | Path):
             start = orig_offs + 12
             item = GGUFValueType(int(item_type[0]))
             if item == GGUFValueType.STRING:
-                end = start
+                end, raw = start, self.data.data
                 for _ in range(int(count[0])):
-                    end += 8 + struct.unpack_from("<Q", self.data, end)[0]
+                    end += 8 + struct.unpack_from("<Q", raw, end)[0]
                 return end - orig_offs, [item_type, count, self.data[start:end]], [], [GGUFValueType.ARRAY, item]
             numpy_type = self.gguf_scalar_to_np.get(item)
             if numpy_type is None:  # arrays of arrays: rare, small, read the usual way
