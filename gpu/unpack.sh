@@ -10,7 +10,10 @@
 #   gguf/            the model's pieces; once all are there: checked, joined, checked whole
 #   models/<name>    the converted safetensors folder: written from the GGUF and the carried model-meta.tar.xz
 #                    (decoder/gguf_safetensors.py, seconds), else by transformers (decoder/models.py, convert_gguf)
-#   cases.jsonl, corpus/   the dev cases and the training corpus, when the pack has them
+#   cases.jsonl      the dev cases, when the pack has them
+#   packed/          the training corpus as packed source text (gpu-pack --splits), gathered from its loads
+#   corpus/          its train/ and dev/ shard folders: tokenized on every core (`specdec corpus --packed`) once
+#                    packed.json (in the corpus's last load) and the model's tokenizer are here
 #   env.sh           what later steps source (from the repo root): PYTHONPATH, PYTHONSAFEPATH,
 #                    SPECDEC_TARGET (the model folder), SPECDEC_CACHE (so the packaged alias names it too),
 #                    SPECDEC_CASES, SPECDEC_CORPUS when carried, and a `specdec` shell function
@@ -78,7 +81,7 @@ say "load $number of $loads (pack $pack) from $load into $root, $(du -sh "$load"
 
 # A different pack, or none yet: start from a clean root. A later load needs every earlier one here.
 if [ "$(cat "$root/pack" 2>/dev/null)" != "$pack" ]; then
-    rm -rf "$root/site" "$root/pkg" "$root/gguf" "$root/models" "$root/corpus" "$root/cases.jsonl" \
+    rm -rf "$root/site" "$root/pkg" "$root/gguf" "$root/models" "$root/corpus" "$root/packed" "$root/cases.jsonl" \
         "$root/env.sh" "$root/loads.done"
     echo "$pack" >"$root/pack"
 fi
@@ -154,10 +157,25 @@ if [ -f "$load/cases.jsonl" ]; then
     say "cases: $(wc -l <"$root/cases.jsonl") into $root/cases.jsonl"
 fi
 if [ -d "$load/corpus" ]; then
-    # the corpus may span loads (gpu-pack --corpus-loads): each brings some of its shards
-    mkdir -p "$root/corpus"
-    cp "$load"/corpus/* "$root/corpus/"
-    say "corpus: $(ls "$load/corpus" | wc -l) files, $(du -sh "$root/corpus" | cut -f1) in $root/corpus so far"
+    # the corpus may span loads (gpu-pack --corpus-loads): each brings some of its compressed files
+    mkdir -p "$root/packed"
+    cp -r "$load"/corpus/. "$root/packed/"
+    say "corpus: $(find "$load/corpus" -type f | wc -l) files; $(du -sh "$root/packed" | cut -f1) in $root/packed"
+fi
+if [ -f "$root/packed/packed.json" ] && [ ! -f "$root/corpus/train/manifest.json" ]; then
+    if [ -f "$model_dir/config.json" ]; then
+        # into corpus.tmp first: a failed or cut run leaves no corpus that looks whole
+        rm -rf "$root/corpus" "$root/corpus.tmp"
+        start=$(date +%s.%N)
+        PYTHONPATH="$root/pkg:$root/site${PYTHONPATH:+:$PYTHONPATH}" "$py" -m speccomplete corpus \
+            --packed "$root/packed" --tokenizer "$model_dir" --out "$root/corpus.tmp" --workers "$(nproc)" \
+            >"$root/tokenize.log" 2>&1 || { tail -5 "$root/tokenize.log" >&2; fail "tokenizing the corpus failed"; }
+        mv "$root/corpus.tmp" "$root/corpus"
+        seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+        say "corpus: tokenized in $seconds s on $(nproc) cores; $(grep '^tokenized' "$root/tokenize.log")"
+    else
+        say "corpus: packed text is in; it is tokenized once the model (its tokenizer) is"
+    fi
 fi
 
 # 6. env.sh for the later steps, rewritten after every load with what is here so far.
@@ -170,7 +188,7 @@ fi
     echo "export PYTHONSAFEPATH=1  # the repo root's own speccomplete/ must not shadow the staged one"
     if [ -f "$model_dir/config.json" ]; then echo "export SPECDEC_TARGET=$model_dir"; fi
     if [ -f "$root/cases.jsonl" ]; then echo "export SPECDEC_CASES=$root/cases.jsonl"; fi
-    if [ -d "$root/corpus" ]; then echo "export SPECDEC_CORPUS=$root/corpus"; fi
+    if [ -f "$root/corpus/train/manifest.json" ]; then echo "export SPECDEC_CORPUS=$root/corpus"; fi
     echo "specdec() { \"\${PYTHON:-python3}\" -m speccomplete \"\$@\"; }"
     echo "export -f specdec"
     echo "# each call brings a fresh copy of the repo: point the package's links at this one"

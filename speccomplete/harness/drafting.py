@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import time
@@ -22,8 +23,10 @@ from speccomplete.decoder.training.corpus import (
     nl_documents,
     package_roots,
     parse_budgets,
+    read_packed_index,
     split_lists,
     stack_documents,
+    tokenize_packed,
 )
 
 from .model_args import add_model_args
@@ -34,15 +37,31 @@ if TYPE_CHECKING:
 
 def add_corpus_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("corpus", help="build packed, language-labelled training shards for a draft")
-    p.add_argument("--out", required=True, help="output directory (shards + manifest.json)")
+    p.add_argument(
+        "--out", required=True, help="output directory (shards + manifest.json; with --packed, train/ and dev/)"
+    )
     p.add_argument("--splits", help="directory of <lang>.<split>.txt lists of source files")
+    p.add_argument(
+        "--packed",
+        help="a packed text corpus (specdec gpu-pack --splits; packed.json and <split>/<lang>.NNNN.jsonl.xz): "
+        "every split of it is tokenized, into OUT/train and OUT/dev",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="with --packed: processes tokenizing files in parallel (default: every core); the output does not "
+        "depend on it",
+    )
     p.add_argument("--stack", help="The Stack dataset id or a local dataset in its layout (data/<lang>/...)")
     p.add_argument("--split", default="train")
     p.add_argument("--languages", help="comma-separated; default: every language the source has")
     p.add_argument("--nl-roots", help="ROOTS.txt of the corpus: READMEs and docs there become language 'nl'")
-    p.add_argument("--budget", default="200k", help="tokens per language: '200k' or 'python=1M,*=200k'")
-    p.add_argument("--seq-len", type=int, default=512)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--budget", help="tokens per language: '200k' or 'python=1M,*=200k' (default 200k; with --packed: all)"
+    )
+    p.add_argument("--seq-len", type=int, help="default 512; with --packed: the pack's")
+    p.add_argument("--seed", type=int, help="default 0; with --packed: the pack's")
     p.add_argument("--tokenizer", default="gemma3-270m", help="model spec whose tokenizer to use")
     p.add_argument(
         "--self-distill",
@@ -58,8 +77,12 @@ def add_corpus_parser(sub) -> argparse.ArgumentParser:
 def cmd_corpus(args) -> int:
     from speccomplete.decoder.models import load_model, resolve
 
+    if args.packed:
+        return corpus_from_packed(args)
     if not args.splits and not args.stack:
-        raise CorpusError("give a source: --splits DIR (file lists) or --stack DATASET")
+        raise CorpusError("give a source: --splits DIR (file lists), --stack DATASET or --packed DIR")
+    args.seq_len = args.seq_len or 512
+    args.seed = args.seed or 0
     languages = [x for x in (args.languages or "").split(",") if x]
     documents: dict[str, Iterable[Document]] = {}
     if args.splits:
@@ -73,7 +96,7 @@ def cmd_corpus(args) -> int:
                 documents[lang] = stack_documents(args.stack, lang, "train")
     if args.nl_roots:
         documents[NL] = nl_documents(package_roots(args.nl_roots), args.split)
-    budgets = parse_budgets(args.budget, sorted(documents))
+    budgets = parse_budgets(args.budget or "200k", sorted(documents))
     if args.self_distill:
         from speccomplete.decoder.training.distill import self_distilled
 
@@ -103,6 +126,51 @@ def cmd_corpus(args) -> int:
     for lang, row in manifest["per_language"].items():
         print(f"{lang:>11}{row['documents']:8d}{row['tokens']:10d}")
     print(f"wrote {manifest['sequences']} sequences x {manifest['seq_len']} tokens to {args.out}")
+    return 0
+
+
+def corpus_from_packed(args) -> int:
+    """`specdec corpus --packed`: tokenize a packed text corpus on every core into OUT/train and OUT/dev."""
+    from transformers import AutoTokenizer
+
+    from speccomplete.decoder.models import resolve
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve(args.tokenizer), trust_remote_code=False)
+    index = read_packed_index(args.packed)
+    budgets = parse_budgets(args.budget, sorted(index["splits"].get("train", {}))) if args.budget else None
+    bar = tqdm(unit="file", desc="tokenize", mininterval=5)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    started = time.monotonic()
+    manifests = tokenize_packed(
+        args.packed,
+        tokenizer,
+        args.out,
+        seq_len=args.seq_len,
+        seed=args.seed,
+        workers=args.workers,
+        budgets=budgets,
+        tokenizer_name=args.tokenizer,
+        command="specdec " + shlex.join(args.argv),
+        progress=progress,
+    )
+    seconds = time.monotonic() - started
+    bar.close()
+    print(f"{'split':>6}{'language':>11}{'docs':>8}{'tokens':>12}")
+    for split, manifest in manifests.items():
+        for lang, row in manifest["per_language"].items():
+            print(f"{split:>6}{lang:>11}{row['documents']:8d}{row['tokens']:12d}")
+    tokens = sum(m["tokens"] for m in manifests.values())
+    text = sum(row["text_bytes"] for split in index["splits"].values() for row in split.values())
+    print(
+        f"tokenized {text / 1e6:.1f} MB of text into {tokens} tokens in {seconds:.1f} s with {args.workers} workers "
+        f"({tokens / seconds / 1e6:.2f}M tokens/s, {text / tokens:.2f} bytes a token); "
+        + ", ".join(f"{split}: {m['sequences']} x {m['seq_len']}" for split, m in manifests.items())
+        + f" in {args.out}"
+    )
     return 0
 
 

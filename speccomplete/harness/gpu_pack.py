@@ -22,6 +22,7 @@ transfer fails in the call that brought it. `PLAN.md` and `plan.json` list the c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -29,7 +30,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -310,67 +310,152 @@ def tree_bytes(repo: Path) -> int:
     return total
 
 
-def pack_corpus(args, room: int, out: Path, shard_sequences: int = 4096) -> dict | None:
-    """As many corpus tokens as fit in `room` bytes (int32 tokens), up to --corpus-tokens, in shards of
-    `shard_sequences`; None if none fit."""
+INDEX_BYTES = 64 * 2**10  # per load: room kept for the packed corpus's packed.json
+FILE_OVERHEAD = 256  # per corpus file: its line in the load's SHA256SUMS and its name in packed.json
+
+
+def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging: Path) -> dict | None:
+    """Pack source text, xz-compressed, into the room the last load leaves and into --corpus-loads loads of its own.
+
+    Per language a seeded sample of its file lists, balanced by text bytes: a dev chunk of --corpus-dev-bytes
+    first, then train chunks from the language with the least text so far, each chunk in the first load it fits,
+    until a chunk fits nowhere or the estimated tokens reach --corpus-tokens. The machine tokenizes it
+    (`specdec corpus --packed`, run by unpack.sh once the model is there). Returns plan.json's `corpus` entry.
+    """
+    import time
+
     from transformers import AutoTokenizer
 
     from speccomplete.decoder.models import resolve
     from speccomplete.decoder.training.corpus import (
-        Document,
-        build_corpus,
-        local_documents,
+        CHUNK_TEXT_BYTES,
+        PACKED_INDEX,
+        balanced_chunks,
+        compress_documents,
+        compressed_chunks,
+        encode_texts,
+        packed_file_name,
+        packed_index,
         parse_budgets,
+        record_packed_file,
+        sampled_documents,
         split_lists,
+        text_bytes,
+        text_chunks,
     )
 
-    lists = split_lists(args.splits, "train", None)
-    per_sequence = 4 * args.seq_len + 2  # int32 tokens and an int16 language label
-    room -= 8 * 2**10  # manifest.json and the shards' headers
-    sequences = min(parse_budgets(args.corpus_tokens, ["*"])["*"] // args.seq_len, room // per_sequence)
-    per_language = sequences // len(lists) * args.seq_len
-    if per_language < args.seq_len:
-        print(f"gpu-pack: no corpus: {room} bytes left hold less than one sequence per language")
-        return None
+    started = time.monotonic()
+    shutil.rmtree(staging, ignore_errors=True)  # the token shards of older packs
+    train_lists = split_lists(args.splits, "train", None)
+    has_dev = any(Path(args.splits).glob("*.dev.txt"))
+    dev_lists = split_lists(args.splits, "dev", None) if has_dev else {}
+    dev_lists = {lang: path for lang, path in dev_lists.items() if lang in train_lists}
     tokenizer = AutoTokenizer.from_pretrained(resolve(args.corpus_tokenizer), trust_remote_code=False)
-    documents: dict[str, Iterable[Document]] = {lang: local_documents(listing, lang) for lang, listing in lists.items()}
-    return build_corpus(
-        documents,
-        tokenizer,
-        out,
-        {lang: per_language for lang in lists},
-        args.seq_len,
-        shard_sequences=shard_sequences,
-        tokenizer_name=args.corpus_tokenizer,
-        command="specdec gpu-pack",
-    )
+    # Every load keeps room for packed.json (it goes into the corpus's last load, so it arrives last) and for
+    # each file's line in the load's SHA256SUMS.
+    index_room = min(INDEX_BYTES, room // 8)
+    free = [room - loads[-1].used - index_room] + [room - index_room] * args.corpus_loads
+    first_load = len(loads) - 1
+    chunk_bytes = min(CHUNK_TEXT_BYTES, room // 4)
+    token_cap = parse_budgets(args.corpus_tokens, ["*"])["*"]
+    index = packed_index(args.seq_len, args.corpus_seed, args.corpus_tokenizer)
+    splits: dict[str, dict[str, dict]] = index["splits"]
+    splits.update(train={}, dev={})
+    bytes_per_token: dict[str, dict[str, float]] = {"train": {}, "dev": {}}
+    used_slots: set[int] = set()
 
-
-def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging: Path) -> dict | None:
-    """Pack the corpus into the room the last load leaves and into --corpus-loads loads of its own.
-
-    Shards are small (a sixteenth of a load), so the room a load cannot use is at most one shard;
-    unpack.sh gathers every load's shards into one corpus folder.
-    """
-    per_sequence = 4 * args.seq_len + 2
-    shard_sequences = max(1, room // 16 // per_sequence)
-    shard = shard_sequences * per_sequence
-    corpus_room = room - loads[-1].used + args.corpus_loads * room - (args.corpus_loads + 1) * shard
-    shutil.rmtree(staging, ignore_errors=True)
-    corpus = pack_corpus(args, corpus_room, staging, shard_sequences)
-    if corpus is None:
-        return None
-    files = sorted(staging.glob("shard-*.safetensors")) + [staging / "manifest.json"]
-    load = loads[-1]
-    for file in files:
-        size = file.stat().st_size
-        if load.used + size > room:
-            loads.append(load := Load())
+    def place(split: str, language: str, number: int, documents: list, data: bytes) -> bool:
+        """Into the first load with room for it; False if none has."""
+        slot = next((i for i, left in enumerate(free) if len(data) + FILE_OVERHEAD <= left), None)
+        if slot is None:
+            return False
+        free[slot] -= len(data) + FILE_OVERHEAD
+        used_slots.add(slot)
+        while first_load + slot >= len(loads):
+            loads.append(Load())
             folders.append(folders[-1].with_name(f"load-{len(loads)}"))
-        part = Part(f"corpus/{file.name}", file, size, kind="corpus")
-        load.parts.append(part)
-        copy_part(part, folders[len(loads) - 1] / part.dest)
-    return corpus
+        name = packed_file_name(split, language, number)
+        dest = folders[first_load + slot] / "corpus" / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+        loads[first_load + slot].parts.append(Part(f"corpus/{name}", dest, len(data), kind="corpus"))
+        record_packed_file(index, split, language, name, documents, len(data))
+        return True
+
+    def measure(split: str, language: str, documents: list) -> None:
+        """Text bytes per token (framing included), on up to 256 KiB of the split's first chunk of the language."""
+        sample = next(text_chunks(documents, 256 * 2**10))
+        tokens = sum(len(ids) + 2 for ids in encode_texts(tokenizer, [d.text for d in sample]))
+        bytes_per_token[split][language] = sum(text_bytes(d) for d in sample) / tokens
+
+    # dev first: small, and the trainers' per-language dev fitness wants every language
+    for language, listing in dev_lists.items():
+        sample = next(text_chunks(sampled_documents(listing, language, args.corpus_seed), args.corpus_dev_bytes), None)
+        if sample is None:
+            continue
+        if place("dev", language, 0, sample, compress_documents(sample)):
+            measure("dev", language, sample)
+        else:
+            print(f"gpu-pack: no room for the dev sample of {language}")
+    estimate = 0.0
+    chunks = balanced_chunks(
+        {lang: sampled_documents(listing, lang, args.corpus_seed) for lang, listing in train_lists.items()}, chunk_bytes
+    )
+    with contextlib.closing(compressed_chunks(chunks, workers=os.cpu_count() or 1)) as compressed:
+        for language, number, documents, data in compressed:
+            if language not in bytes_per_token["train"]:
+                measure("train", language, documents)
+            tokens = sum(text_bytes(d) for d in documents) / bytes_per_token["train"][language]
+            if estimate + tokens > token_cap or not place("train", language, number, documents, data):
+                break
+            estimate += tokens
+    if not splits["train"]:
+        print("gpu-pack: no corpus: no train chunk fits the room left")
+        return None
+
+    if not splits["dev"]:
+        del splits["dev"]
+    index["bytes_per_token"] = {lang: round(v, 3) for lang, v in sorted(bytes_per_token["train"].items())}
+    data = (json.dumps(index, indent=1) + "\n").encode()
+    last = max(used_slots)
+    if len(data) > free[last] + index_room:
+        raise PackError(f"{PACKED_INDEX} ({len(data)} bytes) does not fit the room kept for it ({index_room})")
+    dest = folders[first_load + last] / "corpus" / PACKED_INDEX
+    dest.write_bytes(data)
+    loads[first_load + last].parts.append(Part(f"corpus/{PACKED_INDEX}", dest, len(data), kind="corpus"))
+
+    def total(split: str, key: str) -> int:
+        return sum(row[key] for row in splits.get(split, {}).values())
+
+    text = total("train", "text_bytes") + total("dev", "text_bytes")
+    compressed = total("train", "bytes") + total("dev", "bytes")
+    return {
+        "format": "jsonl.xz",
+        "seq_len": args.seq_len,
+        "seed": args.corpus_seed,
+        "tokenizer": args.corpus_tokenizer,
+        "languages": sorted(splits["train"]),
+        "text_bytes": text,
+        "bytes": compressed,
+        "ratio": round(text / compressed, 2),
+        "tokens_estimate": round(estimate),
+        "dev_tokens_estimate": round(
+            sum(row["text_bytes"] / bytes_per_token["dev"][lang] for lang, row in splits.get("dev", {}).items())
+        ),
+        "loads": [folders[first_load + slot].name for slot in sorted(used_slots)],
+        "pack_seconds": round(time.monotonic() - started, 1),
+        "per_language": {
+            lang: {
+                "documents": row["documents"],
+                "text_bytes": row["text_bytes"],
+                "bytes": row["bytes"],
+                "files": len(row["files"]),
+                "tokens_estimate": round(row["text_bytes"] / bytes_per_token["train"][lang]),
+                "dev_text_bytes": splits.get("dev", {}).get(lang, {}).get("text_bytes", 0),
+            }
+            for lang, row in sorted(splits["train"].items())
+        },
+    }
 
 
 # --------------------------------------------------------------------------- the command
@@ -397,16 +482,28 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--wheels", default=",".join(DEFAULT_WHEELS), help="comma-separated roots; dependencies follow")
     p.add_argument("--no-wheels", action="store_true", help="carry no wheels")
     p.add_argument("--cases", help="a cases file to carry in the first load")
-    p.add_argument("--splits", help="corpus file lists (<lang>.train.txt): pack a training corpus into the room left")
+    p.add_argument(
+        "--splits",
+        help="corpus file lists (<lang>.train.txt, <lang>.dev.txt): pack source text, xz-compressed, into the room "
+        "left; the machine tokenizes it",
+    )
     p.add_argument(
         "--corpus-loads",
         type=int,
         default=0,
-        help="loads of corpus alone after the model's (about 9M tokens each); 0: only the room the model leaves",
+        help="loads of corpus alone after the model's; 0: only the room the model leaves",
     )
-    p.add_argument("--corpus-tokens", default="100M", help="at most this many corpus tokens (k and M suffixes)")
-    p.add_argument("--corpus-tokenizer", default=None, help="model spec whose tokenizer packs the corpus")
-    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument(
+        "--corpus-tokens", default="100M", help="at most about this many train tokens (estimated; k and M suffixes)"
+    )
+    p.add_argument(
+        "--corpus-tokenizer", default=None, help="model spec whose tokenizer estimates the tokens (default: the target)"
+    )
+    p.add_argument("--corpus-seed", type=int, default=0, help="seed of the per-language samples")
+    p.add_argument(
+        "--corpus-dev-bytes", type=int, default=256 * 2**10, help="dev text per language, from <lang>.dev.txt"
+    )
+    p.add_argument("--seq-len", type=int, default=512, help="sequence length the machine tokenizes the corpus into")
     p.add_argument("--load-bytes", type=int, help="bytes per load (default: 64 MiB less the tree and a margin)")
     p.add_argument("--margin-bytes", type=int, default=MARGIN_BYTES)
     return p
@@ -509,7 +606,7 @@ def run(args) -> int:
         "load_bytes": budget,
         "model": {"name": name, "file": gguf.name, "bytes": gguf.stat().st_size, "sha256": whole},
         "wheels": [f"{n}=={v}" for n, v in requirements],
-        "corpus": None if corpus is None else {k: corpus[k] for k in ("tokens", "seq_len", "languages")},
+        "corpus": corpus,
         "loads": rows,
     }
     (out / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
@@ -560,5 +657,12 @@ def plan_markdown(plan: dict) -> str:
         lines.append("Corpus: none.")
     else:
         languages = ", ".join(corpus["languages"])
-        lines.append(f"Corpus: {corpus['tokens']} tokens in {corpus['seq_len']}-token sequences; {languages}.")
+        lines.append(
+            f"Corpus: {corpus['text_bytes'] / 1e6:.1f} MB of source text, xz-compressed to {corpus['bytes'] / mib:.2f} "
+            f"MiB (ratio {corpus['ratio']}) in {', '.join(corpus['loads'])}; "
+            f"about {corpus['tokens_estimate'] / 1e6:.1f}M "
+            f"train tokens and {corpus['dev_tokens_estimate'] / 1e3:.0f}k dev tokens by {corpus['tokenizer']} "
+            f"(estimated here; unpack.sh tokenizes it into {corpus['seq_len']}-token sequences once the model is in); "
+            f"{len(corpus['languages'])} languages: {languages}."
+        )
     return "\n".join(lines) + "\n"

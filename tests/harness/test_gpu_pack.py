@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -29,21 +30,31 @@ UNPACK = REPO / "gpu" / "unpack.sh"
 CASES = REPO / "docs" / "examples" / "cases.jsonl"
 
 
-@pytest.fixture(scope="module")
-def smoke_pack(tmp_path_factory) -> Path:
-    """A smoke pack with the cases and a corpus that spans the model's last load and one of its own: the
-    tokenizer and the split lists are built here."""
-    tmp = tmp_path_factory.mktemp("pack")
-    tokenizer_dir = tmp / "tokenizer"
-    tiny_llama().config.save_pretrained(tokenizer_dir)  # a model folder: `resolve` wants its config.json
-    make_byte_tokenizer().save_pretrained(tokenizer_dir)
+def smoke_splits(tmp: Path) -> Path:
+    """File lists of two languages: train files of random-ish lines (text that compresses about as little as
+    code, so the packed corpus spans loads) and a dev file each."""
+    rng = random.Random(0)
     splits = tmp / "splits"
     splits.mkdir()
     for lang, suffix in (("python", "py"), ("rust", "rs")):
-        source = tmp / f"code.{suffix}"
-        source.write_text("".join(f"value_{i} = compute({i}) + offset\n" for i in range(1000)))
-        (splits / f"{lang}.train.txt").write_text(f"{source}\n")
-    out = tmp / "carry"
+        for split, files in (("train", 6), ("dev", 1)):
+            paths = []
+            for n in range(files):
+                source = tmp / f"{lang}-{split}-{n}.{suffix}"
+                source.write_text(
+                    "".join(f"value_{rng.randrange(10**6)} = f({rng.randrange(10**4)}) + 0.{i}\n" for i in range(400))
+                )
+                paths.append(f"{source}\n")
+            (splits / f"{lang}.{split}.txt").write_text("".join(paths))
+    return splits
+
+
+def smoke_gpu_pack(tmp: Path, out: Path) -> None:
+    tokenizer_dir = tmp / "tokenizer"
+    if not tokenizer_dir.exists():
+        tiny_llama().config.save_pretrained(tokenizer_dir)  # a model folder: `resolve` wants its config.json
+        make_byte_tokenizer().save_pretrained(tokenizer_dir)
+    splits = tmp / "splits" if (tmp / "splits").exists() else smoke_splits(tmp)
     argv = [
         "gpu-pack",
         "--smoke",
@@ -56,8 +67,17 @@ def smoke_pack(tmp_path_factory) -> Path:
         "--corpus-loads",
         "1",
     ]
-    assert main([*argv, "--corpus-tokenizer", str(tokenizer_dir), "--seq-len", "32"]) == 0
-    return out
+    corpus = ["--corpus-tokenizer", str(tokenizer_dir), "--seq-len", "32", "--corpus-dev-bytes", "2000"]
+    assert main([*argv, *corpus]) == 0
+
+
+@pytest.fixture(scope="module")
+def smoke_pack(tmp_path_factory) -> Path:
+    """A smoke pack with the cases and a corpus that spans the model's last load and one of its own: the
+    tokenizer and the split lists are built here."""
+    tmp = tmp_path_factory.mktemp("pack")
+    smoke_gpu_pack(tmp, tmp / "carry")
+    return tmp / "carry"
 
 
 def unpack(load: Path | str, root: Path, out: Path) -> subprocess.CompletedProcess:
@@ -76,8 +96,19 @@ def test_loads_fit_and_pieces_hash_to_the_model(smoke_pack):
         assert row["command"] == f"bash gpu/unpack.sh {row['carry'][0]}"
     assert loads[0]["cases"] and (smoke_pack / "load-1" / "cases.jsonl").read_bytes() == CASES.read_bytes()
     assert loads[0]["meta"] and (smoke_pack / "load-1" / "model-meta.tar.xz").is_file()
-    assert loads[-1]["corpus"] and plan["corpus"]["tokens"] > 0
+    corpus = plan["corpus"]
+    assert loads[-1]["corpus"] and corpus["tokens_estimate"] > 0 and corpus["languages"] == ["python", "rust"]
     assert loads[-2]["corpus"] and loads[-2]["pieces"] and not loads[-1]["pieces"]  # the corpus spans two loads
+    assert corpus["loads"] == [loads[-2]["name"], loads[-1]["name"]] and corpus["text_bytes"] > corpus["bytes"]
+    # language-balanced by bytes: the two languages' text differs by less than a chunk
+    python, rust = (corpus["per_language"][lang]["text_bytes"] for lang in ("python", "rust"))
+    assert abs(python - rust) < max(python, rust) / 2
+    # packed.json comes in the corpus's last load, so the machine has every file once it has the index
+    assert (smoke_pack / loads[-1]["name"] / "corpus" / "packed.json").exists()
+    assert sorted(p.name for p in (smoke_pack / loads[-2]["name"] / "corpus" / "dev").iterdir()) == [
+        "python.0000.jsonl.xz",
+        "rust.0000.jsonl.xz",
+    ]
     pieces = sorted(smoke_pack.glob("load-*/gguf/*.part-*"), key=lambda p: p.name)
     whole = b"".join(p.read_bytes() for p in pieces)
     assert len(whole) == plan["model"]["bytes"]
@@ -110,7 +141,17 @@ def test_unpack_every_load_converts_a_loadable_model(smoke_pack, tmp_path):
     # env.sh points later steps at the model, the cases and the corpus, and at our package in this repo
     env = (root / "env.sh").read_text()
     assert f"SPECDEC_TARGET={model_dir}" in env and f"SPECDEC_CASES={root / 'cases.jsonl'}" in env
-    assert Shards.load(root / "corpus").tokens.shape[1] == 32
+    # the packed text was tokenized on the "machine" into train/ and dev/, with the model's tokenizer
+    assert f"SPECDEC_CORPUS={root / 'corpus'}" in env and "corpus: tokenized in" in report
+    train, dev = Shards.load(root / "corpus" / "train"), Shards.load(root / "corpus" / "dev")
+    assert train.tokens.shape[1] == dev.tokens.shape[1] == 32
+    assert train.languages == dev.languages == ["python", "rust"] and len(dev.tokens) < len(train.tokens)
+    assert all(len(train.indices_of(lang)) and len(dev.indices_of(lang)) for lang in train.languages)
+    index = json.loads((root / "packed" / "packed.json").read_text())
+    text = sum(row["text_bytes"] for row in index["splits"]["train"].values())
+    documents = sum(row["documents"] for row in index["splits"]["train"].values())
+    # a byte a token, [BOS] and [EOS] around each document, less each language's last partial sequence
+    assert text - 2 * 32 < train.manifest["tokens"] <= text + 2 * documents
     where = subprocess.run(
         ["bash", "-c", f'source "{root}/env.sh" && "$PYTHON" -c "import speccomplete.decoder as d; print(d.__file__)"'],
         cwd=REPO,
@@ -122,6 +163,18 @@ def test_unpack_every_load_converts_a_loadable_model(smoke_pack, tmp_path):
     # rerunning the last load is harmless: the model is kept, not converted again
     again = unpack(plan["loads"][-1]["carry"][0], root, out)
     assert again.returncode == 0 and "converted to" not in again.stdout
+
+
+def test_the_packed_corpus_is_deterministic(smoke_pack, tmp_path):
+    """The same inputs and seed give the same corpus files, byte for byte (xz is deterministic)."""
+    again = tmp_path / "carry"
+    smoke_gpu_pack(smoke_pack.parent, again)
+
+    def corpus_files(carry: Path) -> dict[str, bytes]:
+        return {p.relative_to(carry).as_posix(): p.read_bytes() for p in sorted(carry.glob("load-*/corpus/**/*.*"))}
+
+    first = corpus_files(smoke_pack)
+    assert first and corpus_files(again) == first
 
 
 def test_without_the_meta_unpack_converts_through_transformers(tmp_path):
