@@ -190,10 +190,13 @@ def load_checkpoint(folder: Path, params: dict[str, torch.nn.Parameter], optimiz
 # --------------------------------------------------------------------------- the loop
 
 
-def learning_rate(cfg: LoopConfig, tokens_seen: int, total: int) -> float:
+def learning_rate(cfg: LoopConfig, tokens_seen: int, total: int, time_spent: float = 0.0) -> float:
+    """Linear warmup, then a cosine down to a tenth of `cfg.lr` over the tokens, or over the time limit
+    (`time_spent`, its share used so far) where that ends the run first: a lent GPU's run is cut by
+    the clock long before its token budget, and should still end on a low learning rate."""
     if tokens_seen < cfg.warmup_tokens:
         return cfg.lr * (tokens_seen + 1) / cfg.warmup_tokens
-    progress = (tokens_seen - cfg.warmup_tokens) / max(1, total - cfg.warmup_tokens)
+    progress = max((tokens_seen - cfg.warmup_tokens) / max(1, total - cfg.warmup_tokens), time_spent)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
@@ -259,7 +262,8 @@ def train(
             sums: dict[str, torch.Tensor] = {}
             logged_steps = 0
             while state["phase_tokens"] + step_tokens <= max(phase.tokens, step_tokens):
-                lr = learning_rate(cfg, state["tokens"], total)
+                time_spent = (time.perf_counter() - started) / cfg.max_seconds if cfg.max_seconds else 0.0
+                lr = learning_rate(cfg, state["tokens"], total, time_spent)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 try:

@@ -74,3 +74,15 @@ def test_losses_come_back_once_per_log_interval_and_at_the_end(tmp_path):
 def test_a_loop_without_budget_is_refused(tmp_path):
     with pytest.raises(ValueError, match="positive token budget"):
         train(Regression(), [Phase(Sequences(), 0)], LoopConfig(out=str(tmp_path)))
+
+
+def test_the_schedule_follows_the_clock_when_the_time_limit_ends_the_run_first(tmp_path):
+    from speccomplete.decoder.training.trainer import learning_rate
+
+    cfg = LoopConfig(out=str(tmp_path), lr=1.0, warmup_tokens=10)
+    assert learning_rate(cfg, 0, 1000) == pytest.approx(0.1)  # warmup
+    assert learning_rate(cfg, 10, 1000) == pytest.approx(1.0)
+    # a tenth of the tokens but half the time: the cosine is halfway, whichever is further along
+    assert learning_rate(cfg, 109, 1000, time_spent=0.5) == pytest.approx(0.55)
+    assert learning_rate(cfg, 109, 1000, time_spent=0.5) < learning_rate(cfg, 109, 1000)
+    assert learning_rate(cfg, 20, 1000, time_spent=1.0) == pytest.approx(0.1)
