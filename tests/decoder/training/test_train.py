@@ -20,9 +20,9 @@ from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.training.corpus import Document, Shards, build_corpus
+from speccomplete.decoder.training.derived import Phase, TrainConfig, train
 from speccomplete.decoder.training.draft import build_draft, frequent_token_ids
 from speccomplete.decoder.training.fitness import fitness_from_logits
-from speccomplete.decoder.training.derived import Phase, TrainConfig, train
 from speccomplete.decoder.training.trainer import BatchSampler
 from tests.conftest import BOS, EOS, check_stats, make_byte_tokenizer, random_prompts, tiny_llama
 
