@@ -30,7 +30,7 @@ import lzma
 import multiprocessing
 import os
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -419,7 +419,7 @@ def write_packed(
 
 def compressed_chunks(
     chunks: Iterator[tuple[str, int, list[Document]]], workers: int = 1
-) -> Iterator[tuple[str, int, list[Document], bytes]]:
+) -> Generator[tuple[str, int, list[Document], bytes], None, None]:
     """`chunks` with each one's compressed bytes, in order; compressed `workers` at a time. A consumer that stops
     early wastes at most one round of compression (the pool never reads ahead further)."""
     if workers <= 1:

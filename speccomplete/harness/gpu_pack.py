@@ -401,8 +401,8 @@ def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging:
     chunks = balanced_chunks(
         {lang: sampled_documents(listing, lang, args.corpus_seed) for lang, listing in train_lists.items()}, chunk_bytes
     )
-    with contextlib.closing(compressed_chunks(chunks, workers=os.cpu_count() or 1)) as compressed:
-        for language, number, documents, data in compressed:
+    with contextlib.closing(compressed_chunks(chunks, workers=os.cpu_count() or 1)) as packed_chunks:
+        for language, number, documents, data in packed_chunks:
             if language not in bytes_per_token["train"]:
                 measure("train", language, documents)
             tokens = sum(text_bytes(d) for d in documents) / bytes_per_token["train"][language]

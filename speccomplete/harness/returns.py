@@ -76,7 +76,7 @@ def split_into_parts(path: str | Path, folder: str | Path, part_bytes: int = PAR
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob(f"{path.name}.part-*"):
         old.unlink()
-    names = []
+    names: list[str] = []
     with open(path, "rb") as f:
         while block := f.read(part_bytes):
             name = f"{path.name}.part-{len(names):02d}"
