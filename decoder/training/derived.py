@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from . import trainer
 from .corpus import Shards
 from .fitness import fitness_from_logits
+from .teacher import softcap_of, teacher_logits
 from .trainer import LoopConfig, Phase
 
 
@@ -44,12 +45,12 @@ class TrainConfig(LoopConfig):
 # --------------------------------------------------------------------------- one step
 
 
-def teacher_logits(target, draft, ids: torch.Tensor) -> torch.Tensor:
-    """Target logits over the draft's vocabulary: the target's final states through the draft's head rows."""
+def target_logits(target, draft, ids: torch.Tensor) -> torch.Tensor:
+    """The teacher: the target's logits over the draft's vocabulary (the draft's head rows are the target's,
+    frozen; a draft without a sub-vocabulary has the target's whole head)."""
     hidden = target.base_model(input_ids=ids, use_cache=False).last_hidden_state
-    if getattr(draft, "vocab_ids", None) is not None:
-        return draft.lm_head(hidden)  # the draft's head rows are the target's, frozen
-    return target.lm_head(hidden)
+    head = draft.lm_head if getattr(draft, "vocab_ids", None) is not None else target.lm_head
+    return teacher_logits(head.weight, hidden, softcap_of(target))
 
 
 def draft_labels(ids: torch.Tensor, vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
@@ -74,7 +75,7 @@ def draft_loss(target, draft, ids: torch.Tensor, cfg: TrainConfig) -> tuple[torc
         parts["ce"] = ce.detach()
     if cfg.kd_weight:
         with torch.no_grad():
-            p_logits = teacher_logits(target, draft, ids)[:, :-1].float()
+            p_logits = target_logits(target, draft, ids)[:, :-1].float()
             p_logits = p_logits[..., : q_logits.shape[-1]]
         if cfg.kd_topk:
             values, index = p_logits.topk(cfg.kd_topk, dim=-1)

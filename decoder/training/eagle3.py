@@ -41,6 +41,7 @@ from ..drafts.trained import target_signature
 from ..kv_cache import forward_tapped, new_cache
 from .corpus import Shards
 from .fitness import fitness_from_logits
+from .teacher import teacher_logits
 from .trainer import LoopConfig, Phase
 from .trainer import train as train_loop
 
@@ -304,13 +305,6 @@ def ttt_forward(
     return out
 
 
-def teacher_logits(draft: Eagle3, final_hidden: torch.Tensor, softcap: float | None) -> torch.Tensor:
-    """The target's logits over the draft's vocabulary: its head rows (the draft's frozen head) on its
-    final states, soft-capped as decoder/kv_cache.py's head_logits does."""
-    logits = F.linear(final_hidden.to(draft.lm_head.weight.dtype), draft.lm_head.weight)
-    return torch.tanh(logits / softcap) * softcap if softcap else logits
-
-
 def ttt_loss(
     draft: Eagle3,
     embed_weight: torch.Tensor,
@@ -329,7 +323,7 @@ def ttt_loss(
     q_steps = ttt_forward(draft, embed_weight, ids, features, steps)
     with torch.no_grad():
         # P_t for t = 1..L-1: the target's distribution after x_t; step s row i wants t = i+1+s
-        log_p_all = torch.log_softmax(teacher_logits(draft, final_hidden[:, 1:], softcap).float(), -1)
+        log_p_all = torch.log_softmax(teacher_logits(draft.lm_head.weight, final_hidden[:, 1:], softcap).float(), -1)
         p_all = log_p_all.exp()
         p_log_p = (p_all * log_p_all).sum(-1)  # [B, L-1]
         p_top1 = log_p_all.argmax(-1)
@@ -406,11 +400,9 @@ def dev_fitness(
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
                 q_steps = ttt_forward(draft, embed_weight, ids, features, cfg.steps)
             if target_head is not None:
-                p_logits = F.linear(final[0, 1:].to(target_head.dtype), target_head).float()
-                if cfg.softcap:
-                    p_logits = torch.tanh(p_logits / cfg.softcap) * cfg.softcap
+                p_logits = teacher_logits(target_head, final[0, 1:], cfg.softcap).float()
             else:
-                p_logits = teacher_logits(draft, final[0, 1:], cfg.softcap).float()
+                p_logits = teacher_logits(draft.lm_head.weight, final[0, 1:], cfg.softcap).float()
             row: dict[str, float] = {}
             for s, q_logits in enumerate(q_steps):
                 n = q_logits.shape[1]
