@@ -8,7 +8,8 @@ takes 27 ms, near the memory-bandwidth bound, and five rows 37 ms. That is what 
 a few drafts nearly as cheap as one step, the premise of speculative decoding.
 
 Gated MLPs (LLaMA, Gemma, Qwen: down(act(gate(x)) * up(x))) get gate and up fused into one
-packed product: one parallel region fewer per layer.
+packed product: one parallel region fewer per layer. So do the linears a module names as
+`fusable_projections` (an EAGLE-3 draft's q, k and v), which its forward then reads from `projections`.
 
 Packing is for inference only: packed weights have no gradient and no `.weight` to read, so it
 is applied after every draft has been built from the target.
@@ -123,6 +124,27 @@ class PackedGatedMLP(torch.nn.Module):
         return self.down_proj(self.act_fn(gate) * up)
 
 
+class PackedProjections(torch.nn.Module):
+    """Linears over the same input as one packed product, its output split back into theirs."""
+
+    def __init__(self, linears: list[torch.nn.Linear], linear: type[PackedLinear] | type[Int8Linear] = PackedLinear):
+        super().__init__()
+        self.product = linear(*linears)
+        self.sizes = [m.out_features for m in linears]
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.product(x).split(self.sizes, dim=-1)
+
+
+def _fusable_projections(module: torch.nn.Module) -> dict[str, torch.nn.Linear]:
+    """The linears a module names in `fusable_projections`, by name (they read the same input, and its
+    forward uses `projections` once set: an EAGLE-3 draft's q, k and v, drafts/eagle3.py); {} if none."""
+    linears = {name: getattr(module, name, None) for name in getattr(module, "fusable_projections", ())}
+    if not linears or not all(isinstance(m, torch.nn.Linear) for m in linears.values()):
+        return {}
+    return cast(dict[str, torch.nn.Linear], linears)
+
+
 def _is_gated_mlp(module: torch.nn.Module) -> bool:
     """The HF MLPs whose forward is exactly down_proj(act_fn(gate_proj(x)) * up_proj(x))."""
     gate, up, down = (getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj"))
@@ -136,8 +158,9 @@ def _is_gated_mlp(module: torch.nn.Module) -> bool:
     )
 
 
-# Checked against transformers 5: each forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
-_GATED_MLPS = {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP", "Gemma3MLP"}
+# Checked against transformers 5: each forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)); so is an
+# EAGLE-3 draft's (drafts/eagle3.py).
+_GATED_MLPS = {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP", "Gemma3MLP", "Eagle3MLP"}
 
 
 def can_pack(model) -> bool:
@@ -176,6 +199,11 @@ def pack_linear_weights(*models, int8: bool = False) -> int:
                     packed[id(child)] = (child, linear(child))
                     replaced += 1
                 else:
+                    if fused := _fusable_projections(child):
+                        child.projections = PackedProjections(list(fused.values()), linear)
+                        for projection in fused:
+                            delattr(child, projection)
+                        replaced += len(fused)
                     swap_children(child)
                     continue
             setattr(parent, name, packed[id(child)][1])

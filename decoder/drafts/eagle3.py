@@ -105,6 +105,9 @@ class RMSNorm(torch.nn.Module):
 
 
 class Attention(torch.nn.Module):
+    # q, k and v read the same rows: on the CPU decoder/kernels.py packs them as one product, `projections`
+    fusable_projections = ("q_proj", "k_proj", "v_proj")
+
     def __init__(self, shape: Eagle3Shape):
         super().__init__()
         s = shape
@@ -113,25 +116,33 @@ class Attention(torch.nn.Module):
         self.k_proj = torch.nn.Linear(2 * s.hidden_size, s.num_kv_heads * s.head_dim, bias=False)
         self.v_proj = torch.nn.Linear(2 * s.hidden_size, s.num_kv_heads * s.head_dim, bias=False)
         self.o_proj = torch.nn.Linear(s.num_heads * s.head_dim, s.hidden_size, bias=False)
+        self.projections: torch.nn.Module | None = None
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """q [B, H, T, d], k and v [B, Hkv, T, d] of rows x [B, T, 2h], rotated to their positions."""
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.projections is not None:
+            q, k, v = self.projections(x)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         return _rotate(q, cos, sin), _rotate(k, cos, sin), v
 
 
-class MLP(torch.nn.Module):
+class Eagle3MLP(torch.nn.Module):
+    """Llama's MLP; decoder/kernels.py fuses gate and up into one product on the CPU, as in the target."""
+
     def __init__(self, shape: Eagle3Shape):
         super().__init__()
         self.gate_proj = torch.nn.Linear(shape.hidden_size, shape.intermediate_size, bias=False)
         self.up_proj = torch.nn.Linear(shape.hidden_size, shape.intermediate_size, bias=False)
         self.down_proj = torch.nn.Linear(shape.intermediate_size, shape.hidden_size, bias=False)
+        self.act_fn = F.silu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Layer(torch.nn.Module):
@@ -140,7 +151,7 @@ class Layer(torch.nn.Module):
     def __init__(self, shape: Eagle3Shape):
         super().__init__()
         self.self_attn = Attention(shape)
-        self.mlp = MLP(shape)
+        self.mlp = Eagle3MLP(shape)
         self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.hidden_norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
@@ -237,29 +248,42 @@ class Eagle3(torch.nn.Module):
 
 
 class KVCache:
-    """The draft layer's keys and values [1, Hkv, T, d]: grown by concatenation (a few rows a round), cut by slicing."""
+    """The draft layer's keys and values [1, Hkv, T, d], in buffers that double when full: a chained step
+    writes its one row in place, where concatenating would copy the whole cache every step. Cut by
+    moving the end. For decoding only (no autograd through the buffers)."""
 
     def __init__(self):
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+        self.length = 0
 
     @property
-    def length(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
+    def keys(self) -> torch.Tensor | None:
+        return None if self._keys is None or not self.length else self._keys[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._values is None or not self.length else self._values[:, :, : self.length]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys is None or self.values is None:
-            self.keys, self.values = k, v
-        else:
-            self.keys, self.values = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
-        return self.keys, self.values
+        start, end = self.length, self.length + k.shape[2]
+        if self._keys is None or self._values is None or end > self._keys.shape[2]:
+            capacity = max(end, 2 * (0 if self._keys is None else self._keys.shape[2]), 256)
+            self._keys, self._values = _grown(self._keys, k, capacity, start), _grown(self._values, v, capacity, start)
+        self._keys[:, :, start:end], self._values[:, :, start:end] = k, v
+        self.length = end
+        return self._keys[:, :, :end], self._values[:, :, :end]
 
     def truncate(self, length: int) -> None:
-        if self.keys is not None and self.values is not None:
-            if length <= 0:
-                self.keys = self.values = None
-            else:
-                self.keys, self.values = self.keys[:, :, :length], self.values[:, :, :length]
+        self.length = min(self.length, max(0, length))
+
+
+def _grown(buffer: torch.Tensor | None, like: torch.Tensor, capacity: int, keep: int) -> torch.Tensor:
+    """A [1, H, capacity, d] buffer holding `buffer`'s first `keep` rows."""
+    bigger = like.new_empty(*like.shape[:2], capacity, like.shape[3])
+    if buffer is not None:
+        bigger[:, :, :keep] = buffer[:, :, :keep]
+    return bigger
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

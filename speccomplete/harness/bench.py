@@ -606,8 +606,15 @@ def run(args: argparse.Namespace) -> int:
     int8 = args.quantization == "int8"
     weight_bytes = weight_bytes_per_token(target, int8)  # before packing: a packed linear keeps no .weight
     if not args.no_pack or int8:
+        # with the draft models, the modules drafters run themselves (an EAGLE-3 draft's layer and head)
+        drafters = [decoder.drafter, *(drafter for drafter, _ in other_drafts.values())]
         use_cpu_kernels(
-            decoder.steps, target, loaded.draft_model, *(model for _, model in other_drafts.values()), int8=int8
+            decoder.steps,
+            target,
+            loaded.draft_model,
+            *(model for _, model in other_drafts.values()),
+            *(module for drafter in drafters if drafter is not None for module in drafter.own_modules),
+            int8=int8,
         )
     # The stock model, as HF users run it (no packed kernels): HF's columns and the unpacked ablations.
     stock = None

@@ -182,19 +182,27 @@ def test_lossless_with_the_target_drafting_for_itself(target, small_tokenizer):
     assert p > 1e-3, f"p={p:.3g}"
 
 
-def test_lossless_with_an_eagle3_draft(target, small_tokenizer):
-    """Eagle3Drafter: a random EAGLE-3 draft over 10 of the 16 ids, fed the target's kept states.
+@pytest.mark.parametrize("weights", ["float32", "int8"])
+def test_lossless_with_an_eagle3_draft(weights, target, small_tokenizer):
+    """Eagle3Drafter: a random EAGLE-3 draft over 10 of the 16 ids, fed the target's kept states;
+    its linears in float32, or in int8 as the loader quantizes them on the CPU (decoder/kernels.py).
 
     As for the self draft, the first token comes from the prefill (no state-and-next-token row
     exists yet), so the joint tested is that of the second and third tokens.
     """
     from speccomplete.decoder.drafts import Eagle3Drafter
     from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+    from speccomplete.decoder.kernels import Int8Linear, pack_linear_weights
 
     ids = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11, 13, 15])
     draft = init_from_target(Eagle3Shape.for_target(target, draft_vocab=len(ids)), target, ids, seed=3)
     with torch.no_grad():
         draft.lm_head.weight.mul_(4)  # a peakier q than the target's rows give: p and q differ
+    if weights == "int8":
+        if target.device.type != "cpu" or not hasattr(torch, "_int_mm"):
+            pytest.skip("int8 linears run on the CPU")
+        pack_linear_weights(draft, int8=True)
+        assert isinstance(draft.lm_head, Int8Linear)
     params = SamplingParams(temperature=1.0)
     exact = exact_joint_of_second_and_third(target, params)
     decoder = SpeculativeDecoder(target, small_tokenizer, Eagle3Drafter(draft.eval(), target), FixedGamma(2))

@@ -4,16 +4,21 @@ Greedy output must be the target's own, token for token, whatever the draft prop
 the target's steps keep must be those a fresh pass computes, through every rollback; and the
 draft's own cache must equal its rows built afresh in one pass (the cache-equals-fresh-prefill
 rule of tests/decoder/test_kv_cache.py). Sampled output is checked in
-tests/decoder/test_sampling_lossless.py.
+tests/decoder/test_sampling_lossless.py. All of it holds for a draft in int8 beside an int8 target,
+as the loader quantizes them on the CPU (decoder/kernels.py).
 """
 
 from __future__ import annotations
 
+import copy
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import generate, random_prompts
+from conftest import TEST_DEVICE, generate, random_prompts
 
+import speccomplete.decoder.sampling as sampling
 from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter, build_drafter, parse_draft_spec
 from speccomplete.decoder.drafts.eagle3 import (
     Eagle3Shape,
@@ -25,6 +30,9 @@ from speccomplete.decoder.drafts.eagle3 import (
 from speccomplete.decoder.drafts.spec import Eagle3Draft, HybridDraft
 from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
 from speccomplete.decoder.gamma import HeuristicGamma
+from speccomplete.decoder.kernels import Int8Linear, PackedGatedMLP, PackedLinear, PackedProjections
+from speccomplete.decoder.loader import use_cpu_kernels
+from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.target_steps import EagerTarget, FixedShapeTarget
 
 PROMPTS = random_prompts(6, seed=7)
@@ -170,3 +178,76 @@ def test_specs_name_eagle3_drafts(llama, tokenizer, tmp_path):
     loaded = drafter.model.draft
     torch.testing.assert_close(loaded.lm_head.weight, draft.lm_head.weight)
     torch.testing.assert_close(loaded.fc.weight, draft.fc.weight, rtol=1e-2, atol=1e-2)
+
+
+cpu_kernels_only = pytest.mark.skipif(
+    TEST_DEVICE.type != "cpu" or not hasattr(torch, "_int_mm"), reason="packed and int8 linears run on the CPU"
+)
+
+
+def cpu_kernels_eagle3(model, vocab: str, int8: bool = True):
+    """A copy of `model` on the CPU kernels (int8, or packed fp32) and an EAGLE-3 drafter on it, its draft
+    packed in the same call as the target, as the loader does."""
+    target = copy.deepcopy(model)
+    drafter = Eagle3Drafter(make_draft(target, vocab), target)
+    use_cpu_kernels(SimpleNamespace(compiled=False), target, *drafter.own_modules, int8=int8)
+    return target, drafter
+
+
+@cpu_kernels_only
+@pytest.mark.parametrize("weights", ["int8", "packed"])
+@pytest.mark.parametrize("name", ["llama", "gemma3"])
+def test_eagle3_draft_on_cpu_kernels_is_its_target_s_ar_token_for_token(name, weights, request, tokenizer):
+    """The draft's linears become the target's kind (int8, or packed fp32 where int8 is slow), q, k and v
+    one product and gate and up another; greedy output stays the target's own."""
+    model = request.getfixturevalue(name)
+    target, drafter = cpu_kernels_eagle3(model, "half" if name == "llama" else "whole", int8=weights == "int8")
+    draft, linear = drafter.draft, Int8Linear if weights == "int8" else PackedLinear
+    assert not any(isinstance(m, torch.nn.Linear) for m in draft.modules())
+    assert isinstance(draft.lm_head, linear) and isinstance(draft.fc, linear)
+    attention, mlp = draft.layer.self_attn, draft.layer.mlp
+    assert isinstance(attention.projections, PackedProjections) and isinstance(attention.projections.product, linear)
+    assert isinstance(mlp, PackedGatedMLP) and isinstance(mlp.gate_up, linear)
+    ar = SpeculativeDecoder(target, tokenizer)
+    lookup = HybridDrafter(drafter, lookup_tokens=6)  # accepted drafts too, from the repetitive prompts
+    spec = SpeculativeDecoder(
+        target, tokenizer, lookup, HeuristicGamma(max_gamma=6), steps=EagerTarget(target, drafter.target_taps)
+    )
+    drafted = accepted = 0
+    for prompt in PROMPTS:
+        want = generate(ar, prompt, max_new_tokens=MAX_NEW).token_ids
+        got = generate(spec, prompt, max_new_tokens=MAX_NEW)
+        assert got.token_ids == want, prompt
+        drafted += got.stats.drafted - got.stats.lookup_drafted
+        accepted += got.stats.accepted
+    assert drafted > 0 and accepted > 0
+
+
+@cpu_kernels_only
+def test_int8_eagle3_draft_s_q_is_the_distribution_it_sampled_from(llama, tokenizer, monkeypatch):
+    """Sampling is lossless only if each q row is what its token was drawn from: here the int8 head's
+    (the chi-square test of tests/decoder/test_sampling_lossless.py runs an int8 draft too)."""
+    target, drafter = cpu_kernels_eagle3(llama, "half")
+    draws: list[tuple[torch.Tensor, torch.Tensor]] = []
+    sample = sampling.sample
+
+    def recorded_sample(probs, generator):
+        index = sample(probs, generator)
+        draws.append((probs.clone(), index))
+        return index
+
+    monkeypatch.setattr(sampling, "sample", recorded_sample)
+    steps = EagerTarget(target)
+    drafter.attach(steps)
+    prompt = tokenizer(PROMPTS[1])["input_ids"]
+    with torch.inference_mode():
+        steps.forward(prompt, keep=1)
+    params = SamplingParams(temperature=0.8, top_k=40)
+    proposal = drafter.propose(prompt + [65], 5, params, torch.Generator().manual_seed(3))
+    assert len(proposal.tokens) == len(draws) > 0 and proposal.q is not None
+    vocab_ids = drafter.vocab_ids
+    outside = torch.ones(drafter.target_vocab, dtype=torch.bool)
+    outside[vocab_ids] = False
+    for token, q, (probs, index) in zip(proposal.tokens, proposal.q, draws):
+        assert token == int(vocab_ids[index])
+        assert torch.equal(q[vocab_ids], probs[0]) and not q[outside].any()
