@@ -249,7 +249,6 @@ def train(
     log_file = open(out / "train_log.jsonl", "a")
     started, tokens_at_start = time.perf_counter(), state["tokens"]
     objective.train_mode(True)
-    sampler = None
     try:
         if state["step"] == 0 and not state["evals"]:
             _evaluate(objective, None, cfg, state, log_file)  # the untrained (or initial) baseline

@@ -178,6 +178,7 @@ def run(args) -> int:
         "source": source,
         "dev_fitness": dev_fitness,
         "init": args.init or "fresh",
+        "trained_on": _trained_on(target.device),
         "command": command,
     }
     config = speculators_config(
@@ -219,6 +220,15 @@ def _vocabulary(target, tokenizer, data, size: int) -> torch.Tensor:
     return frequent_token_ids(data.tokens, size, sorted(_special_ids(tokenizer)), vocab)
 
 
+def _trained_on(device: torch.device) -> str:
+    """The machine, for the model card: the GPU where training ran on one, else the CPU."""
+    from .returns import device_facts
+
+    facts = device_facts()
+    machine = facts["gpu"] if device.type == "cuda" and facts["gpu"] else facts["cpu"] or "a CPU"
+    return f"{machine} ({facts['date_utc'][:10]}, torch {facts['torch']})"
+
+
 def _set(bar: tqdm):
     def update(done: int) -> None:
         bar.n = done
@@ -238,7 +248,8 @@ def write_model_card(folder: Path, args, shape, extra: dict, manifest: dict) -> 
         f"- Layer: hidden {shape.hidden_size}, {shape.num_heads} heads ({shape.num_kv_heads} KV) of {shape.head_dim}, "
         f"MLP {shape.intermediate_size}",
         f"- Trained: {extra['tokens_seen']:,} tokens in {extra['steps']} optimizer steps, {extra['ttt_steps']} "
-        f"training-time-test steps, language sampling `{extra['balance']}`, init `{extra['init']}`",
+        f"training-time-test steps, language sampling `{extra['balance']}`, init `{extra['init']}`; the last run "
+        f"on {extra['trained_on']}",
         f"- Corpus `{args.data}` (seq_len {manifest.get('seq_len')}); the target's states: {extra['source']}",
         "",
     ]
