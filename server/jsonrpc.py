@@ -154,6 +154,11 @@ class Reply:
     code: int
     message: str
 
+    def payload(self) -> dict:
+        """The response as JSON-RPC 2.0 writes it: `id` always there, null when the request's was unreadable.
+        (lsprotocol's converter drops members that are None, so pygls would send no `id` at all.)"""
+        return {"jsonrpc": "2.0", "id": self.id, "error": {"code": self.code, "message": self.message}}
+
 
 def _valid_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))

@@ -50,7 +50,7 @@ from .completion import (
     reuse,
     typed_along,
 )
-from .documents import use_lsp_lines
+from .documents import use_lsp_lines, valid_text
 from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, SERVER_NOT_INITIALIZED, Reply
 from .log_limits import limit_logging
 from .options import ServerOptions, models_changed, parse_options
@@ -84,7 +84,7 @@ class Protocol(LanguageServerProtocol):
     initialized = False  # this session has received its initialize request
 
     def reply(self, reply: Reply) -> None:
-        self._send_response(reply.id, error=types.ResponseError(reply.code, reply.message))
+        self._send_data(reply.payload())
 
     def receive(self, message: dict) -> None:
         method, msg_id = message.get("method"), message.get("id")
@@ -159,6 +159,9 @@ class Protocol(LanguageServerProtocol):
         if error is not None and error.data is not None:
             log.error("error answered to request %s: %s %s", msg_id, error.message, error.data)
             error = types.ResponseError(error.code, error.message)  # a traceback is for the log, not the client
+        if error is not None and msg_id is None:  # pygls would drop the null id (Reply.payload says why)
+            self._send_data(Reply(None, error.code, error.message).payload())
+            return
         super()._send_response(msg_id, result, error)
 
 
@@ -550,8 +553,9 @@ SERVER = SpecdecServer()
 
 
 def path_of(uri: str) -> str:
-    """The file path in a URI; language detection needs only its extension."""
-    return unquote(urlparse(uri).path)
+    """The file path in a URI: for language detection, and snippets name it in the prompt (so it is made
+    valid text: a lone surrogate in it would fail the tokenizer)."""
+    return valid_text(unquote(urlparse(uri).path))
 
 
 @SERVER.feature(types.INITIALIZE)

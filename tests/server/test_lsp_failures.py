@@ -128,3 +128,25 @@ def test_requests_before_initialize_get_server_not_initialized():
     finally:
         server.process.kill()
         server.process.wait()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "x"}',
+        b'{"jsonrpc": "2.0", "id": 1.5, "method": "x"}',
+    ],
+)
+def test_an_unreadable_request_is_answered_with_id_null(body):
+    """Issue 38: these errors went out without an `id` member; JSON-RPC 2.0 requires it, null here."""
+    server = StdioServer()
+    try:
+        server.send(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert server.request(1, "foo/bar", {}) is not None, "answers come in order: the error is in by now"
+        assert len(server.inbox.null_id) == 1
+        answer = server.inbox.null_id[0]
+        assert "id" in answer and answer["id"] is None and answer["error"]["code"] in (-32700, -32600), answer
+    finally:
+        server.process.kill()
+        server.process.wait()

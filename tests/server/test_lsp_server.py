@@ -386,6 +386,46 @@ async def send_raw(client: LanguageClient, method: str, params):
     return await asyncio.wait_for(asyncio.wrap_future(future), 30)
 
 
+def send_raw_notification(client: LanguageClient, method: str, params) -> None:
+    """Send a notification as raw JSON (lone surrogates escaped, any value anywhere), as a broken client would."""
+    body = json.dumps({"jsonrpc": "2.0", "method": method, "params": params}).encode()
+    client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+
+async def test_a_non_string_language_id_does_not_poison_the_document(client: LanguageClient, workdir):
+    """Issue 38: `languageId: 5` was kept, and every later completion failed with -32603 (`int.lower`)."""
+    uri = "file:///work/numbered.py"
+    item = {"uri": uri, "languageId": 5, "version": 1, "text": "def add(a, b):\n    "}
+    send_raw_notification(client, types.TEXT_DOCUMENT_DID_OPEN, {"textDocument": item})
+    for _ in range(2):
+        before = len(records(workdir["events"]))
+        await inline(client, uri, 1, 4)  # raised JsonRpcException (-32603) before the fix
+        assert len(records(workdir["events"])) > before, "the document is open and completes"
+        event = latest_event(workdir["events"])
+        assert event["outcome"] in ("shown", "empty") and event["language"] == "python", "the path decides"
+    close_document(client, uri)
+
+
+async def test_lone_surrogates_in_a_document_reach_no_tokenizer_and_no_popup(client: LanguageClient, workdir):
+    """Issue 38: JSON's "\\ud800" escapes left lone surrogates in the text, the tokenizer refused it, and
+    the user saw `specdec: completion failed: TextEncodeInput must be Union[...]`."""
+    uri = "file:///work/dir\ud800/lone.py"  # a lone surrogate in the path too: snippets name it in prompts
+    item = {"uri": uri, "languageId": "python", "version": 1, "text": "s = '\ud800'\nt = "}
+    send_raw_notification(client, types.TEXT_DOCUMENT_DID_OPEN, {"textDocument": item})
+    edit = {"range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 4}}, "text": "'\udc00' + "}
+    send_raw_notification(
+        client,
+        types.TEXT_DOCUMENT_DID_CHANGE,
+        {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [edit]},
+    )
+    popups = len(client.messages)
+    await inline(client, uri, 1, 10)  # U+FFFD is one UTF-16 unit, as the surrogate was: the editor's column
+    event = latest_event(workdir["events"])
+    assert event["outcome"] in ("shown", "empty") and event["generated_tokens"] > 0, event
+    assert not [m.message for m in client.messages[popups:] if "completion failed" in m.message]
+    close_document(client, uri)
+
+
 async def test_events_follow_the_schema(client: LanguageClient, workdir):
     for record in records(workdir["events"]):
         if record.get("record") != "outcome":

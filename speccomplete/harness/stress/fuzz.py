@@ -7,12 +7,17 @@ nested in its params, its JSON cut short or made invalid UTF-8. JSON-RPC 2.0 dec
 a message with a valid id (string or integer) gets a response with that id; invalid JSON, and messages whose id is
 not valid, get one with id null. Messages go in batches, and each batch waits for its answers.
 Then the 16 bad `Content-Length` headers the issue lists, each followed by a valid request that must
-be answered. Targets: no crash, no request left unanswered, no traceback in an answer.
+be answered. Targets: no crash, no request left unanswered, no traceback in an answer, every response
+with an `id` member (null where the request's could not be read), no internal error (-32603) answering an
+undamaged request (a bad notification before it must not break it: didOpen re-opens the document the
+completions ask about, damaged too), and no error popup but the rejected settings' (a completion that
+fails on fuzzed document content, lone surrogates included, would show one).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -27,8 +32,10 @@ ANSWER_TIMEOUT_S = 30.0
 
 WEIRD_VALUES = [
     None, True, False, 0, -1, 2**31, 2**63, 1.5, float("inf"), "", "x" * 10000, "é\u2028\0", [], [1, "a"], {},
-    {"jsonrpc": "2.0", "id": 7, "method": "exit"}, {"uri": 5}, -(2**40),
+    {"jsonrpc": "2.0", "id": 7, "method": "exit"}, {"uri": 5}, -(2**40), "a\ud800", "\udc00b",
 ]  # fmt: skip
+INTERNAL_ERROR = -32603
+SETTINGS_POPUP = "specdec: some settings were rejected"  # the only popup a fuzzed message may earn
 
 
 def _position(rng: random.Random) -> dict:
@@ -66,6 +73,8 @@ def _valid(rng: random.Random, i: int, version: list[int]) -> dict:
         return {"jsonrpc": "2.0", "id": i, "method": "workspace/executeCommand", "params": params}
     if kind == "open":
         item = {"uri": f"file:///fuzz/{i}.rs", "languageId": "rust", "version": 1, "text": "fn main() {\n    "}
+        if rng.random() < 0.5:  # the document the completions ask about: a damaged one must not poison it
+            item = {"uri": URI, "languageId": "python", "version": version[0], "text": TEXT}
         return {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": item}}
     return {
         "jsonrpc": "2.0",
@@ -161,16 +170,18 @@ def fuzz_messages(server: StdioServer, rng: random.Random, count: int, result: C
     expected_ids: list = []
     unanswered: list = []
     expected_null = 0
+    undamaged_ids: list = []  # requests sent as _valid made them: no internal error may answer one
     for start in range(0, count, BATCH):
         batch_ids = []
         for i in range(start, min(count, start + BATCH)):
-            message = _valid(rng, 1000 + i, version)
-            if rng.random() < 0.7:
-                message = _damage(rng, message, 1000 + i)
+            valid = _valid(rng, 1000 + i, version)
+            message = _damage(rng, valid, 1000 + i) if rng.random() < 0.7 else valid
             body, parses = _body(rng, message)
             kind = _expected(json.loads(body)) if parses else "null"
             if kind == "id":
                 batch_ids.append(message["id"])
+                if message == valid and body == json.dumps(valid).encode():
+                    undamaged_ids.append(message["id"])
             expected_null += kind == "null"
             if not server.send(b"Content-Length: %d\r\n\r\n" % len(body) + body):
                 break
@@ -178,6 +189,7 @@ def fuzz_messages(server: StdioServer, rng: random.Random, count: int, result: C
         server.send(frame({"jsonrpc": "2.0", "id": probe, "method": "textDocument/completion", "params": {
             "textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}}}))  # fmt: skip
         batch_ids.append(probe)
+        undamaged_ids.append(probe)
         expected_ids += batch_ids
         unanswered += server.inbox.wait_for(batch_ids, ANSWER_TIMEOUT_S)
         if not server.alive:
@@ -185,6 +197,9 @@ def fuzz_messages(server: StdioServer, rng: random.Random, count: int, result: C
             break
     never = server.inbox.wait_for(unanswered, 5.0)  # late answers count as hangs above, but are not lost
     with_traceback = [r for r in server.inbox.responses.values() if "traceback" in json.dumps(r.get("error", {}))]
+    without_id = [r for r in server.inbox.null_id if "id" not in r]  # JSON-RPC 2.0: id is in every response
+    responses = server.inbox.responses
+    internal = [i for i in undamaged_ids if responses.get(i, {}).get("error", {}).get("code") == INTERNAL_ERROR]
     result.metrics.update(
         messages=count,
         requests=len(expected_ids),
@@ -193,9 +208,16 @@ def fuzz_messages(server: StdioServer, rng: random.Random, count: int, result: C
         null_id_answers=len(server.inbox.null_id),
         null_id_expected=expected_null,
         answers_with_traceback=len(with_traceback),
+        answers_without_id=len(without_id),
+        undamaged_requests=len(undamaged_ids),
+        internal_errors_on_undamaged=len(internal),
     )
     if unanswered:
         result.notes.append(f"unanswered ids (first 5): {sorted(map(str, unanswered))[:5]}")
+    if without_id:
+        result.notes.append(f"answers without id (first 3): {without_id[:3]}")
+    if internal:
+        result.notes.append(f"-32603 on undamaged requests (first 3): {[responses[i] for i in internal[:3]]}")
 
 
 def fuzz_framing(server: StdioServer, result: CheckResult) -> None:
@@ -230,7 +252,13 @@ def run(seed: int, full: bool, workdir: Path) -> CheckResult:
         fuzz_framing(server, result)
         alive = server.alive
     finally:
-        show_messages = sum(n.get("method") == "window/showMessage" for n in server.inbox.notifications)
+        popups = [
+            n["params"].get("message", "")
+            for n in server.inbox.notifications
+            if n.get("method") == "window/showMessage"
+        ]
+        show_messages = len(popups)
+        not_settings = [p for p in popups if not p.startswith(SETTINGS_POPUP)]
         code = server.stop()
     m = result.metrics
     m.update(
@@ -238,6 +266,8 @@ def run(seed: int, full: bool, workdir: Path) -> CheckResult:
         crashed=not alive,
         exit_code=code,
         show_messages=show_messages,
+        popups_not_about_settings=len(not_settings),
+        completion_failures_logged=server.completion_failures,
         stderr_lines=server.stderr_lines,
         stderr_tracebacks=server.tracebacks,
     )
@@ -261,6 +291,23 @@ def run(seed: int, full: bool, workdir: Path) -> CheckResult:
         "all",
         m.get("null_id_answers") == m.get("null_id_expected"),
     )
-    per_minute = show_messages / max(m["seconds"], 60) * 60
+    result.target("responses without id", m.get("answers_without_id", -1), "== 0", m.get("answers_without_id") == 0)
+    result.target(
+        "internal errors (-32603) on undamaged requests",
+        f"{m.get('internal_errors_on_undamaged')} of {m.get('undamaged_requests')}",
+        "== 0",
+        m.get("internal_errors_on_undamaged") == 0,
+    )
+    if not_settings:
+        result.notes.append(f"popups not about settings (first 3): {not_settings[:3]}")
+    result.target("popups not about rejected settings", len(not_settings), "== 0", not not_settings)
+    result.target(
+        "completion failures logged (each a popup but for the rate limit)",
+        server.completion_failures,
+        "== 0",
+        server.completion_failures == 0,
+    )
+    # The server allows 3 in any 60 s: a run of 61-120 s may show 6, so count per started minute.
+    per_minute = show_messages / math.ceil(max(m["seconds"], 1) / 60)
     result.target("error popups (showMessage) a minute", round(per_minute, 1), "<= 3", per_minute <= 3)
     return result

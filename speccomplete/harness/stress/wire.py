@@ -115,6 +115,7 @@ class StdioServer:
         self.inbox = Inbox()
         self.stderr_lines = 0
         self.tracebacks = 0
+        self.completion_failures = 0  # server/completion.py logs each; the user sees one as a popup
         self.stderr_tail: deque[str] = deque(maxlen=20)
         threading.Thread(target=self._read_stdout, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
@@ -132,6 +133,9 @@ class StdioServer:
             line = raw.decode(errors="replace").rstrip()
             self.stderr_lines += 1
             self.tracebacks += line.startswith("Traceback")
+            self.completion_failures += line.endswith(
+                ": completion failed"
+            )  # log.exception's line; its traceback follows
             self.stderr_tail.append(line)
 
     @property
