@@ -15,6 +15,7 @@ The GPU carry uses it (speccomplete/harness/gpu_pack.py builds the meta, gpu/unp
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ import struct
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -259,9 +261,7 @@ def convert_with_meta(gguf: str | Path, meta: str | Path, out: str | Path) -> Pa
     from safetensors.numpy import save_file
 
     gguf, meta, out = Path(gguf), Path(meta), Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    try:
+    with staged_folder(out) as tmp:
         if meta.is_file():
             meta = unpack_meta(meta, tmp)
         else:
@@ -286,14 +286,24 @@ def convert_with_meta(gguf: str | Path, meta: str | Path, out: str | Path) -> Pa
                 raise MetaMismatchError(f"{name} came out {list(weights.shape)}, expected {expected['shape']}")
             tensors[expected["hf"]] = weights
         save_file(tensors, tmp / "model.safetensors", metadata=tensor_map["safetensors_metadata"])
-        if out.exists():  # a concurrent conversion won; keep its result
+    return out
+
+
+@contextlib.contextmanager
+def staged_folder(out: Path) -> Iterator[Path]:
+    """A scratch folder beside `out`, renamed to `out` when the block ends well and removed when it fails, so
+    `out` appears whole or not at all. If `out` appeared meanwhile (a concurrent conversion won), it is kept."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        yield tmp
+        if out.exists():
             shutil.rmtree(tmp)
         else:
             tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

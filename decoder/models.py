@@ -12,8 +12,6 @@ import importlib.util
 import logging
 import math
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .gguf_safetensors import staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -234,18 +234,9 @@ def convert_gguf(gguf: str | Path, out: str | Path, progress: Progress | None = 
         # PreTrainedModel declares no hf_quantizer (it is set at load), so mypy falls back to Module.__getattr__'s type.
         model.hf_quantizer = None  # type: ignore[assignment]
         model.config.quantization_config = None
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-        try:
+        with staged_folder(out) as tmp:
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
-            if out.exists():  # a concurrent conversion won; keep its result
-                shutil.rmtree(tmp)
-            else:
-                tmp.rename(out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     return out
 
 

@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .returns import sha256_file
 from .tiny_gguf import write_tiny_gguf
 
 CALL_BYTES = 64 * 2**20  # what one device call may carry: the working tree and the carried folders
@@ -283,14 +284,6 @@ def copy_part(part: Part, dest: Path) -> str:
             digest.update(block)
             out.write(block)
             left -= len(block)
-    return digest.hexdigest()
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(2**22):
-            digest.update(block)
     return digest.hexdigest()
 
 
@@ -560,7 +553,7 @@ def run(args) -> int:
             digest = copy_part(part, folder / part.dest)
             if part.kind == "piece":
                 piece_sums[Path(part.dest).name] = digest
-    whole = sha256_of(gguf)
+    whole = sha256_file(gguf)
     model_sums = "".join(f"{digest}  {piece}\n" for piece, digest in piece_sums.items()) + f"{whole}  {gguf.name}\n"
 
     corpus = None
@@ -589,7 +582,7 @@ def run(args) -> int:
             (folder / "gguf" / "model.SHA256SUMS").write_text(model_sums)
         # Last, the load's own checksums over everything in it: unpack.sh checks them before anything else.
         files = sorted(p for p in folder.rglob("*") if p.is_file())
-        sums = "".join(f"{sha256_of(p)}  {p.relative_to(folder).as_posix()}\n" for p in files)
+        sums = "".join(f"{sha256_file(p)}  {p.relative_to(folder).as_posix()}\n" for p in files)
         (folder / "SHA256SUMS").write_text(sums)
         size = folder_bytes(folder)
         if size > budget:
