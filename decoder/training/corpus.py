@@ -71,8 +71,11 @@ class LanguageStats:
 
 def local_documents(list_file: str | Path, language: str) -> Iterator[Document]:
     """Documents named by a file list (one path per line)."""
-    paths = (line.strip() for line in Path(list_file).read_text().splitlines())
-    return documents_at((p for p in paths if p), language)
+    return documents_at(listed_paths(list_file), language)
+
+
+def listed_paths(list_file: str | Path) -> list[str]:
+    return [line.strip() for line in Path(list_file).read_text().splitlines() if line.strip()]
 
 
 def documents_at(paths: Iterable[str], language: str) -> Iterator[Document]:
@@ -172,10 +175,15 @@ def pack(token_stream: Iterable[list[int]], seq_len: int, budget: int) -> tuple[
 
 
 def frame(tokenizer, text: str) -> list[int]:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    head, tail = frame_ends(tokenizer)
+    return head + tokenizer(text, add_special_tokens=False)["input_ids"] + tail
+
+
+def frame_ends(tokenizer) -> tuple[list[int], list[int]]:
+    """What frames a document: [BOS] before it and [EOS] after, where the tokenizer has them."""
     head = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     tail = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    return head + ids + tail
+    return head, tail
 
 
 def build_corpus(
@@ -311,7 +319,7 @@ CHUNK_TEXT_BYTES = 4 * 2**20
 def sampled_documents(list_file: str | Path, language: str, seed: int) -> Iterator[Document]:
     """The documents of a file list in a deterministic order per (seed, language). The paths are shuffled,
     not the documents, so a sample reads only the files it takes."""
-    paths = [line.strip() for line in Path(list_file).read_text().splitlines() if line.strip()]
+    paths = listed_paths(list_file)
     random.Random(f"{seed}:{language}").shuffle(paths)
     return documents_at(paths, language)
 
@@ -472,8 +480,7 @@ class TokenizedFile:
 
 def tokenize_file(tokenizer, path: str | Path, language: str) -> TokenizedFile:
     documents = list(read_packed_file(path, language))
-    head = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    tail = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    head, tail = frame_ends(tokenizer)
     flat: list[int] = []
     lengths = []
     for ids in encode_texts(tokenizer, [d.text for d in documents]):

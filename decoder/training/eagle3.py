@@ -240,7 +240,7 @@ class OnlineFeatures:
         `fuse`, casts them where they are read)."""
         if self._tokens_on_device.is_cuda:  # a pinned copy does not wait for the kernels queued before it
             indices = indices.pin_memory().to(self._tokens_on_device.device, non_blocking=True)
-        ids = self._tokens_on_device[indices.to(self._tokens_on_device.device)]
+        ids = self._tokens_on_device[indices]
         features, final = target_states(self.target, ids, self.taps)
         return ids, features, final
 

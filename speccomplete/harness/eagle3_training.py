@@ -78,6 +78,7 @@ def run(args) -> int:
         extract_features,
         train_eagle3,
     )
+    from speccomplete.decoder.training.teacher import softcap_of
 
     command_started = time.perf_counter()
     out = Path(args.out)
@@ -131,7 +132,7 @@ def run(args) -> int:
         tokens=_tokens(args.train_tokens),
         steps=args.ttt_steps,
         decay=args.decay,
-        softcap=getattr(text_config, "final_logit_softcapping", None),
+        softcap=softcap_of(target),
         balance=args.balance,
         batch_size=args.batch_size,
         grad_accum=args.grad_accum,
