@@ -24,7 +24,8 @@ from speccomplete.decoder.stats import GenerationStats
 from speccomplete.telemetry.events import CompletionEvent, Outcome, Trigger
 
 from . import gate
-from .filters import TrimContext, scope_closed, stop_strings, trim
+from .closers import closers_after, retypes
+from .filters import TrimContext, scope_closed, stop_strings, trim_with_cause
 from .gate import Evidence
 from .language import detect_language
 from .options import ServerOptions
@@ -121,9 +122,10 @@ class Completion:
     text: str  # what to insert at the cursor; "" for no completion
     language: str
     multiline: bool
-    event: CompletionEvent
+    event: CompletionEvent  # its empty_reason says why text is ""
     error: Exception | None = None  # bad input the client should hear about (e.g. a position past the end)
     evidence: Evidence | None = None  # how sure the target was of it (server/gate.py); None where not decoded
+    replaces: int = 0  # characters after the cursor that the text retypes and replaces (closers; server/closers.py)
 
 
 def complete(engine: Engine, options: ServerOptions, request: Request, cancel: threading.Event) -> Completion:
@@ -133,12 +135,14 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
         text: str,
         multiline: bool,
         stats: GenerationStats,
-        outcome: Outcome,
+        reason: str | None,
         error: Exception | None = None,
         found: Evidence | None = None,
+        replaces: int = 0,
     ) -> Completion:
-        event = _event(engine, options, request, language, multiline, stats, outcome, text)
-        return Completion(text, language, multiline, event, error, found)
+        outcome: Outcome = "shown" if text else "error" if error else "cancelled" if reason == "cancelled" else "empty"
+        event = _event(engine, options, request, language, multiline, stats, outcome, text, reason)
+        return Completion(text, language, multiline, event, error, found, replaces if text else 0)
 
     text = request.text
     if len(text) > options.max_document_chars:
@@ -148,13 +152,13 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
             len(text),
             options.max_document_chars,
         )
-        return finish("", False, GenerationStats(), "empty")
+        return finish("", False, GenerationStats(), "too-large")
     if "\0" in text:
         log.warning("%s: binary content (NUL bytes); no completion", request.path)
-        return finish("", False, GenerationStats(), "empty")
+        return finish("", False, GenerationStats(), "binary")
     if not options.language_enabled(language):
         log.info("%s: %s is not in enabledLanguages; no completion", request.path, language)
-        return finish("", False, GenerationStats(), "empty")
+        return finish("", False, GenerationStats(), "language-off")
     try:
         offset = offset_at(text, request.line, request.character)
     except PositionError as e:
@@ -162,8 +166,15 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
         return finish("", False, GenerationStats(), "error", error=e)
 
     try:
+        # auto-closed brackets and quotes after the cursor: prompt without them; the completion retypes them
+        closers = closers_after(text, offset)
         prompt = build_prompt(
-            text, offset, language, options.prompt_budget_chars, request.open_documents, options.context_budget_chars
+            text[:offset] + text[offset + len(closers) :],
+            offset,
+            language,
+            options.prompt_budget_chars,
+            request.open_documents,
+            options.context_budget_chars,
         )
         context = TrimContext.from_prompt(prompt)
         model_input = format_fim(prompt, engine.fim) if engine.fim else prompt.model_prefix
@@ -181,7 +192,23 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
         )
         if generation.finish_reason == "cancelled":
             return finish("", prompt.multiline, generation.stats, "cancelled")
-        completion = trim(generation.text, context)
+        completion, reason = trim_with_cause(generation.text, context)
+        replaces = len(closers)
+        if closers and not retypes(completion, closers):  # inserted before the closers: trim against them
+            completion, reason = trim_with_cause(
+                generation.text, dataclasses.replace(context, suffix=closers + context.suffix)
+            )
+            replaces = 0
+        if replaces and completion.strip() == closers:  # it only retypes what is there
+            completion, reason = "", "no-text"
+        if not generation.text.strip():
+            finished_line = (
+                generation.finish_reason == "stop"
+                and not prompt.multiline
+                and not closers
+                and not context.rest_of_line.strip()
+            )
+            reason = "finished-line" if finished_line else "no-text"
         found = gate.evidence(generation, completion, getattr(engine.decoder, "tokenizer", None))
         if completion and gate.silenced(found, options.min_confidence):
             log.info(
@@ -190,19 +217,19 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
                 found.first_line_confidence,
                 options.min_confidence,
             )
-            completion = ""
+            completion, reason = "", "gate"
     except Exception as e:  # a bug or out-of-memory in one completion must not take the server down
         log.exception("%s: completion failed", request.path)
         return finish("", False, GenerationStats(), "error", error=e)
-    outcome: Outcome = "shown" if completion else "empty"
-    return finish(completion, prompt.multiline, generation.stats, outcome, found=found)
+    return finish(completion, prompt.multiline, generation.stats, reason, found=found, replaces=replaces)
 
 
 def cancelled(engine: Engine, options: ServerOptions, request: Request) -> Completion:
     """A request cancelled before it reached the decoder (the user typed on during the debounce)."""
     language = detect_language(request.path, request.language_id, request.text)
+    stats = GenerationStats()
     return Completion(
-        "", language, False, _event(engine, options, request, language, False, GenerationStats(), "cancelled", "")
+        "", language, False, _event(engine, options, request, language, False, stats, "cancelled", "", "cancelled")
     )
 
 
@@ -210,7 +237,7 @@ def reuse(engine: Engine, options: ServerOptions, request: Request, previous: Co
     """Serve the rest of an earlier completion the user is typing along (see `typed_along`): no decoding."""
     stats = GenerationStats(finish_reason="reused")
     event = _event(engine, options, request, previous.language, previous.multiline, stats, "shown", rest)
-    return Completion(rest, previous.language, previous.multiline, event)
+    return Completion(rest, previous.language, previous.multiline, event, replaces=previous.replaces)
 
 
 def _event(
@@ -222,6 +249,7 @@ def _event(
     stats: GenerationStats,
     outcome: Outcome,
     text: str,
+    empty_reason: str | None = None,
 ) -> CompletionEvent:
     return CompletionEvent.from_stats(
         stats.to_dict(),
@@ -236,6 +264,7 @@ def _event(
         backend=engine.backend,
         settings=options.settings(),
         outcome=outcome,
+        empty_reason=None if text else empty_reason,
         source=options.telemetry_source,
         text=text if options.telemetry_text and text else None,
     )

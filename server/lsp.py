@@ -9,8 +9,9 @@ Server -> client notifications beyond LSP:
   "p50_ms"}: the status bar. `percentage` (0-100, or null) is how far a first run's model conversion
   got, as in the `$/progress` reports; `acceptance` is the share of resolved completions the user
   accepted, `p50_ms` the median latency, both over the last 100.
-- `specdec/completed` {"uri", "requestId", "outcome", "latencyMs"} after each completion request
-  that reached the pipeline, so a harness can tie its own records to the event's request id.
+- `specdec/completed` {"uri", "requestId", "outcome", "latencyMs", "reason"} after each completion
+  request that reached the pipeline, so a harness can tie its own records to the event's request id and
+  a client can say why an answer was empty (`reason`, the event's `empty_reason`; null when shown).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from .documents import use_lsp_lines, valid_text
 from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, SERVER_NOT_INITIALIZED, Reply
 from .log_limits import limit_logging
 from .options import ServerOptions, models_changed, parse_options
-from .positions import PositionError, offset_at
+from .positions import PositionError, offset_at, utf16_len
 from .snippets import MAX_DOCUMENTS, OpenDocument
 from .transport import serve_stdio, serve_tcp
 
@@ -503,7 +504,9 @@ class SpecdecServer(LanguageServer):
         document = self.open_document(uri)
         if event.outcome == "shown" and (document is None or document.version != version):
             log.info("dropping a completion for %s version %s: the document has changed", uri, version)
-            event.outcome = "cancelled"
+            event.outcome, event.empty_reason = "cancelled", "stale"
+        if event.outcome != "shown":
+            log.info("%s: empty answer (%s)", uri, event.empty_reason)
         assert self.events is not None  # configure() makes it at initialize, before any completion
         if not self.events.write(event) and self.events.enabled and not self.telemetry_failed:
             self.telemetry_failed = True
@@ -514,7 +517,13 @@ class SpecdecServer(LanguageServer):
             self.latencies.append(event.latency_ms)
         self.protocol.notify(
             COMPLETED,
-            {"uri": uri, "requestId": event.request_id, "outcome": event.outcome, "latencyMs": event.latency_ms},
+            {
+                "uri": uri,
+                "requestId": event.request_id,
+                "outcome": event.outcome,
+                "latencyMs": event.latency_ms,
+                "reason": event.empty_reason,
+            },
         )
         self.send_status()
         if isinstance(result.error, PositionError):
@@ -619,6 +628,17 @@ def did_close(ls: SpecdecServer, params: types.DidCloseTextDocumentParams) -> No
         ls.resolve(shown, "rejected")
 
 
+def replaced_range(ls: SpecdecServer, uri: str, position: types.Position, result: Completion) -> types.Range:
+    """From the cursor over the closers the completion retypes (none: an empty range at the cursor), in the
+    client's UTF-16 units."""
+    document = ls.open_document(uri)
+    if not result.replaces or document is None:
+        return types.Range(position, position)
+    start = offset_at(document.source, position.line, position.character)
+    replaced = document.source[start : start + result.replaces]
+    return types.Range(position, types.Position(position.line, position.character + utf16_len(replaced)))
+
+
 @SERVER.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
 async def inline_completion(ls: SpecdecServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
@@ -627,7 +647,7 @@ async def inline_completion(ls: SpecdecServer, params: types.InlineCompletionPar
         return types.InlineCompletionList(items=[])
     item = types.InlineCompletionItem(
         insert_text=result.text,
-        range=types.Range(params.position, params.position),
+        range=replaced_range(ls, params.text_document.uri, params.position, result),
         command=types.Command(title="accept", command=ACCEPT, arguments=[result.event.request_id]),
     )
     return types.InlineCompletionList(items=[item])
@@ -648,7 +668,9 @@ async def completion(ls: SpecdecServer, params: types.CompletionParams) -> types
         detail="specdec",
         documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=result.text),
         # The edit starts at the cursor, so the client filters on nothing the user typed before it.
-        text_edit=types.TextEdit(range=types.Range(params.position, params.position), new_text=result.text),
+        text_edit=types.TextEdit(
+            range=replaced_range(ls, params.text_document.uri, params.position, result), new_text=result.text
+        ),
         command=types.Command(title="accept", command=ACCEPT, arguments=[result.event.request_id]),
     )
     # Incomplete: the client asks again as the user types, instead of filtering this one item.

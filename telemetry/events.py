@@ -20,6 +20,26 @@ Trigger = Literal["automatic", "invoked"]
 # partial (the user typed along part of it) or rejected.
 Outcome = Literal["shown", "accepted", "partial", "rejected", "cancelled", "error", "empty"]
 Source = Literal["eval", "bench", "sweep", "editor"]
+# Why an answer is empty (outcome "empty", "cancelled" or "error"):
+# - "gate": the first line's confidence is under minConfidence;
+# - "finished-line": the cursor is at the end of a finished line and the model only ended the line;
+# - "scope": trimmed to nothing at the end of the enclosing scope;
+# - "filter:<module>": a server/filters module cut it all (open-ended, so the field is a plain string);
+# - "no-text": the model wrote nothing, or only retyped the closers after the cursor;
+# - "cancelled" (a newer request or $/cancelRequest), "stale" (the document changed meanwhile);
+# - "language-off", "too-large", "binary": refused before decoding; "error": it failed.
+EMPTY_REASONS = (
+    "gate",
+    "finished-line",
+    "scope",
+    "no-text",
+    "cancelled",
+    "stale",
+    "language-off",
+    "too-large",
+    "binary",
+    "error",
+)
 # Why decoding stopped, as the producer reports it: the decoder's reasons (eos, length, stop,
 # predicate, cancelled), "reused" for a completion the server served again without decoding, and
 # "" when nothing was decoded. Telemetry keeps its own list rather than importing the decoder's
@@ -76,6 +96,7 @@ class CompletionEvent:
     draft_counts: DraftCounts = "rounds"
     settings: dict = field(default_factory=dict)  # gamma policy, temperature, max_new_tokens, ...
     outcome: Outcome = "shown"
+    empty_reason: str | None = None  # why nothing was shown: one of EMPTY_REASONS or "filter:<module>"
     accepted_chars: int | None = None
     case_id: str | None = None  # set by eval/bench/sweep harnesses
     source: Source | None = None

@@ -46,15 +46,27 @@ EARLY_STOPS = (self_repeat, suffix_repeat, syntax_scope, indentation)
 # completions never complete a line).
 EVERY_ROUND = (phrase_repeat,)
 
-__all__ = ["TrimContext", "trim", "scope_closed", "stop_strings", "FILTERS"]
+# Filters whose cut ends the completion at its scope: an empty answer they make is reported as "scope".
+SCOPE = (syntax_scope, indentation)
+
+__all__ = ["TrimContext", "trim", "trim_with_cause", "scope_closed", "stop_strings", "FILTERS"]
 
 
 def trim(completion: str, ctx: TrimContext) -> str:
+    return trim_with_cause(completion, ctx)[0]
+
+
+def trim_with_cause(completion: str, ctx: TrimContext) -> tuple[str, str | None]:
+    """The trimmed completion, and what cut it to nothing ("scope", or "filter:<module>"); None if something is
+    left or nothing was there."""
+    emptied = None
     for f in FILTERS:
         end = f.cut(completion, ctx)
         if end is not None:
+            if completion and not completion[:end]:
+                emptied = "scope" if f in SCOPE else f"filter:{f.__name__.rsplit('.', 1)[-1]}"
             completion = completion[:end]
-    return completion
+    return completion, emptied
 
 
 def scope_closed(ctx: TrimContext) -> Callable[[str], bool]:

@@ -300,7 +300,8 @@ async def test_huge_document_answers_empty(client: LanguageClient, workdir):
     open_document(client, uri, "x = 1\n" * 900_000, "python")  # 5.4 MB
     assert await inline(client, uri, 900_000, 0) == []
     event = latest_event(workdir["events"])
-    assert event["outcome"] == "empty" and event["prompt_tokens"] == 0
+    assert event["outcome"] == "empty" and event["prompt_tokens"] == 0 and event["empty_reason"] == "too-large"
+    assert client.completed[-1]["reason"] == "too-large"  # the client hears why
     close_document(client, uri)
     await still_serving(client)
 
@@ -309,7 +310,7 @@ async def test_binary_content_answers_empty(client: LanguageClient, workdir):
     uri = "file:///work/blob.py"
     open_document(client, uri, "\x7fELF\x00\x01\x02 = ", "python")
     assert await inline(client, uri, 0, 10) == []
-    assert latest_event(workdir["events"])["outcome"] == "empty"
+    assert latest_event(workdir["events"])["empty_reason"] == "binary"
     close_document(client, uri)
     await still_serving(client)
 
