@@ -3,8 +3,12 @@
 Over stdio, it answers `initialize`, keeps each document's text (full sync), and answers
 `textDocument/inlineCompletion` after $FAKE_LSP_DELAY_MS with one item per candidate below that
 starts with what the cursor's line holds after its indentation (the candidate's rest, as the real
-server's typed-along reuse does). `$/cancelRequest` makes a request answer RequestCancelled. Every
-message received is appended to $FAKE_LSP_LOG as a JSON line.
+server's typed-along reuse does). Where the line holds only closing brackets and quotes after the
+cursor and a candidate's rest retypes them, its item's range covers them (server/closers.py's
+contract). Before each answer it sends `specdec/completed` with the outcome and, for an empty answer,
+a reason: "finished-line" where the line already holds a whole candidate, else "no-text".
+`$/cancelRequest` makes a request answer RequestCancelled. Every message received is appended to
+$FAKE_LSP_LOG as a JSON line.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import os
 import sys
 import threading
 
-CANDIDATES = ["return foo(a)\n    # done", "return 2"]
+CANDIDATES = ["return foo(a)\n    # done", "return 2", 'print("hi", a)  # done']
+CLOSERS = ")]}\"'`"
 DELAY_S = int(os.environ.get("FAKE_LSP_DELAY_MS", "0")) / 1000
 LOG = os.environ.get("FAKE_LSP_LOG")
 
@@ -45,26 +50,49 @@ def send(message: dict) -> None:
         sys.stdout.buffer.flush()
 
 
+def retypes(text: str, closers: str) -> bool:
+    first_line = iter(text.split("\n", 1)[0])
+    return all(ch in first_line for ch in closers)
+
+
 def items_at(uri: str, position: dict) -> list[dict]:
     line = documents.get(uri, "").split("\n")[position["line"]]
     typed = line[: position["character"]].lstrip(" ")
-    return [
-        {
-            "insertText": candidate[len(typed) :],
-            "range": {"start": position, "end": position},
-            "command": {"title": "accept", "command": "specdec.accept", "arguments": [f"{n}:{typed}"]},
-        }
-        for n, candidate in enumerate(CANDIDATES)
-        if candidate.startswith(typed) and len(candidate) > len(typed)
-    ]
+    rest = line[position["character"] :].rstrip(" ")
+    closers = rest if rest and all(ch in CLOSERS for ch in rest) else ""  # ASCII: characters are UTF-16 units
+    items = []
+    for n, candidate in enumerate(CANDIDATES):
+        text = candidate[len(typed) :]
+        if not candidate.startswith(typed) or not text:
+            continue
+        replaced = len(closers) if closers and retypes(text, closers) else 0
+        end = {"line": position["line"], "character": position["character"] + replaced}
+        items.append(
+            {
+                "insertText": text,
+                "range": {"start": position, "end": end},
+                "command": {"title": "accept", "command": "specdec.accept", "arguments": [f"{n}:{typed}"]},
+            }
+        )
+    return items
 
 
-def answer_later(msg_id, result_fn) -> None:
+def empty_reason(uri: str, position: dict) -> str:
+    line = documents.get(uri, "").split("\n")[position["line"]]
+    return "finished-line" if line[: position["character"]].strip() in CANDIDATES else "no-text"
+
+
+def answer_later(msg_id, uri, result_fn, reason_fn) -> None:
     def answer():
-        if msg_id in cancelled:
+        result = None if msg_id in cancelled else result_fn()
+        outcome = "cancelled" if result is None else "shown" if result["items"] else "empty"
+        reason = {"cancelled": "cancelled", "shown": None}.get(outcome) or reason_fn()
+        completed = {"uri": uri, "requestId": str(msg_id), "outcome": outcome, "latencyMs": 0, "reason": reason}
+        send({"method": "specdec/completed", "params": completed})
+        if result is None:
             send({"id": msg_id, "error": {"code": -32800, "message": "cancelled"}})
         else:
-            send({"id": msg_id, "result": result_fn()})
+            send({"id": msg_id, "result": result})
 
     threading.Timer(DELAY_S, answer).start()
 
@@ -88,8 +116,10 @@ def main() -> None:
         elif method == "textDocument/didChange":
             documents[params["textDocument"]["uri"]] = params["contentChanges"][-1]["text"]
         elif method == "textDocument/inlineCompletion":
-            items = items_at(params["textDocument"]["uri"], params["position"])  # the text as asked about
-            answer_later(msg_id, lambda items=items: {"items": items})
+            uri, position = params["textDocument"]["uri"], params["position"]
+            items = items_at(uri, position)  # the text as asked about
+            reason = empty_reason(uri, position)
+            answer_later(msg_id, uri, lambda items=items: {"items": items}, lambda reason=reason: reason)
         elif method == "$/cancelRequest":
             cancelled.add(params["id"])
         elif method == "exit":

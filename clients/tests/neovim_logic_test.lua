@@ -51,12 +51,15 @@ local function received(method)
   return found
 end
 
--- The ghost text shown, from its extmark (the plugin's or Neovim's), and the extmark's details.
+-- The ghost text shown, from its extmarks (the plugin's or Neovim's), in buffer order, and the first
+-- extmark's details. A completion that retypes the closers after the cursor is drawn in parts around
+-- them (the plugin's inline marks): the parts are joined, "|" where a buffer character sits between.
 local function ghost()
   local namespaces = vim.api.nvim_get_namespaces()
   for _, name in ipairs({ 'specdec.ghost', 'nvim.lsp.inline_completion' }) do
     local ns = namespaces[name]
-    for _, mark in ipairs(ns and vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true }) or {}) do
+    local marks = ns and vim.api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true }) or {}
+    if #marks > 0 then
       local function text_of(chunks)
         local parts = {}
         for _, chunk in ipairs(chunks or {}) do
@@ -67,11 +70,16 @@ local function ghost()
         end
         return table.concat(parts)
       end
-      local lines = { text_of(mark[4].virt_text) }
-      for _, virt_line in ipairs(mark[4].virt_lines or {}) do
-        table.insert(lines, text_of(virt_line))
+      local first, virt_lines = {}, {}
+      for _, mark in ipairs(marks) do
+        table.insert(first, text_of(mark[4].virt_text))
+        for _, virt_line in ipairs(mark[4].virt_lines or {}) do
+          table.insert(virt_lines, text_of(virt_line))
+        end
       end
-      return table.concat(lines, '\n'), mark[4]
+      local lines = { table.concat(first, '|') }
+      vim.list_extend(lines, virt_lines)
+      return table.concat(lines, '\n'), marks[1][4]
     end
   end
 end
@@ -272,6 +280,183 @@ if extmark then
     end, 50 + DELAY_MS / 2)
   end)
 end
+
+-- An auto-pairs mapping like nvim-autopairs': `(` types `()` and leaves the cursor between them.
+vim.cmd('inoremap ( ()<Left>')
+
+step('a completion past the auto-closed bracket: drawn around it, accepted over it', function(next)
+  local commands = #received('workspace/executeCommand')
+  keys('<Esc>oprint(')
+  -- the item: insertText '"hi", a)  # done', its range over the ")" after the cursor. The plugin draws
+  -- it in two parts, before and after the ")" (inline marks; the 0.9 overlay draws the ")" itself
+  -- between its parts); Neovim 0.12 overlays the whole text from the cursor.
+  local function drawn(text) -- text: the item's rest, ")" included
+    if display == 'native' then
+      return text
+    end
+    return (text:gsub('%)', require('specdec.ghost').has_inline() and '|' or ''))
+  end
+  expect_ghost(drawn('"hi", a)  # done'), 3000, function()
+    if vim.api.nvim_get_current_line() ~= '    print()' then -- indented as the line above (autoindent)
+      error('typing gave ' .. vim.inspect(vim.api.nvim_get_current_line()))
+    end
+    keys(keymaps.accept_word)
+    wait('the first word, before the ")"', 1000, function()
+      return vim.api.nvim_get_current_line() == '    print(")'
+    end, function()
+      expect_ghost(drawn('hi", a)  # done'), 3000, function()
+        keys(keymaps.accept)
+        wait('the whole, over the ")"', 1000, function()
+          return vim.api.nvim_get_current_line() == '    print("hi", a)  # done'
+        end, function()
+          if vim.api.nvim_win_get_cursor(0)[2] ~= #'    print("hi", a)  # done' then
+            error('the cursor is at ' .. vim.inspect(vim.api.nvim_win_get_cursor(0)))
+          end
+          wait('the accept command', 2000, function()
+            return #received('workspace/executeCommand') == commands + 1
+          end, next)
+        end)
+      end)
+    end)
+  end)
+end)
+
+if extmark then
+  step('asked for, an empty answer says why', function(next)
+    keys('<Esc>oreturn 2')
+    wait('the typed line, nothing shown', 2000, function()
+      return vim.api.nvim_get_current_line() == '    return 2' and not require('specdec.trigger').busy(0)
+        and ghost() == nil
+    end, function()
+      vim.cmd('messages clear')
+      keys(keymaps.next)
+      wait('the reason in the message area', 2000, function()
+        return vim.fn.execute('messages'):find('specdec: nothing to offer (end of a finished line)', 1, true)
+      end, next)
+    end)
+  end)
+end
+
+step('ghost-text highlights have a terminal colour', function(next)
+  for _, group in ipairs({ 'SpecdecGhostText', 'SpecdecGhostTextHint' }) do
+    if vim.fn.synIDattr(vim.fn.synIDtrans(vim.fn.hlID(group)), 'fg', 'cterm') == '' then
+      error(group .. ' has no ctermfg: ' .. vim.fn.execute('highlight ' .. group))
+    end
+  end
+  -- a colorscheme's (or the user's) own definition wins over specdec's default
+  vim.cmd('highlight SpecdecGhostText ctermfg=5')
+  vim.api.nvim_exec_autocmds('ColorScheme', {})
+  if vim.fn.synIDattr(vim.fn.hlID('SpecdecGhostText'), 'fg', 'cterm') ~= '5' then
+    error('SpecdecGhostText was overridden: ' .. vim.fn.execute('highlight SpecdecGhostText'))
+  end
+  next()
+end)
+
+step(':SpecdecInstall: its plan, and the finder preferring its venv', function(next)
+  local install = require('specdec.install')
+  local pip = { '/v/bin/python', '-m', 'pip', 'install', '--disable-pip-version-check' }
+  local cpu = install.plan({ python = '/usr/bin/python3', nvidia = false, venv = '/v', repo = '/r' })
+  local want = {
+    { title = 'creating /v', cmd = { '/usr/bin/python3', '-m', 'venv', '/v' } },
+    {
+      title = 'installing PyTorch, CPU build (torch==2.13.0)',
+      cmd = vim.list_extend(vim.deepcopy(pip), { '--retries', '1', '--timeout', '15', 'torch==2.13.0', '--index-url',
+        'https://download.pytorch.org/whl/cpu' }),
+    },
+    { title = 'installing speccomplete from /r', cmd = vim.list_extend(vim.deepcopy(pip), { '/r' }) },
+  }
+  if not vim.deep_equal(cpu, want) then
+    error('plan ' .. vim.inspect(cpu))
+  end
+  local gpu = install.plan({ python = '/usr/bin/python3', nvidia = true, venv = '/v', repo = '/r' })
+  if not vim.deep_equal(gpu, { want[1], want[3] }) then -- with a GPU, PyPI's torch comes with speccomplete
+    error('plan with a GPU ' .. vim.inspect(gpu))
+  end
+  -- the repository is the one the plugin lives in
+  if install.repo() ~= vim.fn.getcwd() then
+    error('repo ' .. install.repo() .. ', expected ' .. vim.fn.getcwd())
+  end
+  local python = install.find_python()
+  if not python then
+    error('no Python 3.10+ found (tried ' .. table.concat(install.PYTHONS, ', ') .. ')')
+  end
+  -- with the venv in place, its specdec is found first
+  local venv = install.venv
+  install.venv = function()
+    return dir .. '/venv'
+  end
+  vim.fn.mkdir(dir .. '/venv/bin', 'p')
+  vim.fn.writefile({ '#!/bin/sh' }, dir .. '/venv/bin/specdec')
+  vim.fn.setfperm(dir .. '/venv/bin/specdec', 'rwxr-xr-x')
+  local found, how = require('specdec.server').find_executable()
+  install.venv = venv
+  if found ~= dir .. '/venv/bin/specdec' or not how:find('SpecdecInstall', 1, true) then
+    error('found ' .. tostring(found) .. ' ' .. tostring(how))
+  end
+  if vim.fn.exists(':SpecdecInstall') ~= 2 then
+    error(':SpecdecInstall is not defined')
+  end
+  next()
+end)
+
+-- The README's and :help's snippets, as written, in a fresh Neovim of this version: the sh block
+-- that links the plugin into a package folder (with a $HOME of its own), then each Lua block as an
+-- init.lua. The lazy.nvim spec needs lazy.nvim and is left out; vim.lsp.config's needs 0.11.
+step("the README's and :help's snippets run", function(next)
+  local home = dir .. '/home'
+  local function blocks(path, open, close)
+    local found, current, kind = {}, nil, nil
+    for _, line in ipairs(vim.fn.readfile(path)) do
+      if current then
+        if line:match(close) then
+          table.insert(found, { kind = kind, text = table.concat(current, '\n') })
+          current = nil
+        else
+          table.insert(current, line)
+        end
+      else
+        kind = line:match(open)
+        current = kind and {} or nil
+      end
+    end
+    return found
+  end
+  local snippets = blocks('clients/neovim/README.md', '^```(%a+)$', '^```$')
+  vim.list_extend(snippets, blocks('clients/neovim/doc/specdec.txt', '>(%a+)$', '^<'))
+  local ran = 0
+  for _, snippet in ipairs(snippets) do
+    local text = snippet.text:gsub('/path/to/specdec', vim.fn.getcwd())
+    local skip = text:find('<owner>/<repo>', 1, true)
+      or (text:find('vim.lsp.config', 1, true) and vim.fn.has('nvim-0.11') == 0)
+    if snippet.kind == 'sh' and not skip then
+      local out = vim.fn.system({ 'env', 'HOME=' .. home, 'sh', '-c', text })
+      if vim.v.shell_error ~= 0 then
+        error('sh snippet failed: ' .. text .. '\n' .. out)
+      end
+    elseif (snippet.kind == 'lua' or snippet.kind == 'vim') and not skip then
+      local init = dir .. '/snippet-' .. ran .. '.' .. snippet.kind
+      local mark = 'snippet ran to its end'
+      local tail = snippet.kind == 'lua' and ('\nio.stdout:write(' .. vim.inspect(mark) .. ')')
+        or ('\nlua io.stdout:write(' .. vim.inspect(mark) .. ')')
+      vim.fn.writefile(vim.split(text .. tail, '\n', { plain = true }), init)
+      local cmd = { 'env', '-u', 'XDG_DATA_HOME', '-u', 'XDG_CONFIG_HOME', 'HOME=' .. home, vim.v.progpath,
+        '--headless', '-i', 'NONE', '-u', init, '+qall!' }
+      if not text:find('packadd', 1, true) and not text:find('runtimepath', 1, true) then
+        vim.list_extend(cmd, { '--cmd', 'packadd specdec' }) -- the plugin, as the install snippets add it
+      end
+      local out = vim.fn.system(cmd)
+      if not out:find(mark, 1, true) then
+        error('snippet failed on this Neovim:\n' .. text .. '\n' .. out)
+      end
+      ran = ran + 1
+    end
+  end
+  if ran < 4 then
+    error('only ' .. ran .. ' snippets found')
+  end
+  log(ran .. ' snippets ran')
+  next()
+end)
 
 vim.defer_fn(function()
   run(1)

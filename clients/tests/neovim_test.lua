@@ -46,9 +46,34 @@ local CASES = {
   },
   {
     file = 'greet.lua',
-    lines = { 'local M = {}', '', 'function M.greet(name)', '  print("Hello, "' },
+    lines = {
+      'local M = {}',
+      '',
+      'function M.welcome(name)',
+      '  print("Welcome, " .. name .. "!")',
+      'end',
+      '',
+      'function M.greet(name)',
+      '  print("Hello, "',
+    },
     typed = ' .. name',
     accept = 'accept',
+  },
+  -- typed with the auto-pairs mapping, which closes the bracket: `print()`, the cursor inside
+  {
+    file = 'shout.py',
+    lines = {
+      'def greet(name):',
+      '    message = "Hello, " + name',
+      '    print(message)',
+      '',
+      '',
+      'def shout(name):',
+      '    message = "HELLO, " + name.upper()',
+      '    print',
+    },
+    typed = '(',
+    closed = '()',
   },
 }
 
@@ -89,16 +114,16 @@ end
 vim.cmd('filetype on')
 -- A mapping of its own on the dismiss key, which specdec's falls back to with no ghost text shown.
 vim.cmd('inoremap <C-]> <Cmd>let g:specdec_test_fallback = get(g:, "specdec_test_fallback", 0) + 1<CR>')
+-- An auto-pairs mapping like nvim-autopairs': `(` and `"` type the pair and leave the cursor inside.
+vim.cmd('inoremap ( ()<Left>')
+vim.cmd('inoremap " ""<Left>')
 vim.o.completeopt = 'menu,menuone,noinsert'
 vim.o.swapfile = false
 
+-- The server's defaults (confidence gate, quantization auto), as a user gets them; short completions.
 local init_options = {
-  -- fp32 weights: these cases check the client's plumbing on completions known to be non-empty, and
-  -- int8 (the default on CPUs with VNNI) completes greet.lua with nothing
-  quantization = 'none',
   maxTokensSingleLine = 8,
   maxTokensMultiLine = 16,
-  minConfidence = 0, -- the confidence gate may hide these few cases; this test is about the editor
   debounceMs = 0,
   telemetry = true,
   telemetryPath = dir .. '/events.jsonl',
@@ -141,7 +166,7 @@ do
 end
 
 -- The client's requests, as it sends them: commands run, and how many inline completions it asked for.
-local sent = { commands = {}, inline = 0 }
+local sent = { commands = {}, inline = 0, answer = nil }
 local spied = nil
 local function spy(client)
   if spied == client.id then
@@ -150,22 +175,34 @@ local function spy(client)
   spied = client.id
   local methods = vim.fn.has('nvim-0.11') == 1 -- client:request(...) from 0.11, client.request(...) before
   local request = client.request
-  local function record(method, params)
+  -- returns the handler to pass on: for inline completions, one that also keeps the latest answer's
+  -- first item with the line it was asked on (what accepting it must give)
+  local function record(method, params, handler)
     if method == 'workspace/executeCommand' then
       table.insert(sent.commands, params)
     elseif method == 'textDocument/inlineCompletion' then
       sent.inline = sent.inline + 1
+      local line = vim.api.nvim_get_current_line()
+      if not handler then
+        return handler
+      end
+      return function(err, result, ...)
+        local item = type(result) == 'table' and (result.items or result)[1]
+        if item then
+          sent.answer = { item = item, line = line, position = params.position }
+        end
+        return handler(err, result, ...)
+      end
     end
+    return handler
   end
   if methods then
-    client.request = function(self, method, params, ...)
-      record(method, params)
-      return request(self, method, params, ...)
+    client.request = function(self, method, params, handler, ...)
+      return request(self, method, params, record(method, params, handler), ...)
     end
   else
-    client.request = function(method, params, ...)
-      record(method, params)
-      return request(method, params, ...)
+    client.request = function(method, params, handler, ...)
+      return request(method, params, record(method, params, handler), ...)
     end
   end
 end
@@ -284,7 +321,7 @@ end
 local results = {}
 local run_case -- defined below: runs CASES[i], then the next
 
-local function finish_case(i, result)
+local function finish_case(i, result) -- the cases test_editors.py checks, in result.json
   table.insert(results, result)
   -- Give the accept command time to reach the server.
   vim.defer_fn(function()
@@ -391,6 +428,82 @@ local function ghost_case(i, case, bufnr)
   end)
 end
 
+-- `line` with `range` (an LSP range on it, in `encoding` units) replaced by `text`: the lines it makes.
+local function replaced(line, text, range, encoding)
+  local retype = require('specdec.retype')
+  local from = retype.byte_col(line, range.start.character, encoding)
+  local to = retype.byte_col(line, range['end'].character, encoding)
+  return vim.split(line:sub(1, from) .. text .. line:sub(to + 1), '\n', { plain = true })
+end
+
+-- The answer must run past a bracket the auto-pairs mapping closed: typing `(` gives `()` with the
+-- cursor inside, and the server's item replaces the `)` (its range covers it) or inserts before it.
+-- Accepting it (<Tab>, or <C-y> in the menu) must leave exactly the item's text with its range applied.
+-- Its result goes to autopairs.json, beside result.json.
+local function autopairs_case(i, case, bufnr)
+  local last = #case.lines
+  local encoding = specdec.client(bufnr).offset_encoding
+  vim.api.nvim_win_set_cursor(0, { last, #case.lines[last] })
+  sent.answer = nil
+  local commands_before = #sent.commands
+  keys('A')
+  keys(case.typed, true) -- remapped: the auto-pairs mapping closes the bracket
+  local typed_line = case.lines[last] .. case.closed
+  local function check(want, text, how)
+    wait_for('the accepted text in the buffer', 10000, function()
+      return vim.api.nvim_get_current_line() ~= typed_line
+    end, function()
+      keys('<Esc>')
+      wait_for('normal mode', 10000, function()
+        return vim.fn.mode() == 'n'
+      end, function()
+        local lines = vim.list_slice(case.lines, 1, last - 1)
+        vim.list_extend(lines, want)
+        if not buffer_holds(case, bufnr, lines) then
+          return
+        end
+        if #sent.commands == commands_before and display ~= 'popup' then
+          return fail(case.file .. ': no command was sent on accept')
+        end
+        log(case.file .. ': accepted ' .. vim.inspect(text) .. ' past the auto-closed bracket (' .. how .. ')')
+        local f = assert(io.open(dir .. '/autopairs.json', 'w'))
+        f:write(vim.fn.json_encode({ file = case.file, text = text, lines = lines, how = how }))
+        f:close()
+        vim.defer_fn(function()
+          guarded(run_case, i + 1)
+        end, 1000)
+      end)
+    end)
+  end
+  wait_for('the auto-closed bracket', 10000, function()
+    return vim.api.nvim_get_current_line() == typed_line
+  end, function()
+    if display == 'popup' then
+      keys(vim.lsp.completion and vim.lsp.completion.get and '<Cmd>lua vim.lsp.completion.get()<CR>' or '<C-x><C-o>')
+      return wait_for('the completion menu', completion_timeout_ms, function()
+        return vim.fn.pumvisible() == 1 and vim.fn.complete_info({ 'items' }).items[1]
+      end, function(menu_item)
+        local item = menu_item.user_data.nvim.lsp.completion_item
+        local edit = item.textEdit
+        log(case.file .. ': server sent ' .. vim.inspect(edit))
+        keys('<C-y>')
+        check(replaced(typed_line, edit.newText, edit.range, encoding), edit.newText, 'menu, range '
+          .. edit.range.start.character .. '-' .. edit.range['end'].character)
+      end)
+    end
+    wait_for('ghost text', completion_timeout_ms, function()
+      local answer = sent.answer
+      return not busy(bufnr) and ghost_text(bufnr) and answer and answer.line == typed_line and answer
+    end, function(answer)
+      local item = answer.item
+      log(case.file .. ': ghost text ' .. vim.inspect(ghost_text(bufnr)) .. ' for ' .. vim.inspect(item))
+      keys(keys_opt.accept, true)
+      check(replaced(typed_line, item.insertText, item.range, encoding), item.insertText, 'ghost text, range '
+        .. item.range.start.character .. '-' .. item.range['end'].character)
+    end)
+  end)
+end
+
 local function popup_case(i, case, bufnr)
   local last = #case.lines
   local lines = vim.deepcopy(case.lines)
@@ -453,7 +566,9 @@ run_case = function(i)
     return client and specdec.status.state == 'ready' and client
   end, function(client)
     spy(client)
-    if display == 'popup' then
+    if case.closed and display == 'popup' then
+      return autopairs_case(i, case, bufnr)
+    elseif display == 'popup' then
       return popup_case(i, case, bufnr)
     end
     -- the plugin's keys are set once the buffer is wired (LspAttach)
@@ -467,6 +582,9 @@ run_case = function(i)
         elseif vim.lsp.inline_completion.is_enabled() then
           return fail('inline completion is enabled globally, not for the buffer')
         end
+      end
+      if case.closed then
+        return autopairs_case(i, case, bufnr)
       end
       ghost_case(i, case, bufnr)
     end)

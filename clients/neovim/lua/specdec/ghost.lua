@@ -1,15 +1,32 @@
 -- Ghost text: a completion drawn with an extmark at the cursor, the way copilot.lua and llama.vim do.
 -- The first line is inline virtual text (0.10+; before, an overlay that redraws the rest of the line
--- after it), the other lines are virtual lines below.
+-- after it), the other lines are virtual lines below. A completion that retypes the closers after the
+-- cursor (retype.lua) is drawn around them: one inline mark before each, and one after the last.
+local retype = require('specdec.retype')
+
 local M = {}
 
 M.ns = vim.api.nvim_create_namespace('specdec.ghost')
 M.HL = 'SpecdecGhostText'
 M.HL_HINT = 'SpecdecGhostTextHint'
 
+-- `group`'s foreground for `mode` ('gui' or 'cterm'), links followed; nil if it has none.
+local function fg_of(group, mode)
+  local fg = vim.fn.synIDattr(vim.fn.synIDtrans(vim.fn.hlID(group)), 'fg#', mode)
+  return fg ~= '' and fg ~= '-1' and fg or nil
+end
+
+-- The colours of `like` (Comment, NonText), with a grey where it has none: a terminal without
+-- 'termguicolors' uses ctermfg, which Neovim 0.10+'s default colorscheme leaves unset for these.
+-- `default`, so a colorscheme or the user's own :highlight wins; set again on ColorScheme.
+local function define(name, like)
+  vim.cmd(string.format('highlight default %s ctermfg=%s guifg=%s', name, fg_of(like, 'cterm') or '8',
+    fg_of(like, 'gui') or '#808080'))
+end
+
 function M.define_highlights()
-  vim.cmd('highlight default link ' .. M.HL .. ' Comment')
-  vim.cmd('highlight default link ' .. M.HL_HINT .. ' NonText')
+  define(M.HL, 'Comment')
+  define(M.HL_HINT, 'NonText')
 end
 
 local has_inline = nil
@@ -38,9 +55,14 @@ function M.clear(bufnr)
   end
 end
 
--- Show `text` at (row, col): 0-based row, byte column. `hint` (e.g. " (2/3)") follows it.
-function M.show(bufnr, row, col, text, hint)
+-- Show `text` at (row, col): 0-based row, byte column. `hint` (e.g. " (2/3)") follows it. `old`: the
+-- text after the cursor that `text` retypes and replaces ('' for none), drawn between its parts.
+function M.show(bufnr, row, col, text, hint, old)
   M.clear(bufnr)
+  local segments = old and old ~= '' and retype.segments(text, old)
+  if segments and M.has_inline() then
+    return M.show_around(bufnr, row, col, text, hint, segments)
+  end
   local lines = vim.split(text, '\n', { plain = true })
   local virt_lines = {}
   for i = 2, #lines do
@@ -63,6 +85,23 @@ function M.show(bufnr, row, col, text, hint)
     -- No inline virtual text: draw over the rest of the line, then redraw that rest after the ghost.
     local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
     local rest = line:sub(col + 1)
+    if segments and #virt_text > 0 then
+      -- the first line holds the retyped characters: draw them as the buffer's, between the ghost parts
+      local hinted = #virt_lines == 0 and hint
+      virt_text = {}
+      for k, segment in ipairs(segments) do
+        if k > 1 then
+          table.insert(virt_text, { untab(old:sub(segments[k - 1].offset + 1, segment.offset), bufnr), 'Normal' })
+        end
+        if segment.text ~= '' then
+          table.insert(virt_text, { untab(segment.text, bufnr), M.HL })
+        end
+      end
+      if hinted then
+        table.insert(virt_text, { hint, M.HL_HINT })
+      end
+      rest = rest:sub(#old + 1)
+    end
     if rest ~= '' and #virt_text > 0 then
       table.insert(virt_text, { untab(rest, bufnr), 'Normal' })
     end
@@ -73,6 +112,38 @@ function M.show(bufnr, row, col, text, hint)
   end
   if opts.virt_text or opts.virt_lines then
     vim.api.nvim_buf_set_extmark(bufnr, M.ns, row, col, opts)
+  end
+end
+
+-- Inline virtual text around the retyped characters: each part of the first line at the byte of the
+-- buffer it goes before; the other lines, and the hint, with the last part.
+function M.show_around(bufnr, row, col, text, hint, segments)
+  local lines = vim.split(text, '\n', { plain = true })
+  for k, segment in ipairs(segments) do
+    local last = k == #segments
+    local virt_text = {}
+    if segment.text ~= '' then
+      table.insert(virt_text, { untab(segment.text, bufnr), M.HL })
+    end
+    local opts = { hl_mode = 'combine', virt_text_pos = 'inline' }
+    if last then
+      local virt_lines = {}
+      for i = 2, #lines do
+        table.insert(virt_lines, { { untab(lines[i], bufnr), M.HL } })
+      end
+      if hint then
+        table.insert(#virt_lines > 0 and virt_lines[#virt_lines] or virt_text, { hint, M.HL_HINT })
+      end
+      if #virt_lines > 0 then
+        opts.virt_lines = virt_lines
+      end
+    end
+    if #virt_text > 0 then
+      opts.virt_text = virt_text
+    end
+    if opts.virt_text or opts.virt_lines then
+      vim.api.nvim_buf_set_extmark(bufnr, M.ns, row, col + segment.offset, opts)
+    end
   end
 end
 

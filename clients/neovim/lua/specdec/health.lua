@@ -1,5 +1,6 @@
--- :checkhealth specdec: the server executable and its Python package, the model cache, the Neovim
--- version and the way completions are shown, and the state of a running server.
+-- :checkhealth specdec: the server executable and its Python package, the venv :SpecdecInstall makes,
+-- the model cache, the Neovim version and the way completions are shown, and the state of a running
+-- server.
 local config = require('specdec.config')
 local server = require('specdec.server')
 
@@ -64,8 +65,8 @@ local function check_server(options)
   local exe = vim.fn.exepath(cmd[1])
   if exe == '' then
     report('error', string.format('%s is not executable', cmd[1]), {
-      'Install the server (`bash .ci/setup` in the repository makes .venv/bin/specdec), put `specdec` on'
-        .. ' $PATH, or set `cmd` in setup().',
+      ':SpecdecInstall installs the server in a venv of its own (no terminal needed); or `bash .ci/setup`'
+        .. ' in the repository makes .venv/bin/specdec; or put `specdec` on $PATH, or set `cmd` in setup().',
     })
     return
   end
@@ -95,6 +96,24 @@ local function check_server(options)
   else
     report('ok', string.format('Python %s (%s), speccomplete %s', py, python, version))
   end
+end
+
+local function check_install()
+  report('start', 'specdec: :SpecdecInstall')
+  local install = require('specdec.install')
+  local installed = install.executable()
+  if installed then
+    report('ok', string.format('set up: %s (its log: %s)', installed, install.log_path()))
+    return
+  end
+  local python, version = install.find_python()
+  if not python then
+    report('info', 'not set up; :SpecdecInstall needs a Python 3.10 or later on $PATH, and none is there')
+    return
+  end
+  report('info', string.format('not set up (%s); :SpecdecInstall makes it with Python %s (%s): PyTorch %s, then'
+    .. ' speccomplete from %s', install.venv(), version, python, install.has_nvidia()
+    and 'from PyPI (nvidia-smi found a GPU)' or 'CPU build', install.repo()))
 end
 
 local function check_model(options)
@@ -181,6 +200,7 @@ function M.check()
   local options = config.options
   check_neovim(options)
   check_server(options)
+  check_install()
   check_model(options)
   check_running()
 end

@@ -24,7 +24,61 @@ function M._on_status(params)
   end
   vim.schedule(function()
     vim.api.nvim_exec_autocmds('User', { pattern = 'SpecdecStatus', modeline = false })
+    vim.cmd('redrawstatus!') -- a statusline showing M.statusline() follows without waiting for a redraw
   end)
+end
+
+-- The latest `specdec/completed` notification by document URI, with when it came (uv.now()): the
+-- server sends it just before its answer, with `reason` saying why an empty answer is empty.
+M.completed = {}
+
+function M._on_completed(params)
+  if type(params) == 'table' and params.uri then
+    M.completed[params.uri] = { params = params, at = (vim.uv or vim.loop).now() }
+  end
+end
+
+-- The server's reasons for an empty answer (server/lsp.py's `reason`), in words; and the client's own.
+M.REASONS = {
+  gate = 'not confident enough',
+  ['finished-line'] = 'end of a finished line',
+  scope = 'the enclosing scope ends here',
+  ['no-text'] = 'the model wrote nothing',
+  cancelled = 'cancelled',
+  stale = 'the text changed meanwhile',
+  ['language-off'] = 'this language is off (enabledLanguages)',
+  ['too-large'] = 'the file is too large',
+  binary = 'the file is binary',
+  error = 'the completion failed; :SpecdecStatus and the LSP log say why',
+  loading = 'the server is still loading its models',
+  undrawable = 'its answer replaces text this display cannot show',
+}
+
+function M.reason_words(reason)
+  if type(reason) ~= 'string' then
+    return 'no reason given'
+  end
+  local filter = reason:match('^filter:(.+)$')
+  if filter then
+    return 'trimmed away by the ' .. filter .. ' filter'
+  end
+  return M.REASONS[reason] or reason
+end
+
+-- On an asked-for completion that came back empty: say why in the message area, with the reason of
+-- the server's latest `specdec/completed` for the buffer since `since` (uv.now() when it was asked).
+-- `reason` overrides it (the client's own, e.g. 'undrawable'). Returns the message.
+function M.explain_empty(bufnr, reason, since)
+  local note = M.completed[vim.uri_from_bufnr(bufnr)]
+  if not reason and note and note.at >= (since or 0) and note.params.outcome ~= 'shown' then
+    reason = note.params.reason
+  end
+  if not reason and M.status.state ~= 'ready' then
+    reason = 'loading'
+  end
+  local message = 'specdec: nothing to offer (' .. M.reason_words(reason) .. ')'
+  vim.api.nvim_echo({ { message, 'WarningMsg' } }, true, {})
+  return message
 end
 
 -- A short line for the statusline: "specdec ready 62% 180ms".
@@ -131,6 +185,9 @@ function M.commands()
   vim.api.nvim_create_user_command('SpecdecStatus', function()
     print(M.statusline() .. (M.status.message ~= '' and (' - ' .. M.status.message) or ''))
   end, { desc = 'specdec: server state, acceptance and p50 latency' })
+  vim.api.nvim_create_user_command('SpecdecInstall', function()
+    require('specdec.install').install()
+  end, { desc = "specdec: install the server in a venv of its own (stdpath('data')/specdec/venv)" })
 end
 
 -- Set the options (config.lua) and start the server for the buffers it wants.

@@ -1,6 +1,7 @@
 -- The 'native' display: Neovim 0.12's vim.lsp.inline_completion, enabled for the buffers specdec
 -- attaches to (not globally, not for other buffers). Neovim asks as you type (200 ms after the cursor
 -- stops), draws the ghost text and runs the item's command on accept.
+local retype = require('specdec.retype')
 local trigger = require('specdec.trigger')
 
 local M = {}
@@ -39,19 +40,24 @@ function M.accept(bufnr, how)
       end
       local row, col = unpack(vim.api.nvim_win_get_cursor(0))
       row = row - 1
+      local old = '' -- the closers after the cursor that the item retypes (its range's text; retype.lua)
       if item.range then
         -- what was typed since the request is on screen already; drop it from the text
-        local start_row, start_col = item.range:to_extmark()
+        local start_row, start_col, end_row, end_col = item.range:to_extmark()
         if start_row == row and start_col <= col then
           local typed = vim.api.nvim_buf_get_text(bufnr, row, start_col, row, col, {})[1]
           if text:sub(1, #typed) == typed then
             text = text:sub(#typed + 1)
           end
+          if end_row == row and end_col > start_col then -- typing at its start moved its end along
+            old = vim.api.nvim_buf_get_text(bufnr, row, col, row, end_col + (col - start_col), {})[1]
+          end
         end
       end
       local piece = how == 'word' and trigger.word_of(text) or trigger.line_of(text)
+      local replaced = old ~= '' and retype.consumed(text, old, #piece) or 0
       local lines = vim.split(piece, '\n', { plain = true })
-      vim.api.nvim_buf_set_text(bufnr, row, col, row, col, lines)
+      vim.api.nvim_buf_set_text(bufnr, row, col, row, col + replaced, lines)
       vim.api.nvim_win_set_cursor(0, { row + #lines, (#lines == 1 and col or 0) + #lines[#lines] })
       if piece == text and item.command then
         local client = vim.lsp.get_client_by_id(item.client_id)

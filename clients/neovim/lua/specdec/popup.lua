@@ -3,6 +3,7 @@
 -- in the completion menu. 0.11+: vim.lsp.completion (autotriggered); before: the omnifunc, <C-x><C-o>.
 -- An item accepted from the menu is inserted whole, newlines included, and its command runs, so the
 -- server records the acceptance.
+local retype = require('specdec.retype')
 local server = require('specdec.server')
 
 local M = {}
@@ -19,21 +20,37 @@ local function item_text(item)
   return (item.textEdit and item.textEdit.newText) or item.insertText or item.label
 end
 
+-- The characters after the cursor that the item's edit replaces: its range runs from where it was asked
+-- (now the start of the inserted word) over the closers after it (retype.lua), which are still right
+-- after the cursor. Their byte count, or 0.
+local function replaced_after(item, text, line, col, encoding)
+  local range = item.textEdit and item.textEdit.range
+  if not range or range.start.line ~= range['end'].line or range['end'].character <= range.start.character then
+    return 0
+  end
+  local after = line:sub(col + 1)
+  local bytes = retype.byte_col(after, range['end'].character - range.start.character, encoding)
+  return retype.positions(text, after:sub(1, bytes)) and bytes or 0
+end
+
 -- The menu inserts an item's `word`: all of it before 0.11 (where each newline becomes a space), its
--- first line on 0.11+ (see `convert`). Replace that with the item's exact text.
-local function insert_full_text(completed, item)
+-- first line on 0.11+ (see `convert`). Replace that, and the closers its range covers, with the item's
+-- exact text.
+local function insert_full_text(completed, item, encoding)
   local text = item_text(item)
   local word = completed.word
-  if text == word and not text:find('\n', 1, true) then
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  local line = vim.api.nvim_get_current_line()
+  local replaced = replaced_after(item, text, line, col, encoding)
+  if text == word and not text:find('\n', 1, true) and replaced == 0 then
     return
   end
-  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
   local start = col - #word
   if start < 0 then
     return
   end
   local lines = vim.split(text, '\n', { plain = true })
-  vim.api.nvim_buf_set_text(0, row - 1, start, row - 1, col, lines)
+  vim.api.nvim_buf_set_text(0, row - 1, start, row - 1, col + replaced, lines)
   local last_col = (#lines == 1 and start or 0) + #lines[#lines]
   vim.api.nvim_win_set_cursor(0, { row + #lines - 1, last_col })
 end
@@ -61,7 +78,7 @@ function M.attach(client, bufnr, options)
       if not item then
         return
       end
-      insert_full_text(completed, item)
+      insert_full_text(completed, item, client.offset_encoding)
       if not lsp_completion then -- the omnifunc runs no command
         server.run_command(client, item.command, bufnr)
       end

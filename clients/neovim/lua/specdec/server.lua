@@ -12,9 +12,13 @@ function M.plugin_dir()
   return vim.fn.fnamemodify(vim.fn.resolve(vim.fn.fnamemodify(source, ':p')), ':h:h:h')
 end
 
--- The `specdec` executable: $PATH first, then the .venv of the repository holding this plugin.
--- Returns its path and where it was found, or nil.
+-- The `specdec` executable: the venv :SpecdecInstall makes (install.lua) first, then $PATH, then the
+-- .venv of the repository holding this plugin. Returns its path and where it was found, or nil.
 function M.find_executable()
+  local installed = require('specdec.install').executable()
+  if installed then
+    return installed, 'in the venv :SpecdecInstall made'
+  end
   local on_path = vim.fn.exepath('specdec')
   if on_path ~= '' then
     return on_path, 'on $PATH'
@@ -41,7 +45,11 @@ local function on_status(_, params)
   require('specdec')._on_status(params)
 end
 
-M.handlers = { ['specdec/status'] = on_status }
+local function on_completed(_, params)
+  require('specdec')._on_completed(params)
+end
+
+M.handlers = { ['specdec/status'] = on_status, ['specdec/completed'] = on_completed }
 
 -- The vim.lsp.config (0.11+) entry, as lsp/specdec.lua returns it.
 function M.config(options)

@@ -1,9 +1,12 @@
 -- The 'extmark' display: asks for textDocument/inlineCompletion as you type (debounced, the previous
 -- request cancelled), shows the answer as ghost text (ghost.lua), and accepts it whole, by word or by
 -- line. Typing what the ghost text shows keeps the rest of it on screen; moving the cursor, leaving
--- insert mode or the buffer clears it.
+-- insert mode or the buffer clears it. An item whose range covers the closers after the cursor is
+-- drawn around them and replaces them (retype.lua). On an asked-for (invoked) request, an empty answer
+-- says why in the message area.
 local config = require('specdec.config')
 local ghost = require('specdec.ghost')
+local retype = require('specdec.retype')
 local server = require('specdec.server')
 
 local uv = vim.uv or vim.loop
@@ -13,8 +16,10 @@ local M = {}
 local INVOKED, AUTOMATIC = 1, 2 -- lsp.InlineCompletionTriggerKind
 
 -- By buffer: { client_id, timer, waiting (for the timer), seq (the latest request's number), pending
--- (its LSP id), last (the tick and cursor handled last), shown = { row, col, text, items, index,
--- typed (what was typed or accepted of the item so far) } }
+-- (its LSP id), last (the tick and cursor handled last), invoked (when the latest request was asked
+-- for, to say why it came back empty), shown = { row, col, text, items, index, typed (what was typed
+-- or accepted of the item so far), tails (by item: the bytes of the line after the text it replaces;
+-- nil: it replaces nothing) } }
 local buffers = {}
 
 local function cursor()
@@ -33,6 +38,19 @@ local function item_text(item)
     text = text.value
   end
   return type(text) == 'string' and text or ''
+end
+
+-- The text after the cursor that the shown item retypes and replaces: from (row, col) to its tail.
+local function old_text(bufnr, shown, row, col)
+  local tail = shown.tails and shown.tails[shown.index]
+  if not tail then
+    return ''
+  end
+  local line = vim.api.nvim_buf_get_lines(bufnr, row, row + 1, false)[1] or ''
+  if #line - tail < col then
+    return nil -- the replaced text is gone
+  end
+  return line:sub(col + 1, #line - tail)
 end
 
 local function stop_timer(s)
@@ -60,9 +78,13 @@ end
 
 local function show(bufnr, shown)
   local s = buffers[bufnr]
+  local old = old_text(bufnr, shown, shown.row, shown.col)
+  if not old or (old ~= '' and not retype.positions(shown.text, old)) then
+    return hide(bufnr) -- what it replaces no longer fits it
+  end
   s.shown = shown
   local hint = #shown.items > 1 and string.format(' (%d/%d)', shown.index, #shown.items) or nil
-  ghost.show(bufnr, shown.row, shown.col, shown.text, hint)
+  ghost.show(bufnr, shown.row, shown.col, shown.text, hint, old)
 end
 
 -- Show what is left of `shown` once `taken`, its start, is in the buffer (typed along or accepted),
@@ -75,6 +97,7 @@ local function show_rest(bufnr, shown, row, col, taken)
     items = shown.items,
     index = shown.index,
     typed = (shown.typed or '') .. taken,
+    tails = shown.tails,
   })
 end
 
@@ -88,6 +111,8 @@ function M.request(bufnr, kind)
   stop_timer(s)
   cancel_pending(bufnr)
   local seq = s.seq
+  s.invoked = kind == INVOKED and seq or nil
+  local asked = uv.now()
   local row, col = cursor()
   local key = position_key(bufnr)
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
@@ -98,27 +123,49 @@ function M.request(bufnr, kind)
     end
     s.pending = nil
     if err or type(result) ~= 'table' then
+      if s.invoked == seq then
+        require('specdec').explain_empty(bufnr, err and 'error' or nil, asked)
+      end
       return
     end
     if not vim.startswith(vim.api.nvim_get_mode().mode, 'i') or vim.api.nvim_get_current_buf() ~= bufnr
       or position_key(bufnr) ~= key then
       return -- the user moved on; a newer request follows if they typed
     end
-    local items = {}
+    local items, tails, undrawable = {}, {}, false
     local at = params.position
+    local line = vim.api.nvim_get_current_line()
     for _, item in ipairs(result.items or result) do
-      -- specdec's items insert at the cursor, replacing nothing; others are not drawn here
+      -- specdec's items start at the cursor and replace nothing, or the closers after it on its line
+      -- (which their first line retypes); others are not drawn here
       local range = item.range
-      local at_cursor = not range or (range.start.line == at.line and range.start.character == at.character
-        and range['end'].line == at.line and range['end'].character == at.character)
-      if at_cursor and item_text(item) ~= '' then
+      local text = item_text(item)
+      local tail = nil
+      local fits = text ~= ''
+      if range and fits then
+        local stop = range['end']
+        fits = range.start.line == at.line and range.start.character == at.character and stop.line == at.line
+          and stop.character >= at.character
+        if fits and stop.character > at.character then
+          local stop_col = retype.byte_col(line, stop.character, client.offset_encoding)
+          fits = retype.positions(text, line:sub(col + 1, stop_col)) ~= nil
+          tail = #line - stop_col
+        end
+      end
+      if fits then
         table.insert(items, item)
+        tails[#items] = tail
+      elseif text ~= '' then
+        undrawable = true
       end
     end
     if #items == 0 then
       hide(bufnr)
+      if s.invoked == seq then
+        require('specdec').explain_empty(bufnr, undrawable and 'undrawable' or nil, asked)
+      end
     else
-      show(bufnr, { row = row, col = col, text = item_text(items[1]), items = items, index = 1 })
+      show(bufnr, { row = row, col = col, text = item_text(items[1]), items = items, index = 1, tails = tails })
     end
   end, bufnr)
   if ok then
@@ -154,6 +201,9 @@ local function follow_typing(bufnr)
   local row, col = cursor()
   if row < shown.row or (row == shown.row and col < shown.col) then
     return false
+  end
+  if shown.tails and shown.tails[shown.index] and row ~= shown.row then
+    return false -- what it replaces is on the line it was asked on
   end
   local ok, between = pcall(vim.api.nvim_buf_get_text, bufnr, shown.row, shown.col, row, col, {})
   local typed = ok and table.concat(between, '\n') or ''
@@ -234,8 +284,11 @@ function M.accept(bufnr, how)
   stop_timer(s)
   cancel_pending(bufnr)
   ghost.clear(bufnr)
+  -- the characters after the cursor that this piece retypes are replaced by it
+  local old = old_text(bufnr, shown, row, col) or ''
+  local replaced = old ~= '' and retype.consumed(shown.text, old, #piece) or 0
   local lines = vim.split(piece, '\n', { plain = true })
-  vim.api.nvim_buf_set_text(bufnr, row, col, row, col, lines)
+  vim.api.nvim_buf_set_text(bufnr, row, col, row, col + replaced, lines)
   local end_row = row + #lines - 1
   local end_col = (#lines == 1 and col or 0) + #lines[#lines]
   vim.api.nvim_win_set_cursor(0, { end_row + 1, end_col })
@@ -285,6 +338,7 @@ function M.cycle(bufnr, step)
     items = shown.items,
     index = index,
     typed = shown.typed,
+    tails = shown.tails,
   })
   return true
 end
