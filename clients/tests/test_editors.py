@@ -53,7 +53,9 @@ def check_accepted(work: Path, cases: list[dict], languages: list[str]) -> None:
     assert events_path.exists(), "the server wrote no telemetry"
     accepted = accepted_events(events_path)
     for case, language in zip(cases, languages, strict=True):
-        matches = [e for e in accepted if e["language"] == language and e["text"] == case["text"]]
+        # a bracket case's item replaces the auto-closed closers it retypes, or goes in before them
+        texts = {case["text"], case["text"].removesuffix(case.get("closers", ""))}
+        matches = [e for e in accepted if e["language"] == language and e["text"] in texts]
         assert matches, (
             f"{case['file']}: inserted {case['text']!r}, but no accepted {language} event has that "
             f"text; accepted: {[(e['language'], e['text']) for e in accepted]}"
@@ -171,6 +173,25 @@ def test_neovim_ghost_text_logic(editors, key, display, tmp_path):
         pytest.fail(f"exit {proc.returncode}; artifacts in {dest}\n{output[-4000:]}")
 
 
+# Ghost text at 12 of the 14 pauses, on the defaults: issue 43's target.
+PAUSES_SHOWN = 12
+
+
+def report_pauses(work: Path) -> dict:
+    """Copies the driver's pause table to the artifacts (out/editor-tests/vscode/pauses.json) and prints it."""
+    pauses = json.loads((work / "pauses.json").read_text())
+    dest = ARTIFACTS / "vscode"
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(work / "pauses.json", dest / "pauses.json")
+    latency = pauses["latency"]
+    print(f"ghost text at {pauses['shown']} of {pauses['of']} pauses\n{pauses['table']}")
+    print(
+        f"status bar {latency['statusBar']!r}: {latency['statusMs']} ms; keystroke to ghost text p50 "
+        f"{latency['measuredP50Ms']} ms; ratio {latency['ratio']}"
+    )
+    return pauses
+
+
 def test_vscode_accepts_ghost_text(editors, tmp_path):
     assert VSIX.exists(), f"{VSIX} is missing: run `npm run package` in clients/vscode"
     env = {
@@ -181,17 +202,34 @@ def test_vscode_accepts_ghost_text(editors, tmp_path):
         "PATH": f"{editors['NODE24']}/bin:{os.environ['PATH']}",
         "TIMEOUT_MS": str((TIMEOUT_S - 120) * 1000),
     }
-    if os.environ.get("SPECDEC_SCREENSHOT"):
-        env["SCREENSHOT"] = os.environ["SPECDEC_SCREENSHOT"]
+    for name in ("SCREENSHOT", "SCREENSHOT_DIR"):
+        if os.environ.get(f"SPECDEC_{name}"):
+            env[name] = os.environ[f"SPECDEC_{name}"]
     node = f"{editors['NODE24']}/bin/node"
-    result = run_driver("vscode", [node, "clients/tests/vscode_test.mjs"], env, tmp_path)
+    try:
+        result = run_driver("vscode", [node, "clients/tests/vscode_test.mjs"], env, tmp_path)
+    finally:
+        pauses = report_pauses(tmp_path) if (tmp_path / "pauses.json").exists() else None
+    assert pauses is not None
+    records = pauses["pauses"]
+    assert [r["language"] for r in records] == ["python"] * 7 + ["rust"] * 7
+    assert {r["kind"] for r in records} == {"mid-line", "new-line", "bracket"}
+    assert pauses["shown"] >= PAUSES_SHOWN, f"ghost text at {pauses['shown']} of {len(records)} pauses"
+    # The status bar's latency beside the measured p50 (issue 43's target: within 20%) is printed, not
+    # asserted: 0.82 to 0.88 of it in three runs on a loaded 2-core machine, too near the bound to hold.
+    assert pauses["latency"]["statusMs"] is not None, pauses["latency"]
+    # a bracket case's ghost text is drawn around the auto-closed bracket: the line holds it once
+    brackets = [r for r in records if r["kind"] == "bracket" and r["shown"]]
+    assert all(r["balanced"] for r in brackets), [(r["id"], r["line"]) for r in brackets if not r["balanced"]]
+    # in each language it runs past the bracket (the item retyping it), and Tab took it: the saved line
+    # is the line drawn, the bracket once (checked by the driver)
     cases = result["cases"]
-    assert [c["file"] for c in cases] == ["greet.py", "main.rs"]
+    assert sorted(c["language"] for c in cases) == ["python", "rust"], [r["id"] for r in brackets if r["pastBracket"]]
     for c in cases:
-        assert c["ghost"].strip() and c["ghost"].strip() in c["text"], f"Tab inserted other than the ghost text: {c}"
-    check_accepted(tmp_path, cases, ["python", "rust"])
+        assert c["line"] == c["drawn"], c
+    check_accepted(tmp_path, cases, [c["language"] for c in cases])
     assert "specdec" in result["status"]
-    # the ghost text came by itself while the suggest widget asked the server too (the LSP trace's counts)
+    # the ghost text came by itself, and Ctrl+Space's suggest widget asked the server too (the LSP trace's counts)
     assert result["requests"]["inline"] >= 1 and result["requests"]["completion"] >= 1, result["requests"]
     # nothing asked in markdown (off by default), in manual mode before Alt+\, or while snoozed
     assert [q["name"] for q in result["quiet"]] == ["markdown", "manual", "snooze"]

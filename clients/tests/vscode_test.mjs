@@ -1,18 +1,25 @@
 // VS Code end-to-end test: code-server with the packaged extension in a fresh profile, driven by
 // playwright-core in headless Debian Chromium, all on 127.0.0.1, against the real server and the
-// real default models. For a Python and a Rust file it types a prefix, waits for the ghost text to
-// come by itself (no trigger command) while the suggest widget asks the server too (quick
-// suggestions on), presses Tab and saves; it writes what was inserted to $WORK/result.json, where
-// test_editors.py checks it against the text the server sent (telemetry, text opt-in) and the
-// "accepted" outcome. Then, counting the requests in the LSP trace (specdec.trace.server), it checks
-// that nothing is asked for a markdown file (the default specdec.enable), in manual mode until Alt+\,
-// and while snoozed. On failure it saves a screenshot and the extension's logs (the server's stderr,
-// with -v, and the LSP trace).
+// real default models, on VS Code's and specdec's defaults (auto-closed brackets and quotes,
+// auto-indent, quick suggestions, the server's quantization, limits and confidence gate).
+// The pause table: 14 pauses (PAUSES) typed key by key, each waiting for ghost text to come by
+// itself; for each, whether it showed, its line as drawn, the milliseconds from the last key press to
+// the ghost text in the DOM, and (telemetry) why an empty answer was empty. In a bracket case of each
+// language Tab accepts the item and the saved file must hold the line as drawn, its auto-closed
+// bracket once. The table goes to $WORK/pauses.json with the status bar's latency beside the
+// measured p50. Then Ctrl+Space (the suggest widget asks the server too), and, counting the requests
+// in the LSP trace (specdec.trace.server), that nothing is asked for a markdown file (the default
+// specdec.enable), in manual mode until Alt+\, and while snoozed; the commands; the server's INFO
+// lines. What was accepted goes to $WORK/result.json, where test_editors.py checks it against the
+// text the server sent (telemetry, text opt-in) and the "accepted" outcome. On failure it saves a
+// screenshot and the extension's logs (the server's stderr, with -v, and the LSP trace).
 //
 // Environment: CODE_SERVER, VSIX, SPECDEC (the specdec executable, linked into the project's
 // .venv/bin for the extension to find), WORK (an empty temp folder;
 // failure.png and server-*.log land there too), SCREENSHOT (optional: a PNG of the first ghost
-// text), TIMEOUT_MS (optional: the longest wait for one step).
+// text), SCREENSHOT_DIR (optional: vscode-bracket-python.png and vscode-bracket-rust.png, the
+// accepted bracket cases' ghost text before Tab), TIMEOUT_MS (optional: the
+// longest wait for the models to load).
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -29,16 +36,42 @@ const VSIX = env('VSIX');
 const SPECDEC = env('SPECDEC');
 const WORK = env('WORK');
 const SCREENSHOT = process.env.SCREENSHOT;
+const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR;
 const TIMEOUT_MS = Number(process.env.TIMEOUT_MS || 600_000);
 // Once the models are loaded, one short completion takes seconds even on a busy CPU.
 const COMPLETION_TIMEOUT_MS = 180_000;
 
-// Each case: a file with some context, and a prefix typed at its end. Mid-line prefixes make the
-// server complete the rest of one line.
-const CASES = [
-  { file: 'greet.py', context: 'import sys\n\n\ndef greet(name):\n    ', typed: 'print("Hello, " + name' },
-  { file: 'main.rs', context: 'fn main() {\n    let name = "world";\n    ', typed: 'println!("Hello, {}", name', after: '\n}\n' },
+// The pause table: 14 scripted pauses, 7 in Python and 7 in Rust, each in its own file, typed key by
+// key at the end of `context` (the file is `context + after`). Three kinds: mid-line (nothing after the
+// cursor), new-line (the last key is Enter inside a block, VS Code's auto-indent placing the cursor) and
+// bracket (the typed text opens a bracket that VS Code closes, so `closers` sits right after the
+// cursor when the user pauses: the answer the user wants runs past it, the item retyping it). In the
+// first bracket case of each language whose ghost text runs past the bracket, Tab accepts it and the
+// saved file is checked against what was drawn (no doubled `)`).
+const PAUSES = [
+  { id: 'py-mid-greet', kind: 'mid-line', file: 'greet.py', context: 'import sys\n\n\ndef greet(name):\n    ', typed: 'message = "Hello, " + ', after: '\n    print(message)\n' },
+  { id: 'py-mid-mean', kind: 'mid-line', file: 'mean.py', context: 'def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    ', typed: 'return total / ', after: '\n' },
+  { id: 'py-new-loop', kind: 'new-line', file: 'lengths.py', context: 'def total_length(words):\n    total = 0\n    ', typed: 'for word in words:\n', after: '\n' },
+  { id: 'py-new-method', kind: 'new-line', file: 'shapes.py', context: 'class Rect:\n    def __init__(self, width, height):\n        self.width = width\n        self.height = height\n\n    ', typed: 'def area(self):\n', after: '\n' },
+  { id: 'py-bracket-variance', kind: 'bracket', file: 'variance.py', context: 'def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    m = mean(values)\n    total = 0\n    for v in values:\n        ', typed: 'total += (v - m', closers: ')', after: '\n    return total / len(values)\n' },
+  { id: 'py-bracket-enumerate', kind: 'bracket', file: 'number.py', context: 'def number_lines(lines):\n    numbered = []\n    ', typed: 'for i, line in enumerate(', closers: ')', after: '\n    return numbered\n' },
+  { id: 'py-bracket-open', kind: 'bracket', file: 'read.py', context: 'import json\n\n\ndef load(path):\n    ', typed: 'with open(', closers: ')', after: '\n' },
+  { id: 'rs-mid-sum', kind: 'mid-line', file: 'sum.rs', context: 'fn total(values: &[i32]) -> i32 {\n    ', typed: 'values.iter().', after: '\n}\n' },
+  { id: 'rs-mid-collect', kind: 'mid-line', file: 'double.rs', context: 'fn doubled(values: &[i32]) -> Vec<i32> {\n    ', typed: 'values.iter().map(|v| v * 2).', after: '\n}\n' },
+  { id: 'rs-new-main', kind: 'new-line', file: 'main.rs', context: 'fn main() {\n    ', typed: 'let name = "world";\n', after: '\n}\n' },
+  { id: 'rs-new-method', kind: 'new-line', file: 'rect.rs', context: 'struct Rect {\n    width: u32,\n    height: u32,\n}\n\nimpl Rect {\n    ', typed: 'fn area(&self) -> u32 {\n', after: '\n}\n' },
+  { id: 'rs-bracket-println', kind: 'bracket', file: 'hello.rs', context: 'fn main() {\n    let name = "world";\n    ', typed: 'println!(', closers: ')', after: '\n}\n' },
+  { id: 'rs-bracket-from', kind: 'bracket', file: 'string.rs', context: 'fn main() {\n    ', typed: 'let name = String::from(', closers: ')', after: '\n    println!("Hello, {}!", name);\n}\n' },
+  { id: 'rs-bracket-assert', kind: 'bracket', file: 'add.rs', context: 'fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\n#[test]\nfn adds() {\n    ', typed: 'assert_eq!(add(2, 3), ', closers: ')', after: '\n}\n' },
 ];
+const languageOf = (file) => (file.endsWith('.py') ? 'python' : 'rust');
+// Keys typed at about 12 a second, a quick typist's pace.
+const KEY_DELAY_MS = 80;
+// How long a pause waits for ghost text before counting it as not shown: far above the keystroke to
+// ghost text latency here (one to five seconds), so a miss is an empty answer, not a slow one.
+const PAUSE_TIMEOUT_MS = 30_000;
+// A file where Ctrl+Space opens the suggest widget, which asks the server (textDocument/completion).
+const SUGGEST = { file: 'square.py', context: 'def square(x):\n    return x * ' };
 // Files that should get no ghost text: markdown (off by default), and one for manual mode and snooze.
 // The typed text ends after a non-word character, so that no suggest widget is open at the end.
 const QUIET = {
@@ -66,25 +99,15 @@ function writeSettings(userDir) {
   // from the Machine settings, as a user sets them under "Remote" in the settings editor. No
   // specdec.server.command: the extension finds the server in the workspace's .venv (main()).
   const machine = { 'specdec.server.args': ['-v'] };
+  // The editor's and specdec's defaults (auto-closed brackets and quotes, auto-indent, quick
+  // suggestions "offWhenInlineCompletions", the server's quantization, token limits and confidence
+  // gate), as a new user has them; only telemetry (with text, to check what was inserted) and the
+  // LSP trace (to count requests) are turned on, and the workbench's first-run distractions off.
   const user = {
-    // fp32 weights, as in neovim_test.lua: int8 (the default on CPUs with VNNI) completes some cases with nothing
-    'specdec.quantization': 'none',
-    'specdec.maxTokens.singleLine': 8,
-    'specdec.maxTokens.multiLine': 16,
-    'specdec.minConfidence': 0, // the confidence gate may hide these few cases; this test is about the editor
     'specdec.telemetry.enabled': true,
     'specdec.telemetry.path': path.join(WORK, 'events.jsonl'),
     'specdec.telemetry.includeText': true,
     'specdec.trace.server': 'messages',
-    // Keep the editor from changing what is typed.
-    'editor.autoClosingBrackets': 'never',
-    'editor.autoClosingQuotes': 'never',
-    'editor.autoIndent': 'none',
-    // The suggest widget asks for completions as you type, beside the ghost text's requests. ("on":
-    // VS Code's default "offWhenInlineCompletions" asks the widget only when no ghost text came within
-    // 750 ms, a race a shared 2-core machine would make flaky.)
-    'editor.quickSuggestions': { other: 'on', comments: 'off', strings: 'off' },
-    'editor.inlineSuggest.enabled': true,
     'workbench.startupEditor': 'none',
     'workbench.tips.enabled': false,
     'workbench.secondarySideBar.defaultVisibility': 'hidden',
@@ -164,43 +187,49 @@ async function checkCommands(page, status) {
   log('telemetry report opened');
 }
 
-async function runCase(page, folder, c, shotPath) {
-  const file = path.join(folder, c.file);
-  log(`${c.file}: opening`);
-  await openFile(page, c.file);
-  await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
-  // End of the context: the cursor goes where the typed prefix belongs.
-  await page.keyboard.press('Control+End');
-  for (let i = 0; i < (c.after || '').split('\n').length - 1; i++) await page.keyboard.press('ArrowUp');
-  await page.keyboard.press('End');
-  const typedAt = Date.now();
-  await page.keyboard.type(c.typed, { delay: 30 });
-  log(`${c.file}: typed ${JSON.stringify(c.typed)}; waiting for ghost text (no trigger command)`);
-  const ghost = page.locator(GHOST);
-  await ghost.first().waitFor({ state: 'visible', timeout: COMPLETION_TIMEOUT_MS });
-  await page.waitForTimeout(300); // let the rest of a multi-part ghost text render
-  let shown = plain((await ghost.allInnerTexts()).join(''));
-  const widget = page.locator(SUGGEST_WIDGET);
-  const suggest = (await widget.count()) ? plain(await widget.innerText()) : null;
-  log(`${c.file}: ghost text ${JSON.stringify(shown)} after ${Date.now() - typedAt} ms; suggest widget ${JSON.stringify(suggest)}`);
-  if (shotPath) await page.screenshot({ path: shotPath });
-  if (suggest !== null) {
-    // Tab would take the widget's selected item (a word from the file, or specdec's own): close the
-    // widget, as a user does who wants the ghost text, and bring the ghost text back if it went too.
-    await page.keyboard.press('Escape');
-    await widget.waitFor({ state: 'hidden' });
-    if (!(await ghost.count())) {
-      await page.keyboard.press('Alt+Backslash');
-      await ghost.first().waitFor({ state: 'visible', timeout: COMPLETION_TIMEOUT_MS });
-      await page.waitForTimeout(300);
+// Keystroke to ghost text, timed in the page: a capturing keydown listener stamps each key press
+// and a MutationObserver stamps the first moment after it that the active editor holds non-empty
+// ghost text (each key press starts over, so a pause's figure runs from its last key).
+async function installGhostClock(page) {
+  await page.evaluate((selector) => {
+    const clock = { key: null, ghost: null };
+    window.__specdecClock = clock;
+    const shown = () => [...document.querySelectorAll(selector)].some((e) => e.textContent.trim());
+    window.addEventListener('keydown', () => {
+      clock.key = performance.now();
+      clock.ghost = null;
+    }, true);
+    new MutationObserver(() => {
+      if (clock.key !== null && clock.ghost === null && shown()) clock.ghost = performance.now();
+    }).observe(document.body, { childList: true, subtree: true, characterData: true, attributes: true, attributeFilter: ['class'] });
+  }, GHOST);
+}
+
+// The document line that holds the ghost text, as drawn: its text with the ghost parts in place. (Only
+// the editor's own lines, not the view zone that draws a multi-line ghost text's further lines.)
+async function ghostLine(page) {
+  return page.evaluate((selector) => {
+    const lines = [...document.querySelectorAll(selector)]
+      .filter((e) => e.textContent.trim())
+      .map((e) => e.closest('.view-line'))
+      .filter((line) => line && line.parentElement.classList.contains('view-lines'));
+    return lines.length ? lines[0].textContent : null;
+  }, GHOST).then((line) => (line === null ? null : plain(line)));
+}
+
+async function typeKeys(page, keys) {
+  const lines = keys.split('\n');
+  for (const [i, line] of lines.entries()) {
+    if (i > 0) {
+      await page.waitForTimeout(KEY_DELAY_MS);
+      await page.keyboard.press('Enter');
     }
-    shown = plain((await ghost.allInnerTexts()).join(''));
-    log(`${c.file}: suggest widget closed; ghost text ${JSON.stringify(shown)}`);
+    if (line) await page.keyboard.type(line, { delay: KEY_DELAY_MS });
   }
-  await page.keyboard.press('Tab');
-  // Save until the file holds more than was typed: the edit lands a moment after the key press.
-  const after = c.after || '';
-  const expectedStart = c.context + c.typed;
+}
+
+// Saves until the file differs from `before` (the edit lands a moment after the key press).
+async function saveUntilChanged(page, file, before) {
   const deadline = Date.now() + 30_000;
   let saved;
   do {
@@ -208,16 +237,90 @@ async function runCase(page, folder, c, shotPath) {
     await page.keyboard.press('Control+S');
     await page.waitForTimeout(300);
     saved = fs.readFileSync(file, 'utf8');
-  } while ((saved === c.context + after || saved === expectedStart + after) && Date.now() < deadline);
-  if (!saved.startsWith(expectedStart) || !saved.endsWith(after)) {
-    throw new Error(`${c.file}: saved file does not hold the typed prefix:\n${saved}`);
-  }
-  const inserted = saved.slice(expectedStart.length, saved.length - after.length);
-  log(`${c.file}: inserted ${JSON.stringify(inserted)}`);
-  if (!inserted) throw new Error(`${c.file}: Tab inserted nothing`);
-  return { file: c.file, text: inserted, ghost: shown, suggest };
+  } while (saved === before && Date.now() < deadline);
+  return saved;
 }
 
+const count = (text, ch) => text.split(ch).length - 1;
+// A line with each bracket pair and the double quotes balanced: a doubled or lost closer shows here.
+const balanced = (line) => [['(', ')'], ['[', ']'], ['{', '}']].every(([open, close]) => count(line, open) === count(line, close)) && count(line, '"') % 2 === 0;
+
+// Tab on the ghost text of a bracket case, then the saved file: the typed prefix, the item, and the
+// rest of the file, with the auto-closed bracket once (the item retyped it, or went in before it), and
+// the accepted line exactly as it was drawn.
+async function acceptBracket(page, folder, p, record, shotDir) {
+  const widget = page.locator(SUGGEST_WIDGET);
+  let drawn = record.line;
+  if (await widget.count()) {
+    // Tab would take the widget's selected item: close it, as a user does who wants the ghost text,
+    // and bring the ghost text back if it went too.
+    await page.keyboard.press('Escape');
+    await widget.waitFor({ state: 'hidden' });
+    if (!(await ghostLine(page))) {
+      await page.keyboard.press('Alt+Backslash');
+      await page.locator(GHOST).first().waitFor({ state: 'visible', timeout: COMPLETION_TIMEOUT_MS });
+      await page.waitForTimeout(300);
+    }
+    drawn = await ghostLine(page);
+    log(`${p.id}: suggest widget closed; line drawn ${JSON.stringify(drawn)}`);
+  }
+  if (shotDir) await page.screenshot({ path: path.join(shotDir, `vscode-bracket-${record.language}.png`) });
+  const file = path.join(folder, p.file);
+  const prefix = p.context + p.typed;
+  const before = prefix + p.closers + p.after;
+  await page.keyboard.press('Tab');
+  const saved = await saveUntilChanged(page, file, before);
+  if (!saved.startsWith(prefix) || !saved.endsWith(p.after)) {
+    throw new Error(`${p.id}: the saved file lost the typed prefix or what followed:\n${saved}`);
+  }
+  const inserted = saved.slice(prefix.length, saved.length - p.after.length);
+  const line = saved.split('\n')[prefix.split('\n').length - 1];
+  log(`${p.id}: Tab inserted ${JSON.stringify(inserted)}; line ${JSON.stringify(line)}`);
+  if (!inserted.split('\n')[0].includes(p.closers)) throw new Error(`${p.id}: the closing ${p.closers} went: ${JSON.stringify(line)}`);
+  if (!balanced(line)) throw new Error(`${p.id}: unbalanced brackets or quotes (a doubled closer?): ${JSON.stringify(line)}`);
+  if (line !== drawn) throw new Error(`${p.id}: saved line ${JSON.stringify(line)} is not the line drawn ${JSON.stringify(drawn)}`);
+  return { id: p.id, file: p.file, language: languageOf(p.file), text: inserted, closers: p.closers, line, drawn };
+}
+
+// One pause: open its file, put the cursor at the end of the context, type the keys, and wait for
+// ghost text to come by itself (no trigger command).
+async function runPause(page, folder, p, shots) {
+  await openFile(page, p.file);
+  await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
+  await page.keyboard.press('Control+Home');
+  for (let i = 0; i < p.context.split('\n').length - 1; i++) await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('End');
+  const started = Date.now();
+  await typeKeys(page, p.typed);
+  const record = { id: p.id, language: languageOf(p.file), kind: p.kind, typed: p.typed, shown: false, ms: null, ghost: null, line: null };
+  try {
+    await page.waitForFunction(() => window.__specdecClock.ghost !== null, null, { timeout: PAUSE_TIMEOUT_MS, polling: 50 });
+  } catch {
+    // no ghost text: the table says so, and why (the telemetry's empty_reason), below
+  }
+  const clock = await page.evaluate(() => window.__specdecClock);
+  if (clock.ghost !== null) {
+    await page.waitForTimeout(300); // let the rest of a multi-part ghost text render
+    record.shown = true;
+    record.ms = Math.round(clock.ghost - clock.key);
+    record.ghost = plain((await page.locator(GHOST).allInnerTexts()).join('')) || null;
+    record.line = await ghostLine(page);
+  }
+  record.suggestWidget = (await page.locator(SUGGEST_WIDGET).count()) > 0;
+  if (p.closers && record.line !== null) {
+    // Past the bracket: the drawn line holds the closer with more than closers after it.
+    const typedLine = (p.context + p.typed).split('\n').at(-1);
+    const rest = record.line.startsWith(typedLine) ? record.line.slice(typedLine.length) : '';
+    record.pastBracket = rest.includes(p.closers) && !/^[)\]}"'\s]*$/.test(rest.slice(rest.indexOf(p.closers)));
+    record.balanced = balanced(record.line);
+  }
+  log(`${p.id}: ${record.shown ? `ghost text ${JSON.stringify(record.ghost)} ${record.ms} ms after the last key; line ${JSON.stringify(record.line)}` : `no ghost text in ${PAUSE_TIMEOUT_MS} ms`}`);
+  if (record.shown && shots.first) {
+    await page.screenshot({ path: shots.first });
+    shots.first = undefined;
+  }
+  return { record, started };
+}
 const GHOST = '.editor-group-container.active [class*="ghost-text"]';
 const SUGGEST_WIDGET = '.editor-group-container.active .suggest-widget.visible';
 
@@ -327,12 +430,53 @@ function saveServerLog() {
   }
 }
 
+// The telemetry's answers (text opt-in) in each pause's time window: why an empty one was empty
+// (empty_reason), so the table says why a pause drew nothing.
+function attachAnswers(pauses) {
+  const file = path.join(WORK, 'events.jsonl');
+  const records = fs.existsSync(file) ? fs.readFileSync(file, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l)) : [];
+  const events = records.filter((r) => r.record !== 'outcome');
+  pauses.forEach(({ record, started }, i) => {
+    const p = PAUSES.find((q) => q.id === record.id);
+    const end = i + 1 < pauses.length ? pauses[i + 1].started : Infinity;
+    const answers = events.filter((e) => e.language === record.language && e.time * 1000 >= started && e.time * 1000 < end);
+    record.answers = answers.length;
+    const empty = answers.filter((e) => e.outcome !== 'shown' && e.empty_reason);
+    record.emptyReasons = Object.fromEntries([...new Set(empty.map((e) => e.empty_reason))].map((r) => [r, empty.filter((e) => e.empty_reason === r).length]));
+    // The first answer shown, as the server sent it; in a bracket case, whether it retyped the closer
+    // (the item's range covers it) or went in before it.
+    record.answer = answers.find((e) => e.outcome === 'shown')?.text ?? null;
+    if (p.closers && record.answer !== null) record.retyped = record.answer.split('\n')[0].includes(p.closers);
+    if (!record.shown) record.reason = empty.at(-1)?.empty_reason ?? (answers.length ? answers.at(-1).outcome : 'no answer');
+  });
+}
+
+const median = (xs) => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length ? (sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2) : null;
+};
+
+function pauseTable(records) {
+  const cell = (v) => (v === null || v === undefined ? '' : String(v).replace(/\|/g, '\\|').replace(/\n/g, '⏎'));
+  const rows = records.map((r, i) => [i + 1, r.id, r.kind, `\`${cell(r.typed)}\``, r.shown ? 'yes' : 'no', r.ms ?? '',
+    r.shown ? `\`${cell(r.line ?? r.ghost)}\`` : '', r.pastBracket === undefined ? '' : r.pastBracket ? 'yes' : 'no', r.reason ?? '']);
+  return ['| # | case | kind | typed | ghost text | ms | line drawn | past the bracket | why empty |', '|---|---|---|---|---|---|---|---|---|',
+    ...rows.map((row) => `| ${row.join(' | ')} |`)].join('\n');
+}
+
+// The status bar's latency ("p50 812 ms"), whatever else the item says.
+function statusLatencyMs(text) {
+  const m = /p50\D{0,20}?(\d+(?:\.\d+)?)\s*ms/.exec(text) ?? /(\d+(?:\.\d+)?)\s*ms/.exec(text);
+  return m ? Number(m[1]) : null;
+}
+
 async function main() {
   const userDir = path.join(WORK, 'user');
   const extDir = path.join(WORK, 'extensions');
   const folder = path.join(WORK, 'project');
   fs.mkdirSync(folder, { recursive: true });
-  for (const c of [...CASES, ...Object.values(QUIET)]) fs.writeFileSync(path.join(folder, c.file), c.context + (c.after || ''));
+  for (const c of [...PAUSES, SUGGEST, ...Object.values(QUIET)]) fs.writeFileSync(path.join(folder, c.file), c.context + (c.after || ''));
   fs.mkdirSync(path.join(folder, '.venv', 'bin'), { recursive: true });
   fs.symlinkSync(SPECDEC, path.join(folder, '.venv', 'bin', 'specdec'));
   writeSettings(userDir);
@@ -362,12 +506,41 @@ async function main() {
       throw new Error(`the server failed: ${await status.getAttribute('aria-label')}`);
     }
     log(`status bar: ${await status.innerText()}`);
-    const results = [];
-    for (const [i, c] of CASES.entries()) {
-      results.push(await runCase(page, folder, c, i === 0 ? SCREENSHOT : undefined));
+    await installGhostClock(page);
+    const pauses = [];
+    const accepted = [];
+    const shots = { first: SCREENSHOT };
+    for (const p of PAUSES) {
+      const pause = await runPause(page, folder, p, shots);
+      pauses.push(pause);
+      if (pause.record.pastBracket && !accepted.some((a) => a.language === pause.record.language)) {
+        accepted.push(await acceptBracket(page, folder, p, pause.record, SCREENSHOT_DIR));
+      } else {
+        await page.keyboard.press('Escape');
+      }
     }
-    // The accept command reaches the server right after the edit; give it a moment to be logged.
+    // The accept command reaches the server right after the edit, and the last answers' telemetry
+    // is written as they finish: give them a moment.
     await page.waitForTimeout(2000);
+    attachAnswers(pauses);
+    const records = pauses.map((p) => p.record);
+    const measured = records.filter((r) => r.shown).map((r) => r.ms);
+    const statusText = plain(await status.innerText());
+    const latency = { statusBar: statusText, statusMs: statusLatencyMs(statusText), measuredP50Ms: median(measured) };
+    latency.ratio = latency.statusMs && latency.measuredP50Ms ? Number((latency.statusMs / latency.measuredP50Ms).toFixed(2)) : null;
+    const table = pauseTable(records);
+    const report = { shown: measured.length, of: records.length, latency, table, pauses: records, accepted };
+    fs.writeFileSync(path.join(WORK, 'pauses.json'), JSON.stringify(report, null, 2));
+    log(`pauses: ghost text at ${measured.length} of ${records.length}\n${table}`);
+    log(`status bar ${JSON.stringify(statusText)}: ${latency.statusMs} ms; keystroke to ghost text p50 ${latency.measuredP50Ms} ms; ratio ${latency.ratio}`);
+
+    // The suggest widget's path: Ctrl+Space asks the server (textDocument/completion), as quick
+    // suggestions do when no ghost text came in time.
+    await openAtEnd(page, SUGGEST.file);
+    const beforeSuggest = traced();
+    await page.keyboard.press('Control+Space');
+    await waitFor('the suggest widget\'s request', () => traced().completion > beforeSuggest.completion, 60_000);
+    await page.keyboard.press('Escape');
     const requests = traced();
     log(`requests so far: ${JSON.stringify(requests)}`);
     if (!requests.inline || !requests.completion) {
@@ -375,8 +548,8 @@ async function main() {
     }
     const gating = await checkGating(page, status);
     await checkCommands(page, status);
-    const statusText = plain(await status.innerText());
-    log(`status bar: ${statusText}`);
+    const finalStatus = plain(await status.innerText());
+    log(`status bar: ${finalStatus}`);
     // specdec.server.args ["-v"]: the server's INFO lines reach the "specdec" channel.
     const extensionLog = fs.readFileSync(channelFile(/^specdec\.log$/) ?? '/dev/null', 'utf8');
     const serverInfo = extensionLog.split('\n').filter((l) => l.includes('[server] INFO')).length;
@@ -385,9 +558,9 @@ async function main() {
     if (found !== 'the workspace .venv') throw new Error(`the server was found through ${found}, not the workspace .venv`);
     fs.writeFileSync(
       path.join(WORK, 'result.json'),
-      JSON.stringify({ cases: results, status: statusText, requests, serverInfoLines: serverInfo, found, ...gating }, null, 2),
+      JSON.stringify({ cases: accepted, status: finalStatus, requests, serverInfoLines: serverInfo, found, ...gating }, null, 2),
     );
-    log('all cases passed');
+    log('all steps done');
   } catch (e) {
     failed = true;
     log(`FAIL: ${e.stack || e}`);
