@@ -1,11 +1,13 @@
 // VS Code client for the specdec language server: finds and starts `specdec serve` over stdio, shows
 // the server's state in the status bar, and adds commands to toggle, snooze and trigger completions,
 // restart the server and open the telemetry report. Inline completion itself is vscode-languageclient's
-// own feature; the middleware below decides which requests reach the server (gating.ts). The item's
-// `command` (specdec.accept) is registered by the client from the server's executeCommandProvider, so
-// acceptance reaches the server's telemetry without code here.
+// own feature; the middleware below decides which requests reach the server (gating.ts), times what
+// the user waits for an answer, and says why an explicitly asked-for one was empty (statusBar.ts). The
+// item's `command` (specdec.accept) is registered by the client from the server's executeCommandProvider,
+// so acceptance reaches the server's telemetry without code here.
+import { performance } from 'perf_hooks';
 import * as vscode from 'vscode';
-import { LanguageClient, LanguageClientOptions, ServerOptions, State } from 'vscode-languageclient/node';
+import { LanguageClient, LanguageClientOptions, Middleware, ServerOptions, State } from 'vscode-languageclient/node';
 import {
   Snooze,
   globallyEnabled,
@@ -25,8 +27,15 @@ import {
 } from './locate';
 import { TraceChannel, pipeStderr } from './logs';
 import { openTelemetryReport } from './report';
-import { commandChanged, initializationOptions, optionsChanged } from './settings';
-import { Gate, SpecdecStatus, StatusBar } from './statusBar';
+import {
+  commandChanged,
+  initializationOptions,
+  inlineSuggestOff,
+  offerInlineSuggest,
+  optionsChanged,
+  turnOnInlineSuggest,
+} from './settings';
+import { Completed, CompletedNotes, Gate, SpecdecStatus, StatusBar, reasonWords, WaitClock } from './statusBar';
 
 let client: LanguageClient | undefined;
 let server: Server | undefined; // how the running server was found
@@ -36,6 +45,9 @@ let statusBar: StatusBar;
 let output: vscode.LogOutputChannel;
 let trace: TraceChannel;
 let snooze: Snooze;
+let waitClock: WaitClock;
+let completedNotes: CompletedNotes;
+let globalState: vscode.Memento;
 let starting: Promise<void> = Promise.resolve(); // start and restart run one at a time
 
 const status = (state: SpecdecStatus['state'], message: string): SpecdecStatus => ({
@@ -55,14 +67,74 @@ function suggestItems(): boolean {
 }
 
 function gate(): Gate {
-  const languageId = vscode.window.activeTextEditor?.document.languageId;
+  const document = vscode.window.activeTextEditor?.document;
+  const languageId = document?.languageId;
   const enabled = languageId ? languageEnabled(languageId) : globallyEnabled();
   const offReason = !globallyEnabled() ? 'off' : `off for ${languageId}`;
-  return { enabled, offReason, snoozedMs: snooze.remainingMs(), manual: mode() === 'manual' };
+  return {
+    enabled,
+    offReason,
+    snoozedMs: snooze.remainingMs(),
+    manual: mode() === 'manual',
+    inlineSuggestOff: inlineSuggestOff(document),
+  };
 }
 
 function refreshStatusBar(): void {
-  statusBar.setGate(gate());
+  const current = gate();
+  statusBar.setGate(current);
+  if (current.inlineSuggestOff && current.enabled) {
+    void offerInlineSuggest(globalState, vscode.window.activeTextEditor?.document);
+  }
+}
+
+type InlineNext = Parameters<NonNullable<Middleware['provideInlineCompletionItems']>>[4];
+
+// Ghost text: the gate, then the server. Measures what the user waits for a non-empty answer (from
+// the keystroke, or from Alt+\ when invoked) and, when an explicit trigger gets nothing, says why.
+async function provideInline(
+  document: vscode.TextDocument,
+  position: vscode.Position,
+  context: vscode.InlineCompletionContext,
+  token: vscode.CancellationToken,
+  next: InlineNext,
+): Promise<vscode.InlineCompletionItem[] | vscode.InlineCompletionList | null | undefined> {
+  const invoked = context.triggerKind === vscode.InlineCompletionTriggerKind.Invoke;
+  if (!allowed(document)) {
+    if (invoked) {
+      const why = snooze.active() ? 'completions are snoozed' : `completions are off for ${document.languageId}`;
+      statusBar.showNothingToOffer(why);
+    }
+    return undefined;
+  }
+  // Manual mode: only an explicit trigger (Alt+\, editor.action.inlineSuggest.trigger).
+  if (mode() === 'manual' && !invoked) return undefined;
+  const asked = performance.now();
+  const waitStart = invoked ? asked : waitClock.waitStart(document, position, asked);
+  statusBar.requestStarted();
+  try {
+    const answer = await next(document, position, context, token);
+    if (token.isCancellationRequested) return answer; // VS Code drops it: nothing reached the user
+    const items = Array.isArray(answer) ? answer : answer?.items ?? [];
+    if (items.length > 0) {
+      waitClock.answered(document, position);
+      if (waitStart !== undefined) statusBar.answered(performance.now() - waitStart);
+    } else if (invoked) {
+      statusBar.showNothingToOffer(emptyReason(document, asked));
+    }
+    return answer;
+  } finally {
+    statusBar.requestEnded();
+  }
+}
+
+// Why the server's answer to a request sent at `asked` was empty, in words.
+function emptyReason(document: vscode.TextDocument, asked: number): string {
+  const uri = client ? client.code2ProtocolConverter.asUri(document.uri) : document.uri.toString();
+  const note = completedNotes.since(uri, asked);
+  if (note) return reasonWords(note.reason);
+  // The server answers without a note when its models are not loaded (yet, or again).
+  return statusBar.serverState() === 'loading' ? 'the models are still loading' : 'the server gave no reason';
 }
 
 function createClient(found: Server): LanguageClient {
@@ -82,12 +154,7 @@ function createClient(found: Server): LanguageClient {
       stderr: (input, channel) => pipeStderr(input, channel),
     },
     middleware: {
-      provideInlineCompletionItems: (document, position, context, token, next) => {
-        if (!allowed(document)) return undefined;
-        // Manual mode: only an explicit trigger (Alt+\, editor.action.inlineSuggest.trigger).
-        if (mode() === 'manual' && context.triggerKind !== vscode.InlineCompletionTriggerKind.Invoke) return undefined;
-        return next(document, position, context, token);
-      },
+      provideInlineCompletionItems: provideInline,
       // The suggest widget asks as you type when quick suggestions are on (the server answers it in
       // its own lane and shares the decode with the ghost text's request at the same position). VS
       // Code reports its quick suggestions as Invoke, like Ctrl+Space, and the server would decode an
@@ -100,7 +167,8 @@ function createClient(found: Server): LanguageClient {
           context.triggerKind === vscode.CompletionTriggerKind.Invoke
             ? { ...context, triggerKind: vscode.CompletionTriggerKind.TriggerForIncompleteCompletions }
             : context;
-        return next(document, position, automatic, token);
+        statusBar.requestStarted();
+        return Promise.resolve(next(document, position, automatic, token)).finally(() => statusBar.requestEnded());
       },
       // The model load's work-done progress: vscode-languageclient shows it (a window progress);
       // the status bar mirrors its percentage ("specdec loading 42%").
@@ -113,6 +181,7 @@ function createClient(found: Server): LanguageClient {
   };
   const c = new LanguageClient('specdec', 'specdec', serverOptions, clientOptions);
   c.onNotification('specdec/status', (s: SpecdecStatus) => statusBar.update(s));
+  c.onNotification('specdec/completed', (note: Completed) => completedNotes.record(note));
   c.onDidChangeState((e) => {
     if (e.newState === State.Stopped) statusBar.update(status('error', 'server stopped'));
   });
@@ -207,12 +276,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   output = vscode.window.createOutputChannel('specdec', { log: true });
   trace = new TraceChannel();
   snooze = new Snooze(context.globalState);
+  globalState = context.globalState;
+  waitClock = new WaitClock();
+  completedNotes = new CompletedNotes();
   statusBar = new StatusBar(gate());
   context.subscriptions.push(
     output,
     trace,
     snooze,
     statusBar,
+    waitClock,
     snooze.onDidChange(refreshStatusBar),
     vscode.window.onDidChangeActiveTextEditor(refreshStatusBar),
     vscode.commands.registerCommand('specdec.enableCompletions', () => setGloballyEnabled(true)),
@@ -230,9 +303,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       else void offerInstall();
     }),
     vscode.commands.registerCommand('specdec.showLog', () => output.show()),
+    vscode.commands.registerCommand('specdec.turnOnInlineSuggest', () =>
+      turnOnInlineSuggest(vscode.window.activeTextEditor?.document),
+    ),
     vscode.commands.registerCommand('specdec.showMenu', showMenu),
     vscode.workspace.onDidChangeConfiguration(async (e) => {
-      if (e.affectsConfiguration('specdec.enable') || e.affectsConfiguration('specdec.inlineSuggest.mode')) {
+      if (
+        e.affectsConfiguration('specdec.enable') ||
+        e.affectsConfiguration('specdec.inlineSuggest.mode') ||
+        e.affectsConfiguration('editor.inlineSuggest.enabled')
+      ) {
         refreshStatusBar();
       }
       if (commandChanged(e)) await restartServer();
@@ -245,6 +325,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       if (!server || server.source === PYTHON_EXTENSION) void restartServer();
     }),
   );
+  refreshStatusBar(); // with the editor's ghost text off, say so now
   await restartServer();
 }
 
@@ -254,11 +335,16 @@ export async function deactivate(): Promise<void> {
 
 async function showMenu(): Promise<void> {
   const languageId = vscode.window.activeTextEditor?.document.languageId;
-  const items: { label: string; command: string }[] = [
+  const items: { label: string; command: string }[] = [];
+  const ghostTextOff = inlineSuggestOff(vscode.window.activeTextEditor?.document);
+  if (ghostTextOff) {
+    items.push({ label: `Turn on inline suggestions (off ${ghostTextOff})`, command: 'specdec.turnOnInlineSuggest' });
+  }
+  items.push(
     globallyEnabled()
       ? { label: 'Disable completions', command: 'specdec.disableCompletions' }
       : { label: 'Enable completions', command: 'specdec.enableCompletions' },
-  ];
+  );
   if (languageId) {
     const on = languageEnabled(languageId);
     items.push({ label: `${on ? 'Disable' : 'Enable'} completions for ${languageId}`, command: 'specdec.toggleLanguage' });

@@ -65,3 +65,62 @@ export function telemetryPath(): string {
   const dataHome = process.env.XDG_DATA_HOME || path.join(os.homedir(), '.local', 'share');
   return path.join(dataHome, 'specdec', 'events.jsonl');
 }
+
+// Where the editor's own ghost text (`editor.inlineSuggest.enabled`) is off for a document, or in
+// general without one: "for python", "in the editor", or "" when it is on. With it off VS Code never
+// asks for inline completions, whatever specdec's settings say.
+export function inlineSuggestOff(document?: vscode.TextDocument): string {
+  const config = vscode.workspace.getConfiguration('editor', document);
+  if (config.get<boolean>('inlineSuggest.enabled', true) !== false) return '';
+  const inspected = config.inspect<boolean>('inlineSuggest.enabled');
+  const byLanguage = [
+    inspected?.defaultLanguageValue,
+    inspected?.globalLanguageValue,
+    inspected?.workspaceLanguageValue,
+    inspected?.workspaceFolderLanguageValue,
+  ].includes(false);
+  return document && byLanguage ? `for ${document.languageId}` : 'in the editor';
+}
+
+// Turn it on wherever it is turned off: each settings level (user, workspace, folder; general or for
+// the document's language) that says false gets true.
+export async function turnOnInlineSuggest(document?: vscode.TextDocument): Promise<void> {
+  const key = 'inlineSuggest.enabled';
+  const config = vscode.workspace.getConfiguration('editor', document);
+  const inspected = config.inspect<boolean>(key);
+  const levels: [boolean | undefined, vscode.ConfigurationTarget, boolean][] = [
+    [inspected?.globalValue, vscode.ConfigurationTarget.Global, false],
+    [inspected?.workspaceValue, vscode.ConfigurationTarget.Workspace, false],
+    [inspected?.workspaceFolderValue, vscode.ConfigurationTarget.WorkspaceFolder, false],
+    [inspected?.globalLanguageValue, vscode.ConfigurationTarget.Global, true],
+    [inspected?.workspaceLanguageValue, vscode.ConfigurationTarget.Workspace, true],
+    [inspected?.workspaceFolderLanguageValue, vscode.ConfigurationTarget.WorkspaceFolder, true],
+  ];
+  for (const [value, target, forLanguage] of levels) {
+    if (value === false) await config.update(key, true, target, forLanguage && document !== undefined);
+  }
+  // Off by a default (an extension's language default): the user's language setting overrides it.
+  if (document && vscode.workspace.getConfiguration('editor', document).get<boolean>(key, true) === false) {
+    await config.update(key, true, vscode.ConfigurationTarget.Global, true);
+  }
+}
+
+const INLINE_SUGGEST_QUIET = 'specdec.inlineSuggestOffQuiet';
+let inlineSuggestOffered = false;
+
+// Once a window session (never again after "Don't Show Again"): say that the editor's ghost text is
+// off, with a button that turns it on.
+export async function offerInlineSuggest(state: vscode.Memento, document?: vscode.TextDocument): Promise<void> {
+  const where = inlineSuggestOff(document);
+  if (!where || inlineSuggestOffered || state.get<boolean>(INLINE_SUGGEST_QUIET, false)) return;
+  inlineSuggestOffered = true;
+  const turnOn = 'Turn On';
+  const quiet = "Don't Show Again";
+  const picked = await vscode.window.showWarningMessage(
+    `specdec: inline suggestions are off ${where} (editor.inlineSuggest.enabled), so no ghost text will show.`,
+    turnOn,
+    quiet,
+  );
+  if (picked === turnOn) await turnOnInlineSuggest(document);
+  else if (picked === quiet) await state.update(INLINE_SUGGEST_QUIET, true);
+}
