@@ -9,6 +9,10 @@
 -- keys do what they did before: <Tab> indents, <C-]> runs the mapping it had.
 -- Popup (0.7/0.8's fallback): <C-x><C-o> (0.11+: vim.lsp.completion.get()), <C-y>, and checks that the
 -- buffer gained exactly the item's text.
+-- Then, with an auto-pairs mapping (`(` types `()<Left>`), types `print(` in shout.py and accepts the
+-- answer, which runs past the closed `)`: the buffer must be the item's text with its range applied
+-- (written to autopairs.json, apart from result.json's two cases).
+-- All on the server's defaults (confidence gate, quantization auto), with short completions.
 -- The accepted item's command (specdec.accept) is recorded as the client sends it; test_editors.py
 -- then checks the telemetry file recorded the completion as accepted, with the text inserted.
 --
