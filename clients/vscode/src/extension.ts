@@ -21,11 +21,11 @@ import {
   Server,
   commandLine,
   findServer,
-  installServer,
   offerInstall,
   onInterpreterChange,
 } from './locate';
 import { TraceChannel, pipeStderr } from './logs';
+import { initManagedEnvironment, setUpServerEnvironment } from './setup';
 import { openTelemetryReport } from './report';
 import {
   commandChanged,
@@ -274,6 +274,7 @@ async function setMode(manual: boolean): Promise<void> {
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   output = vscode.window.createOutputChannel('specdec', { log: true });
+  initManagedEnvironment(context);
   trace = new TraceChannel();
   snooze = new Snooze(context.globalState);
   globalState = context.globalState;
@@ -296,7 +297,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('specdec.manualMode', () => setMode(true)),
     vscode.commands.registerCommand('specdec.automaticMode', () => setMode(false)),
     vscode.commands.registerCommand('specdec.restartServer', restartServer),
-    vscode.commands.registerCommand('specdec.installServer', installServer),
+    vscode.commands.registerCommand('specdec.setUpServer', async () => {
+      if (!client) statusBar.update(status('loading', 'setting up the server environment'));
+      if (await setUpServerEnvironment(output)) await restartServer();
+      else if (!client) statusBar.update(status('error', 'server not found'));
+    }),
     vscode.commands.registerCommand('specdec.openTelemetryReport', async () => {
       const found = server ?? (await findServer());
       if (found) await openTelemetryReport(output, found);
@@ -357,7 +362,7 @@ async function showMenu(): Promise<void> {
       ? { label: 'Show completions as I type (automatic)', command: 'specdec.automaticMode' }
       : { label: 'Show completions only on Alt+\\ (manual)', command: 'specdec.manualMode' },
     { label: 'Restart server', command: 'specdec.restartServer' },
-    ...(server ? [] : [{ label: 'Install the server into the Python interpreter…', command: 'specdec.installServer' }]),
+    ...(server ? [] : [{ label: 'Set up the server environment…', command: 'specdec.setUpServer' }]),
     { label: 'Open telemetry report', command: 'specdec.openTelemetryReport' },
     { label: 'Show server log', command: 'specdec.showLog' },
   );

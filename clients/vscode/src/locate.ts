@@ -1,16 +1,18 @@
 // Finding the server, in this order:
 //   1. `specdec.server.command` if set;
 //   2. `specdec.server.pythonPath` if set (run as `python -m speccomplete`);
-//   3. the Python extension's active interpreter (ms-python.python, optional), if it has speccomplete;
-//   4. `specdec` on PATH;
-//   5. `.venv/bin/specdec` (Windows: `.venv\Scripts\specdec.exe`) in a workspace folder, only in a
+//   3. the managed environment, once "Set up specdec" has made it (setup.ts);
+//   4. the Python extension's active interpreter (ms-python.python, optional), if it has speccomplete;
+//   5. `specdec` on PATH;
+//   6. `.venv/bin/specdec` (Windows: `.venv\Scripts\specdec.exe`) in a workspace folder, only in a
 //      trusted workspace: running a program that an untrusted folder ships is what trust guards.
-// When none is found, `offerInstall` shows an error with "Install into the Python interpreter"
-// (pip install from a specdec checkout the user picks: speccomplete is not on PyPI) and "Open settings".
+// When none is found, `offerInstall` shows an error with "Set up specdec" (makes the managed
+// environment, then the server starts) and "Open settings".
 import { execFile } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
+import { managedServer } from './setup';
 
 export interface Server {
   command: string;
@@ -117,6 +119,8 @@ export async function findServer(): Promise<Server | undefined> {
   if (command) return { command, args: [], source: 'specdec.server.command' };
   const python = config.get<string>('server.pythonPath', '');
   if (python) return { command: python, args: ['-m', 'speccomplete'], source: 'specdec.server.pythonPath' };
+  const managed = managedServer();
+  if (managed) return managed;
   const interpreter = await activeInterpreter();
   if (interpreter && (await hasSpeccomplete(interpreter))) {
     return { command: interpreter, args: ['-m', 'speccomplete'], source: PYTHON_EXTENSION };
@@ -136,64 +140,16 @@ export function commandLine(server: Server, subcommand: string[]): { command: st
 
 export const NOT_FOUND =
   'specdec: the specdec server was not found (not set in specdec.server.command or specdec.server.pythonPath, ' +
-  "not in the Python extension's interpreter, not on PATH, not in a workspace .venv).";
+  "no managed environment, not in the Python extension's interpreter, not on PATH, not in a workspace .venv). " +
+  'Set up specdec makes its own environment in VS Code\'s storage (Python 3.10 or newer, CPU torch: about 1.5 GB on disk).';
 
 export async function offerInstall(): Promise<void> {
-  const install = 'Install into the Python interpreter';
+  const setUp = 'Set up specdec';
   const settings = 'Open settings';
-  const picked = await vscode.window.showErrorMessage(NOT_FOUND, install, settings);
+  const picked = await vscode.window.showErrorMessage(NOT_FOUND, setUp, settings);
   if (picked === settings) {
     await vscode.commands.executeCommand('workbench.action.openSettings', 'specdec.server');
-  } else if (picked === install) {
-    await installServer();
+  } else if (picked === setUp) {
+    await vscode.commands.executeCommand('specdec.setUpServer');
   }
-}
-
-function isSpecdecCheckout(folder: string): boolean {
-  try {
-    return /^name\s*=\s*"speccomplete"/m.test(fs.readFileSync(path.join(folder, 'pyproject.toml'), 'utf8'));
-  } catch {
-    return false;
-  }
-}
-
-function quote(arg: string): string {
-  if (WINDOWS) return `"${arg}"`;
-  return /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
-}
-
-// speccomplete is not on PyPI: pip installs it from a specdec checkout the user points to (a
-// workspace folder that is one is offered first), into the Python extension's interpreter, else
-// `specdec.server.pythonPath`, else python3 on PATH. It runs in a terminal, so the user sees pip.
-export async function installServer(): Promise<void> {
-  const config = vscode.workspace.getConfiguration('specdec');
-  const chosen = (await activeInterpreter()) || config.get<string>('server.pythonPath', '');
-  const python = chosen || (WINDOWS ? 'python' : 'python3');
-  const checkout = (vscode.workspace.workspaceFolders ?? []).find(
-    (f) => f.uri.scheme === 'file' && isSpecdecCheckout(f.uri.fsPath),
-  );
-  const picked = await vscode.window.showOpenDialog({
-    canSelectFolders: true,
-    canSelectFiles: false,
-    canSelectMany: false,
-    defaultUri: checkout?.uri,
-    title: 'The specdec checkout to install (the folder with its pyproject.toml)',
-    openLabel: 'Install from this folder',
-  });
-  const folder = picked?.[0]?.fsPath;
-  if (!folder) return;
-  if (!isSpecdecCheckout(folder)) {
-    vscode.window.showErrorMessage(`specdec: ${folder} is not a specdec checkout (no pyproject.toml naming speccomplete).`);
-    return;
-  }
-  const terminal = vscode.window.createTerminal({ name: 'specdec install' });
-  terminal.show();
-  terminal.sendText(`${quote(python)} -m pip install ${quote(folder)}`);
-  const restart = 'Restart Server';
-  const hint = chosen ? '' : ` If its scripts folder is not on PATH, set specdec.server.pythonPath to that interpreter.`;
-  const answer = await vscode.window.showInformationMessage(
-    `specdec: installing into ${python} in the terminal. When pip has finished, restart the server.${hint}`,
-    restart,
-  );
-  if (answer === restart) await vscode.commands.executeCommand('specdec.restartServer');
 }
