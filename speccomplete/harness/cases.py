@@ -5,7 +5,9 @@ language label that overrides detection, e.g. "nl"), `"neighbours"` (`[{"path": 
 other files open in the editor, as its other tabs; written only when there are some) and `"cut": true`.
 Cases drawn from the corpus dev split put the cursor after the indentation of a real line, so the rest of
 that line is the ground truth for next-line exact match; with `--mid-line`, inside the same line's text
-instead (the user paused while typing it), marked `cut`: the rest of the line is the ground truth.
+instead (the user paused while typing it), marked `cut`: the rest of the line is the ground truth; with
+`--line-end`, at the end of the line before it, a finished line (the server answers it with a single line), marked
+`line_end`: the next line, cut out, is the ground truth (the user paused after finishing a line).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from speccomplete.server.language import detect_language
 from speccomplete.server.positions import offset_at, utf16_len
+from speccomplete.server.prompt import build_prompt
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Case:
     label: str = ""  # a language label that overrides detection: "nl" for README and docs cases
     neighbours: list[dict] = field(default_factory=list)  # other open documents: {"path": str, "text": str}
     cut: bool = False  # the rest of the cursor's line is the reference, cut out before the request (mid-line)
+    line_end: bool = False  # at the end of a finished line: the next line is the reference, cut out before the request
 
     @property
     def language(self) -> str:
@@ -47,6 +51,12 @@ class Case:
     def expected_line(self) -> str:
         rest = self.text[self.offset :]
         return rest.split("\n", 1)[0]
+
+    @property
+    def next_line(self) -> str:
+        """The line after the cursor's ("" for the last line)."""
+        rest = self.text[self.offset :]
+        return rest.split("\n", 2)[1] if rest.count("\n") else ""
 
 
 def read_cases(path: str | Path) -> list[Case]:
@@ -66,8 +76,9 @@ def write_cases(cases: list[Case], path: str | Path) -> None:
             row = dict(case.__dict__)
             if not row["neighbours"]:
                 del row["neighbours"]  # case files without open documents stay as they were
-            if not row["cut"]:
-                del row["cut"]
+            for flag in ("cut", "line_end"):
+                if not row[flag]:
+                    del row[flag]
             f.write(json.dumps(row) + "\n")
 
 
@@ -79,6 +90,7 @@ def sample_cases(
     nl_roots: list[str] | None = None,
     neighbours: int = 0,
     mid_line: bool = False,
+    line_end: bool = False,
 ) -> list[Case]:
     """Pick files from `<lang>.<split>.txt` lists and a cursor inside each, deterministically.
 
@@ -86,7 +98,9 @@ def sample_cases(
     same split rule as the draft corpus); their language is detected as "text". With `neighbours`,
     each case also carries up to that many other files of its list as open documents (`_neighbours`),
     drawn apart from the cases: the same seed draws the same cases with and without them. With `mid_line`,
-    the cursor is inside the same lines' text, at a point drawn from the file and line alone (`_mid_line`).
+    the cursor is inside the same lines' text, at a point drawn from the file and line alone (`_mid_line`). With
+    `line_end`, the cursor is at the end of the line before the drawn one, drawn among lines whose previous line is
+    finished (`_finished`): other lines than without it.
     """
     rng = random.Random(seed)
     cases = []
@@ -94,13 +108,17 @@ def sample_cases(
         language = listing.name.split(".")[0]
         files = [p for p in listing.read_text().splitlines() if p.strip()]
         rng.shuffle(files)
-        cases += _pick(files, language, language, per_language, rng, neighbours=neighbours, mid_line=mid_line)
+        cases += _pick(
+            files, language, language, per_language, rng, neighbours=neighbours, mid_line=mid_line, line_end=line_end
+        )
     if nl_roots:
         from speccomplete.decoder.training.corpus import nl_documents
 
         files = [doc.source for doc in nl_documents(nl_roots, split)]
         rng.shuffle(files)
-        cases += _pick(files, "nl", "text", per_language, rng, neighbours=neighbours, mid_line=mid_line)
+        cases += _pick(
+            files, "nl", "text", per_language, rng, neighbours=neighbours, mid_line=mid_line, line_end=line_end
+        )
     return cases
 
 
@@ -114,9 +132,11 @@ def _pick(
     min_line_chars: int = 10,
     neighbours: int = 0,
     mid_line: bool = False,
+    line_end: bool = False,
 ) -> list[Case]:
     """Up to `count` cases from `files` in `language`, the cursor after the indentation of a real line (or
-    inside its text: `mid_line`); each with up to `neighbours` other files of `files` as open documents."""
+    inside its text: `mid_line`; or at the end of the finished line before it: `line_end`); each with up to
+    `neighbours` other files of `files` as open documents."""
     cases: list[Case] = []
     for file in files:
         if len(cases) == count:
@@ -130,19 +150,38 @@ def _pick(
             if number >= 8 and offset <= max_prefix_chars and len(row.strip()) >= min_line_chars:
                 candidates.append(number)
             offset += len(row) + 1
-        if not candidates:
+        if line_end:
+            candidates = [n for n in candidates if lines[n - 1].strip() and not lines[n - 1].endswith("\r")]
+        drawn = rng.choice(candidates) if candidates else None
+        while line_end and drawn is not None and not _finished(text, lines, drawn, language):
+            candidates.remove(drawn)  # the server asks for a block at the end of its previous line: draw again
+            drawn = rng.choice(candidates) if candidates else None
+        if drawn is None:
             continue
-        number = rng.choice(candidates)
-        row = lines[number]
-        column = _mid_line(file, number, row) if mid_line else len(row) - len(row.lstrip())
         label_if_other = label if label != language else ""
-        case = Case(f"{label}-{len(cases)}", file, text, number, utf16_len(row[:column]), label_if_other, cut=mid_line)
+        if line_end:
+            row = lines[drawn - 1]
+            case = Case(f"{label}-{len(cases)}", file, text, drawn - 1, utf16_len(row), label_if_other, line_end=True)
+        else:
+            row = lines[drawn]
+            column = _mid_line(file, drawn, row) if mid_line else len(row) - len(row.lstrip())
+            case = Case(
+                f"{label}-{len(cases)}", file, text, drawn, utf16_len(row[:column]), label_if_other, cut=mid_line
+            )
         if neighbours > 0:
             # a generator of its own: the cases drawn are the same with and without neighbours
             choose = random.Random(file)
             case.neighbours = _neighbours(file, files, language, neighbours, choose)
         cases.append(case)
     return cases
+
+
+def _finished(text: str, lines: list[str], number: int, language: str) -> bool:
+    """Whether the line before row `number` is finished: with that row cut out and the cursor at the end of the
+    line before, the server would ask for a single line (not a block opener, not an empty line)."""
+    offset = sum(len(row) + 1 for row in lines[:number]) - 1
+    document = text[:offset] + text[offset + 1 + len(lines[number]) :]
+    return not build_prompt(document, offset, language).multiline
 
 
 def _mid_line(file: str, number: int, row: str) -> int:
@@ -204,11 +243,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="put the cursor inside the line's text, not after its indentation: the rest of the line is cut out "
         "and scored (the user paused while typing it)",
     )
+    p.add_argument(
+        "--line-end",
+        action="store_true",
+        help="put the cursor at the end of the finished line before the drawn line (no block opener there): "
+        "the drawn line is cut out and scored (the user paused after finishing a line)",
+    )
     p.add_argument("--out", required=True)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.mid_line and args.line_end:
+        raise ValueError("--mid-line and --line-end put the cursor in different places: choose one")
     nl_roots = None
     if args.nl_roots:
         from speccomplete.decoder.training.corpus import package_roots
@@ -222,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
         nl_roots=nl_roots,
         neighbours=args.neighbours,
         mid_line=args.mid_line,
+        line_end=args.line_end,
     )
     write_cases(cases, args.out)
     print(f"wrote {len(cases)} cases to {args.out}")

@@ -15,6 +15,14 @@ difflib's similarity ratio for a signal below exact. Any other case (cursor mid-
 as the bundled docs/examples/cases.jsonl holes are) is sent as it is and has no reference: it counts for
 shown, empty, loops and latency, and its exact and similarity are null.
 
+At the end of a finished line. `specdec cases --line-end` puts the cursor at the end of the line before a real
+line (no block opener there: the server asks for a single line) and marks the case `line_end`: the next line is
+the reference, cut out of the document with its line break (the user has finished a line and paused). What such
+a case sends is `--at-line-end`'s choice (`AtLineEnd`): as the server answers it today, the next line offered
+below it (the server's change emulated here), or the baseline, the usual scored case on the same reference line
+(the user has pressed Enter). Its completion is scored on the line after its first line break, stripped, against
+the real next line; text it adds to the finished line counts against it.
+
 `loops` is this harness's own definition of a looping completion, independent of the server's filters
 (which exist to stop loops, so this measures what gets past them); its rules are in its docstring.
 """
@@ -37,6 +45,7 @@ from speccomplete.metrics import percentile
 from speccomplete.server import gate
 from speccomplete.server.completion import Completion, Engine, Request, complete, load_engine
 from speccomplete.server.options import ServerOptions, parse_options
+from speccomplete.server.positions import utf16_len
 from speccomplete.server.snippets import OpenDocument
 
 from .cases import Case, read_cases, sample_cases
@@ -59,6 +68,13 @@ LINE_RULES: tuple[tuple[LoopKind, Literal["one", "more"], int, bool], ...] = (
 )
 PHRASE_CHARS, PHRASE_REPEATS = 3, 3  # a phrase this long at least, with a letter, this many times back to back
 RUN_CHARS = 80  # any phrase of two different characters or more, back to back over this many characters
+
+# What a `line_end` case sends: "as-is", the request at the end of the finished line (today's server answers it with
+# that line's rest, so nearly always nothing); "next-line", the next line offered below it, as if the server sent the
+# model a line break after the cursor (`next_line_request`); "after-enter", the baseline: the cursor after the real
+# next line's indentation, its text cut out (`after_enter`), the usual scored case.
+AtLineEnd = Literal["as-is", "next-line", "after-enter"]
+AT_LINE_END: tuple[AtLineEnd, ...] = get_args(AtLineEnd)
 
 
 # --------------------------------------------------------------------------- loops
@@ -150,48 +166,84 @@ def loops(text: str) -> bool:
 
 def scored(case: Case) -> bool:
     """A case whose cursor is after the indentation of a line with text, or marked `cut` (inside its text): the
-    rest of that line is the reference (the `specdec cases` shapes)."""
+    rest of that line is the reference; or marked `line_end` with a next line with text, the reference (the
+    `specdec cases` shapes)."""
+    if case.line_end:
+        return bool(case.next_line.strip())
     line_before = case.prefix[case.prefix.rfind("\n") + 1 :]
     return (case.cut or not line_before.strip()) and bool(case.expected_line.strip())
 
 
 def request_document(case: Case) -> str:
     """What the editor holds when the user asks: a scored case's line cut out after the cursor (the user has
-    not typed it yet); any other case's text as it is."""
+    not typed it yet), a `line_end` case's next line with its line break; any other case's text as it is."""
     if not scored(case):
         return case.text
+    if case.line_end:
+        return case.prefix + case.text[case.offset + 1 + len(case.next_line) :]
     return case.prefix + case.text[case.offset + len(case.expected_line) :]
 
 
 def line_match(case: Case, text: str) -> tuple[bool, float, str, str] | None:
     """(exact, similarity, got, want) for a scored case: the completion's first line joined to the text before
-    the cursor against the real line, both stripped; None for a case without a reference."""
+    the cursor against the real line, both stripped (for a `line_end` case, the completion's line after its first
+    line break, after any text it adds to the finished line, against the next line); None for a case without a
+    reference."""
     if not scored(case):
         return None
+    if case.line_end:
+        added, _, below = text.partition("\n")
+        got = "\n".join(part for part in (added.strip(), below.split("\n", 1)[0].strip()) if part)
+        want = case.next_line.strip()
+        return got == want, difflib.SequenceMatcher(None, got, want).ratio(), got, want
     line_before = case.prefix[case.prefix.rfind("\n") + 1 :]
     got = (line_before + text.split("\n", 1)[0]).strip()
     want = (line_before + case.expected_line).strip()
     return got == want, difflib.SequenceMatcher(None, got, want).ratio(), got, want
 
 
-def run_case(engine: Engine, options: ServerOptions, case: Case, request_id: str) -> dict:
+def after_enter(case: Case) -> Case:
+    """A `line_end` case after the user pressed Enter and the editor indented: the cursor after the real next
+    line's indentation, the usual scored case on the same reference line."""
+    row = case.next_line
+    indent = row[: len(row) - len(row.lstrip())]
+    return dataclasses.replace(case, line=case.line + 1, character=utf16_len(indent), line_end=False)
+
+
+def next_line_request(case: Case) -> tuple[str, int, int]:
+    """The request that offers a `line_end` case the next line: (document, line, character) with a line break
+    after the cursor and the cursor after it, at column 0 (the model writes the indentation: after a finished
+    line it may dedent). What the server would send in place of the request at the line end; its completion is
+    shown after a line break, as ghost text on the line below."""
+    document = request_document(case)
+    return document[: case.offset] + "\n" + document[case.offset :], case.line + 1, 0
+
+
+def run_case(
+    engine: Engine, options: ServerOptions, case: Case, request_id: str, at_line_end: AtLineEnd = "as-is"
+) -> dict:
     """One request through the server's pipeline, and the row that records it; the case's neighbours are the
-    editor's other open documents."""
-    text = request_document(case)
+    editor's other open documents. A `line_end` case sends what `at_line_end` says (`AtLineEnd`)."""
+    if case.line_end and at_line_end == "after-enter":
+        case = after_enter(case)
+    below = case.line_end and at_line_end == "next-line"
+    text, line, character = next_line_request(case) if below else (request_document(case), case.line, case.character)
     open_documents = tuple(OpenDocument(n["path"], n["text"]) for n in case.neighbours)
     start = time.perf_counter()
     request = Request(
-        request_id, text, case.path, None, case.line, case.character, "invoked", start, open_documents=open_documents
+        request_id, text, case.path, None, line, character, "invoked", start, open_documents=open_documents
     )
     completion: Completion = complete(engine, options, request, threading.Event())
     wall_ms = (time.perf_counter() - start) * 1000
     event = completion.event
-    shown = bool(completion.text)
-    kind = loop_kind(completion.text) if shown else None
-    match = line_match(case, completion.text)
+    offered = "\n" + completion.text if below and completion.text else completion.text
+    shown = bool(offered)
+    kind = loop_kind(offered) if shown else None
+    match = line_match(case, offered)
     return {
         "id": case.id,
         "path": case.path,
+        "line_end": case.line_end,
         "language": case.label or completion.language,
         "multiline": completion.multiline,
         "shown": shown,
@@ -206,7 +258,7 @@ def run_case(engine: Engine, options: ServerOptions, case: Case, request_id: str
         "finish_reason": event.finish_reason,
         "outcome": event.outcome,
         "error": None if completion.error is None else str(completion.error),
-        "completion": completion.text,
+        "completion": offered,
         "first_line": None if match is None else match[2],
         "expected_line": None if match is None else match[3],
         "evidence": None if completion.evidence is None else dataclasses.asdict(completion.evidence),
@@ -299,6 +351,7 @@ def format_table(data: dict) -> str:
         f"quality {data['cases']}: backend {data['backend']}, target {data['target']}, draft {data['draft']}, "
         f"device {data['device']}",
         "settings: " + json.dumps(data["settings"]),
+        *([f"at the end of a finished line: {data['at_line_end']}"] if data.get("at_line_end") else []),
         "exact and sim(ilarity) of the first line on scored cases (ref): /sh over those shown, /all over all "
         "(empty = 0); loops among shown",
         "",
@@ -350,13 +403,15 @@ def load_cases(args: argparse.Namespace) -> tuple[list[Case], str]:
     return (cases[: args.limit] if args.limit else cases), source
 
 
-def run_quality(engine: Engine, options: ServerOptions, cases: list[Case], progress=None) -> list[dict]:
+def run_quality(
+    engine: Engine, options: ServerOptions, cases: list[Case], progress=None, at_line_end: AtLineEnd = "as-is"
+) -> list[dict]:
     """Every case's row, in case order, after an unmeasured request of each kind on an unrelated document
     (allocators, kernels: `specdec replay`'s warm-up), so that the first case is not charged for them."""
     warm_up(engine, options)
     rows = []
     for index, case in enumerate(cases):
-        rows.append(run_case(engine, options, case, f"quality-{index}"))
+        rows.append(run_case(engine, options, case, f"quality-{index}", at_line_end))
         if progress:
             progress(rows[-1])
     return rows
@@ -379,6 +434,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="with --splits: also open up to N other files of each case's directory and language (default: 0)",
     )
     p.add_argument("--limit", type=int, help="use only the first N cases")
+    p.add_argument(
+        "--at-line-end",
+        choices=AT_LINE_END,
+        default="as-is",
+        help="what a case at the end of a finished line (`specdec cases --line-end`) sends: as-is (the server's "
+        "request there), next-line (the next line offered below it), after-enter (the cursor on the next line "
+        "after its indentation: the baseline) (default: as-is)",
+    )
     add_options_arg(p)
     p.add_argument("--json", help="write the summary and every case's row here, and the table beside it (.txt)")
     add_model_args(p)
@@ -401,7 +464,7 @@ def run(args: argparse.Namespace) -> int:
     engine = load_engine(options)
     bar = tqdm(total=len(cases), desc="quality", unit="case")
     try:
-        rows = run_quality(engine, options, cases, progress=lambda row: bar.update(1))
+        rows = run_quality(engine, options, cases, progress=lambda row: bar.update(1), at_line_end=args.at_line_end)
     finally:
         bar.close()
     curve = gate_curve(rows)
@@ -413,6 +476,7 @@ def run(args: argparse.Namespace) -> int:
         "device": engine.device,
         "settings": options.settings(),
         "options": extra_options(args) if args.options else None,
+        "at_line_end": args.at_line_end if any(case.line_end for case in cases) else None,
         "argv": getattr(args, "argv", None),
         "languages": summarize(rows),
         "gate_curve": curve,

@@ -161,3 +161,28 @@ def test_mid_line_cases_are_the_same_rows_with_the_cursor_inside_the_text(tmp_pa
     write_cases(cases, tmp_path / "mid.jsonl")
     assert read_cases(tmp_path / "mid.jsonl") == cases
     assert all(json.loads(line)["cut"] for line in (tmp_path / "mid.jsonl").read_text().splitlines())
+
+
+def test_line_end_cases_put_the_cursor_at_the_end_of_a_finished_line(tmp_path):
+    # blocks whose first line opens a block (the server asks for a block there) and whose others are finished
+    block = "def f_{0}(x):\n    y = compute({0}, x)\n    return y + {0}\n\n"
+    code = tmp_path / "m.py"
+    code.write_text("".join(block.format(i) for i in range(12)))
+    splits = tmp_path / "splits"
+    splits.mkdir()
+    (splits / "python.dev.txt").write_text(f"{code}\n")
+    lines = set()
+    for seed in range(12):
+        (case,) = sample_cases(splits, per_language=1, seed=seed, split="dev", line_end=True)
+        row = case.text.split("\n")[case.line]
+        assert case.line_end and not case.cut and case.prefix.endswith(row) and case.expected_line == ""
+        # only `return` lines are drawn: the line before `y = ...` opens a block (`def f_0(x):`, where the server
+        # asks for a block) and the line before `def` is empty
+        assert row == f"    y = compute({case.line // 4}, x)" and case.next_line == f"    return y + {case.line // 4}"
+        again = sample_cases(splits, per_language=1, seed=seed, split="dev", line_end=True)
+        assert (again[0].line, again[0].character) == (case.line, case.character)
+        lines.add(case.line)
+    assert len(lines) > 1  # the seed draws the line
+    write_cases([case], tmp_path / "end.jsonl")
+    assert read_cases(tmp_path / "end.jsonl") == [case]
+    assert json.loads((tmp_path / "end.jsonl").read_text())["line_end"] is True

@@ -10,7 +10,17 @@ import pytest
 from speccomplete.cli import main
 from speccomplete.harness import quality
 from speccomplete.harness.cases import Case, read_cases, write_cases
-from speccomplete.harness.quality import OVERALL, line_match, loop_kind, loops, request_document, scored, summarize
+from speccomplete.harness.quality import (
+    OVERALL,
+    after_enter,
+    line_match,
+    loop_kind,
+    loops,
+    next_line_request,
+    request_document,
+    scored,
+    summarize,
+)
 from speccomplete.server.completion import Completion
 from speccomplete.server.options import parse_options
 from speccomplete.server.snippets import OpenDocument
@@ -122,6 +132,49 @@ def test_run_case_opens_the_neighbours_beside_the_document(monkeypatch):
     assert seen[1].open_documents == ()
 
 
+def test_a_line_end_case_is_scored_on_the_next_line_cut_out_with_its_line_break():
+    case = Case("py", "a.py", PY, 4, 13, line_end=True)  # `    y = x + 1|`, finished; `return y` to come
+    assert scored(case) and case.next_line == "    return y"
+    assert request_document(case) == "import os\n\n\ndef f(x):\n    y = x + 1\n"
+    assert line_match(case, "") == (False, 0.0, "", "return y")
+    assert line_match(case, "\n    return y\n") == (True, 1.0, "return y", "return y")  # offered below the line
+    assert line_match(case, "\n\n    return y")[:3] == (False, 0.0, "")  # a blank line offered first: not it
+    exact, similarity, got, _ = line_match(case, "  # one more\n    return y")  # text added to the finished line
+    assert not exact and 0 < similarity < 1 and got == "# one more\nreturn y"
+    assert not scored(Case("py", "a.py", PY, 5, 12, line_end=True))  # the last line: nothing comes next
+    # offered the next line: a line break after the cursor, the cursor after it at column 0
+    assert next_line_request(case) == ("import os\n\n\ndef f(x):\n    y = x + 1\n\n", 5, 0)
+    # the baseline: the user pressed Enter, the editor indented: the usual scored case on the same line
+    entered = after_enter(case)
+    assert (entered.line, entered.character, entered.line_end) == (5, 4, False)
+    assert scored(entered) and entered.expected_line == "return y"
+    assert request_document(entered) == "import os\n\n\ndef f(x):\n    y = x + 1\n    \n"
+
+
+@pytest.mark.parametrize(
+    ("at_line_end", "sent", "answer", "shown"),
+    [
+        ("as-is", ("import os\n\n\ndef f(x):\n    y = x + 1\n", 4, 13), "", ""),
+        ("next-line", ("import os\n\n\ndef f(x):\n    y = x + 1\n\n", 5, 0), "    return y", "\n    return y"),
+        ("next-line", ("import os\n\n\ndef f(x):\n    y = x + 1\n\n", 5, 0), "", ""),  # nothing: no line break
+        ("after-enter", ("import os\n\n\ndef f(x):\n    y = x + 1\n    \n", 5, 4), "return y", "return y"),
+    ],
+)
+def test_run_case_sends_a_line_end_case_as_told(monkeypatch, at_line_end, sent, answer, shown):
+    seen = []
+
+    def complete(engine, options, request, cancel):
+        seen.append((request.text, request.line, request.character))
+        return Completion(answer, "python", True, CompletionEvent(latency_ms=5.0))
+
+    monkeypatch.setattr(quality, "complete", complete)
+    options, _ = parse_options({})
+    row = quality.run_case(None, options, Case("py", "a.py", PY, 4, 13, line_end=True), "q-0", at_line_end)
+    assert seen == [sent]
+    assert row["completion"] == shown and row["shown"] == bool(shown) and row["scored"]
+    assert row["exact"] is bool(shown) and row["expected_line"] == "return y"
+
+
 def _row(language, shown, exact=None, similarity=None, looping=None, latency=10.0):
     return {
         "language": language,
@@ -195,6 +248,22 @@ def test_quality_runs_the_server_pipeline_and_writes_json(tmp_path, capsys):
     assert overall["n"] == 3 and overall["scored"] == 1
     assert set(data["languages"]) == {"go", "python", OVERALL}
     assert overall["shown_rate"] + overall["empty_rate"] == pytest.approx(1)
+
+
+def test_quality_offers_line_end_cases_the_next_line(tmp_path, capsys):
+    model = save_random_model(tmp_path / "model")
+    write_cases([Case("python-0", "walk.py", PY, 4, 13, line_end=True)], tmp_path / "cases.jsonl")
+    out = tmp_path / "quality.json"
+    argv = ["quality", "--cases", str(tmp_path / "cases.jsonl"), "--target", str(model), "--draft", "ngram"]
+    argv += ["--options", '{"minConfidence": 0, "maxTokensMultiLine": 12}', "--at-line-end", "next-line"]
+    assert main([*argv, "--json", str(out)]) == 0
+    assert "at the end of a finished line: next-line" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    assert data["at_line_end"] == "next-line" and row["line_end"] and row["scored"] and row["error"] is None
+    assert row["multiline"]  # the request on the line below is an empty line's: a block
+    assert row["expected_line"] == "return y" and 0 <= row["similarity"] <= 1
+    assert row["shown"] == bool(row["completion"]) and (not row["shown"] or row["completion"].startswith("\n"))
 
 
 def test_options_must_be_known_settings(tmp_path, capsys):
