@@ -25,7 +25,7 @@ import {
   onInterpreterChange,
 } from './locate';
 import { TraceChannel, pipeStderr } from './logs';
-import { initManagedEnvironment, setUpServerEnvironment } from './setup';
+import { MANAGED, initManagedEnvironment, setUpServerEnvironment } from './setup';
 import { openTelemetryReport } from './report';
 import {
   commandChanged,
@@ -298,6 +298,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('specdec.automaticMode', () => setMode(false)),
     vscode.commands.registerCommand('specdec.restartServer', restartServer),
     vscode.commands.registerCommand('specdec.setUpServer', async () => {
+      // A repair reinstalls the running server's files, which Windows keeps locked while it runs.
+      if (server?.source === MANAGED) await stop();
       if (!client) statusBar.update(status('loading', 'setting up the server environment'));
       if (await setUpServerEnvironment(output)) await restartServer();
       else if (!client) statusBar.update(status('error', 'server not found'));
