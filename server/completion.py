@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from speccomplete.decoder.backends import TextDecoder
 from speccomplete.decoder.drafts import draft_label
-from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
+from speccomplete.decoder.engine import DecodeOptions, Generation, SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.healing import token_strings
 from speccomplete.decoder.loader import load_decoder
@@ -30,7 +30,7 @@ from .gate import Evidence
 from .language import detect_language
 from .options import ServerOptions
 from .positions import PositionError, offset_at
-from .prompt import FimTokens, build_prompt, fim_tokens, format_fim
+from .prompt import FimTokens, Prompt, build_prompt, fim_tokens, format_fim
 from .snippets import OpenDocument
 
 log = logging.getLogger(__name__)
@@ -168,60 +168,92 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
     try:
         # auto-closed brackets and quotes after the cursor: prompt without them; the completion retypes them
         closers = closers_after(text, offset)
+        document = text[:offset] + text[offset + len(closers) :]
         prompt = build_prompt(
-            text[:offset] + text[offset + len(closers) :],
+            document,
             offset,
             language,
             options.prompt_budget_chars,
             request.open_documents,
             options.context_budget_chars,
         )
-        context = TrimContext.from_prompt(prompt)
-        model_input = format_fim(prompt, engine.fim) if engine.fim else prompt.model_prefix
-        generation = engine.decoder.generate(
-            model_input,
-            DecodeOptions(
-                max_new_tokens=options.max_tokens_multi_line if prompt.multiline else options.max_tokens_single_line,
-                sampling=SamplingParams(temperature=options.temperature),
-                stop_strings=stop_strings(language, prompt.multiline),
-                stop_when=scope_closed(context),
-                cancel=cancel,
-                gamma_group=language,  # γ adapts to each language's own acceptance
-                heal=options.token_healing,
-            ),
-        )
-        if generation.finish_reason == "cancelled":
-            return finish("", prompt.multiline, generation.stats, "cancelled")
-        completion, reason = trim_with_cause(generation.text, context)
-        replaces = len(closers)
-        if closers and not retypes(completion, closers):  # inserted before the closers: trim against them
-            completion, reason = trim_with_cause(
-                generation.text, dataclasses.replace(context, suffix=closers + context.suffix)
+        answer = _answer(engine, options, request, prompt, closers, cancel)
+        if answer.reason == "finished-line":  # the model ended the line: offer the next one below it, as after Enter
+            below = build_prompt(
+                document[:offset] + "\n" + document[offset:],
+                offset + 1,
+                language,
+                options.prompt_budget_chars,
+                request.open_documents,
+                options.context_budget_chars,
             )
-            replaces = 0
-        if replaces and completion.strip() == closers:  # it only retypes what is there
-            completion, reason = "", "no-text"
-        if not generation.text.strip():
-            finished_line = (
-                generation.finish_reason == "stop"
-                and not prompt.multiline
-                and not closers
-                and not context.rest_of_line.strip()
-            )
-            reason = "finished-line" if finished_line else "no-text"
-        found = gate.evidence(generation, completion, getattr(engine.decoder, "tokenizer", None))
-        if completion and gate.silenced(found, options.min_confidence):
-            log.info(
-                "%s: not shown, first line's confidence %.2f < minConfidence %.2f",
-                request.path,
-                found.first_line_confidence,
-                options.min_confidence,
-            )
-            completion, reason = "", "gate"
+            answer = _answer(engine, options, request, dataclasses.replace(below, multiline=False), "", cancel)
+            answer.text = "\n" + answer.text if answer.text else ""
     except Exception as e:  # a bug or out-of-memory in one completion must not take the server down
         log.exception("%s: completion failed", request.path)
         return finish("", False, GenerationStats(), "error", error=e)
-    return finish(completion, prompt.multiline, generation.stats, reason, found=found, replaces=replaces)
+    stats = answer.generation.stats
+    return finish(answer.text, prompt.multiline, stats, answer.reason, found=answer.found, replaces=answer.replaces)
+
+
+@dataclass
+class Answer:
+    """What one decode gives, trimmed and gated: the text to show, or "" and why."""
+
+    text: str
+    reason: str | None
+    replaces: int
+    generation: Generation
+    found: Evidence | None = None
+
+
+def _answer(
+    engine: Engine, options: ServerOptions, request: Request, prompt: Prompt, closers: str, cancel: threading.Event
+) -> Answer:
+    """Decode the prompt, trim the completion (retyping `closers` if it can) and gate it."""
+    context = TrimContext.from_prompt(prompt)
+    model_input = format_fim(prompt, engine.fim) if engine.fim else prompt.model_prefix
+    generation = engine.decoder.generate(
+        model_input,
+        DecodeOptions(
+            max_new_tokens=options.max_tokens_multi_line if prompt.multiline else options.max_tokens_single_line,
+            sampling=SamplingParams(temperature=options.temperature),
+            stop_strings=stop_strings(prompt.language, prompt.multiline),
+            stop_when=scope_closed(context),
+            cancel=cancel,
+            gamma_group=prompt.language,  # γ adapts to each language's own acceptance
+            heal=options.token_healing,
+        ),
+    )
+    if generation.finish_reason == "cancelled":
+        return Answer("", "cancelled", 0, generation)
+    completion, reason = trim_with_cause(generation.text, context)
+    replaces = len(closers)
+    if closers and not retypes(completion, closers):  # inserted before the closers: trim against them
+        completion, reason = trim_with_cause(
+            generation.text, dataclasses.replace(context, suffix=closers + context.suffix)
+        )
+        replaces = 0
+    if replaces and completion.strip() == closers:  # it only retypes what is there
+        completion, reason = "", "no-text"
+    if not generation.text.strip():
+        finished_line = (
+            generation.finish_reason == "stop"
+            and not prompt.multiline
+            and not closers
+            and not context.rest_of_line.strip()
+        )
+        reason = "finished-line" if finished_line else "no-text"
+    found = gate.evidence(generation, completion, getattr(engine.decoder, "tokenizer", None))
+    if completion and gate.silenced(found, options.min_confidence):
+        log.info(
+            "%s: not shown, first line's confidence %.2f < minConfidence %.2f",
+            request.path,
+            found.first_line_confidence,
+            options.min_confidence,
+        )
+        completion, reason = "", "gate"
+    return Answer(completion, reason, replaces if completion else 0, generation, found)
 
 
 def cancelled(engine: Engine, options: ServerOptions, request: Request) -> Completion:

@@ -53,19 +53,22 @@ def test_retypes(completion, closers, expected):
 
 
 class ScriptedDecoder:
-    """Writes `text` whatever the prompt, with `logprob` per character (None: no log-probabilities)."""
+    """Writes `text` whatever the prompt (or text[i] on the i-th call, given a list), with `logprob` per character
+    (None: no log-probabilities)."""
 
-    def __init__(self, text: str, logprob: float | None = None, finish: str = "stop"):
-        self.text, self.logprob, self.finish, self.prompts = text, logprob, finish, []
+    def __init__(self, text: str | list[str], logprob: float | None = None, finish: str = "stop"):
+        self.texts = [text] if isinstance(text, str) else text
+        self.logprob, self.finish, self.prompts = logprob, finish, []
 
     def generate(self, prompt: str, options: DecodeOptions) -> Generation:
         self.prompts.append(prompt)
-        logprobs = [] if self.logprob is None else [self.logprob] * max(1, len(self.text))
-        return Generation(self.text, list(range(len(self.text))), self.finish, GenerationStats(), logprobs)
+        text = self.texts[min(len(self.prompts), len(self.texts)) - 1]
+        logprobs = [] if self.logprob is None else [self.logprob] * max(1, len(text))
+        return Generation(text, list(range(len(text))), self.finish, GenerationStats(), logprobs)
 
 
 def run(
-    document: str, wrote: str, path: str = "main.rs", logprob: float | None = None, finish="stop", **options
+    document: str, wrote: str | list[str], path: str = "main.rs", logprob: float | None = None, finish="stop", **options
 ) -> Completion:
     """Complete at the █ in `document` with a decoder that writes `wrote` and stops for `finish`."""
     before = document[: document.index("█")]
@@ -116,6 +119,17 @@ def test_retyping_only_the_closers_is_an_empty_answer():
 def test_every_empty_answer_has_a_reason(path, document, wrote, finish, reason):
     result = run(document, wrote, path=path, finish=finish)
     assert (result.text, result.event.outcome, result.event.empty_reason) == ("", "empty", reason)
+
+
+def test_at_the_end_of_a_finished_line_the_next_line_is_offered():
+    # the model ends the line (it writes only the line end, where single-line decoding stops); then, asked on a
+    # new line below, it writes that line with its indentation
+    result = run("def f(x):\n    y = x * 2█\n", ["", "    return y"], path="a.py")
+    assert (result.text, result.event.outcome) == ("\n    return y", "shown")
+    assert result.prompts[1].endswith("y = x * 2\n")
+    # mid-expression, the model goes on with the line itself: no second request
+    result = run("total = sum(xs) / █\n", "len(xs)", path="a.py")
+    assert (result.text, len(result.prompts)) == ("len(xs)", 1)
 
 
 def test_the_gate_is_a_reason():
