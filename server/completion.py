@@ -192,7 +192,7 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
     except Exception as e:  # a bug or out-of-memory in one completion must not take the server down
         log.exception("%s: completion failed", request.path)
         return finish("", False, GenerationStats(), "error", error=e)
-    stats = answer.generation.stats
+    stats = answer.generation.stats  # the decode whose answer is shown; the event's latency covers both
     return finish(answer.text, prompt.multiline, stats, answer.reason, found=answer.found, replaces=answer.replaces)
 
 
