@@ -148,6 +148,9 @@ def test_neovim_accepts_completion(editors, key, version, display, expect, start
     # the accepted event holds the text of the item whose command ran: the rest, after a part accepted by word
     accepted = [{**r, "text": r.get("accepted", r["text"])} for r in results]
     check_accepted(tmp_path, accepted, ["python", "lua"])
+    # neovim_test.lua's auto-pairs case (shout.py): accepted past the auto-closed ")"
+    autopairs = json.loads((tmp_path / "autopairs.json").read_text())
+    check_accepted(tmp_path, [autopairs], ["python"])
 
 
 # (editors.env key, the `display` option): the ghost-text displays against fake_lsp.py, in seconds
@@ -228,6 +231,12 @@ def test_vscode_accepts_ghost_text(editors, tmp_path):
     for c in cases:
         assert c["line"] == c["drawn"], c
     check_accepted(tmp_path, cases, [c["language"] for c in cases])
+    # the line-end pauses (the next line offered below a finished line), reported apart from the 14
+    line_end = pauses["lineEnd"]
+    assert [r["kind"] for r in line_end["pauses"]] == ["line-end", "line-end"]
+    print(f"line-end: ghost text at {line_end['shown']} of {line_end['of']}; accepted {line_end['accepted']}")
+    if result["lineEndAccepted"]:  # Tab inserted the server's text exactly (checked by the driver)
+        check_accepted(tmp_path, [result["lineEndAccepted"]], [result["lineEndAccepted"]["language"]])
     assert "specdec" in result["status"]
     # the ghost text came by itself, and Ctrl+Space's suggest widget asked the server too (the LSP trace's counts)
     assert result["requests"]["inline"] >= 1 and result["requests"]["completion"] >= 1, result["requests"]

@@ -4,7 +4,8 @@
 // auto-indent, quick suggestions, the server's quantization, limits and confidence gate).
 // The pause table: 14 pauses (PAUSES) typed key by key, each waiting for ghost text to come by
 // itself; for each, whether it showed, its line as drawn, the milliseconds from the last key press to
-// the ghost text in the DOM, and (telemetry) why an empty answer was empty. In a bracket case of each
+// the ghost text in the DOM, and (telemetry) why an empty answer was empty. Two more pauses, at the
+// end of a finished line (LINE_END_PAUSES), go in the table and apart in the JSON. In a bracket case of each
 // language Tab accepts the item and the saved file must hold the line as drawn, its auto-closed
 // bracket once. The table goes to $WORK/pauses.json with the status bar's latency beside the
 // measured p50. Then Ctrl+Space (the suggest widget asks the server too), and, counting the requests
@@ -63,6 +64,14 @@ const PAUSES = [
   { id: 'rs-bracket-println', kind: 'bracket', file: 'hello.rs', context: 'fn main() {\n    let name = "world";\n    ', typed: 'println!(', closers: ')', after: '\n}\n' },
   { id: 'rs-bracket-from', kind: 'bracket', file: 'string.rs', context: 'fn main() {\n    ', typed: 'let name = String::from(', closers: ')', after: '\n    println!("Hello, {}!", name);\n}\n' },
   { id: 'rs-bracket-assert', kind: 'bracket', file: 'add.rs', context: 'fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\n#[test]\nfn adds() {\n    ', typed: 'assert_eq!(add(2, 3), ', closers: ')', after: '\n}\n' },
+];
+// Pauses at the end of a finished statement line, without Enter (the server's answer is the next line:
+// "\n" + its indentation + the line, an item whose range is empty at the cursor, which VS Code draws
+// below the line). Outside the 14 above, reported apart from them; in the first that shows, Tab
+// accepts and the saved file must hold the server's text exactly (its indentation once).
+const LINE_END_PAUSES = [
+  { id: 'py-line-end-variance', kind: 'line-end', file: 'spread.py', context: 'def variance(values):\n    ', typed: 'm = sum(values) / len(values)', after: '\n' },
+  { id: 'rs-line-end-total', kind: 'line-end', file: 'total.rs', context: 'fn total(values: &[i32]) -> i32 {\n    ', typed: 'let total: i32 = values.iter().sum();', after: '\n}\n' },
 ];
 const languageOf = (file) => (file.endsWith('.py') ? 'python' : 'rust');
 // Keys typed at about 12 a second, a quick typist's pace.
@@ -217,6 +226,16 @@ async function ghostLine(page) {
   }, GHOST).then((line) => (line === null ? null : plain(line)));
 }
 
+// The ghost text drawn below the cursor's line (the view zone of a multi-line ghost text), its lines.
+async function ghostBelow(page) {
+  return page.evaluate((selector) => {
+    const zones = [...new Set([...document.querySelectorAll(selector)]
+      .filter((e) => e.textContent.trim() && !e.closest('.view-lines'))
+      .map((e) => e.closest('.suggest-preview-text') ?? e))];
+    return zones.length ? zones.map((z) => [...z.querySelectorAll('.view-line')].map((l) => l.textContent).join('\n') || z.textContent).join('\n') : null;
+  }, GHOST).then((text) => (text === null ? null : plain(text)));
+}
+
 async function typeKeys(page, keys) {
   const lines = keys.split('\n');
   for (const [i, line] of lines.entries()) {
@@ -282,6 +301,27 @@ async function acceptBracket(page, folder, p, record, shotDir) {
   return { id: p.id, file: p.file, language: languageOf(p.file), text: inserted, closers: p.closers, line, drawn };
 }
 
+// Tab on a line-end pause's ghost text: the saved file must hold the typed line, then what Tab
+// inserted, then what followed; test_editors.py and main() hold the inserted text against the server's.
+async function acceptLineEnd(page, folder, p, record) {
+  const widget = page.locator(SUGGEST_WIDGET);
+  if (await widget.count()) {
+    await page.keyboard.press('Escape');
+    await widget.waitFor({ state: 'hidden' });
+  }
+  if (!(await page.locator(GHOST).count())) throw new Error(`${p.id}: the ghost text went before Tab`);
+  const file = path.join(folder, p.file);
+  const prefix = p.context + p.typed;
+  await page.keyboard.press('Tab');
+  const saved = await saveUntilChanged(page, file, prefix + p.after);
+  if (!saved.startsWith(prefix) || !saved.endsWith(p.after)) {
+    throw new Error(`${p.id}: the saved file lost the typed line or what followed:\n${saved}`);
+  }
+  const inserted = saved.slice(prefix.length, saved.length - p.after.length);
+  log(`${p.id}: Tab inserted ${JSON.stringify(inserted)}`);
+  return { id: p.id, file: p.file, language: languageOf(p.file), text: inserted, below: record.below };
+}
+
 // One pause: open its file, put the cursor at the end of the context, type the keys, and wait for
 // ghost text to come by itself (no trigger command).
 async function runPause(page, folder, p, shots) {
@@ -305,6 +345,7 @@ async function runPause(page, folder, p, shots) {
     record.ms = Math.round(clock.ghost - clock.key);
     record.ghost = plain((await page.locator(GHOST).allInnerTexts()).join('')) || null;
     record.line = await ghostLine(page);
+    if (p.kind === 'line-end') record.below = await ghostBelow(page);
   }
   record.suggestWidget = (await page.locator(SUGGEST_WIDGET).count()) > 0;
   if (p.closers && record.line !== null) {
@@ -437,7 +478,7 @@ function attachAnswers(pauses) {
   const records = fs.existsSync(file) ? fs.readFileSync(file, 'utf8').split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l)) : [];
   const events = records.filter((r) => r.record !== 'outcome');
   pauses.forEach(({ record, started }, i) => {
-    const p = PAUSES.find((q) => q.id === record.id);
+    const p = [...PAUSES, ...LINE_END_PAUSES].find((q) => q.id === record.id);
     const end = i + 1 < pauses.length ? pauses[i + 1].started : Infinity;
     const answers = events.filter((e) => e.language === record.language && e.time * 1000 >= started && e.time * 1000 < end);
     record.answers = answers.length;
@@ -460,7 +501,7 @@ const median = (xs) => {
 function pauseTable(records) {
   const cell = (v) => (v === null || v === undefined ? '' : String(v).replace(/\|/g, '\\|').replace(/\n/g, '⏎'));
   const rows = records.map((r, i) => [i + 1, r.id, r.kind, `\`${cell(r.typed)}\``, r.shown ? 'yes' : 'no', r.ms ?? '',
-    r.shown ? `\`${cell(r.line ?? r.ghost)}\`` : '', r.pastBracket === undefined ? '' : r.pastBracket ? 'yes' : 'no', r.reason ?? '']);
+    r.shown ? `\`${cell(r.kind === 'line-end' ? `${r.line ?? r.typed}\n${r.below ?? r.ghost}` : r.line ?? r.ghost)}\`` : '', r.pastBracket === undefined ? '' : r.pastBracket ? 'yes' : 'no', r.reason ?? '']);
   return ['| # | case | kind | typed | ghost text | ms | line drawn | past the bracket | why empty |', '|---|---|---|---|---|---|---|---|---|',
     ...rows.map((row) => `| ${row.join(' | ')} |`)].join('\n');
 }
@@ -476,7 +517,7 @@ async function main() {
   const extDir = path.join(WORK, 'extensions');
   const folder = path.join(WORK, 'project');
   fs.mkdirSync(folder, { recursive: true });
-  for (const c of [...PAUSES, SUGGEST, ...Object.values(QUIET)]) fs.writeFileSync(path.join(folder, c.file), c.context + (c.after || ''));
+  for (const c of [...PAUSES, ...LINE_END_PAUSES, SUGGEST, ...Object.values(QUIET)]) fs.writeFileSync(path.join(folder, c.file), c.context + (c.after || ''));
   fs.mkdirSync(path.join(folder, '.venv', 'bin'), { recursive: true });
   fs.symlinkSync(SPECDEC, path.join(folder, '.venv', 'bin', 'specdec'));
   writeSettings(userDir);
@@ -519,19 +560,36 @@ async function main() {
         await page.keyboard.press('Escape');
       }
     }
+    const lineEnds = [];
+    let lineEndAccepted = null;
+    for (const p of LINE_END_PAUSES) {
+      const pause = await runPause(page, folder, p, shots);
+      lineEnds.push(pause);
+      if (pause.record.shown && !lineEndAccepted) lineEndAccepted = await acceptLineEnd(page, folder, p, pause.record);
+      else await page.keyboard.press('Escape');
+    }
     // The accept command reaches the server right after the edit, and the last answers' telemetry
     // is written as they finish: give them a moment.
     await page.waitForTimeout(2000);
-    attachAnswers(pauses);
+    attachAnswers([...pauses, ...lineEnds]);
+    const lineEndRecords = lineEnds.map((p) => p.record);
+    if (lineEndAccepted) {
+      // the server's text, first answer shown in that pause (telemetry, text opt-in)
+      lineEndAccepted.sent = lineEndRecords.find((r) => r.id === lineEndAccepted.id).answer;
+      if (lineEndAccepted.text !== lineEndAccepted.sent) {
+        throw new Error(`${lineEndAccepted.id}: Tab inserted ${JSON.stringify(lineEndAccepted.text)}, the server sent ${JSON.stringify(lineEndAccepted.sent)}`);
+      }
+    }
     const records = pauses.map((p) => p.record);
     const measured = records.filter((r) => r.shown).map((r) => r.ms);
     const statusText = plain(await status.innerText());
     const latency = { statusBar: statusText, statusMs: statusLatencyMs(statusText), measuredP50Ms: median(measured) };
     latency.ratio = latency.statusMs && latency.measuredP50Ms ? Number((latency.statusMs / latency.measuredP50Ms).toFixed(2)) : null;
-    const table = pauseTable(records);
-    const report = { shown: measured.length, of: records.length, latency, table, pauses: records, accepted };
+    const table = pauseTable([...records, ...lineEndRecords]);
+    const lineEnd = { shown: lineEndRecords.filter((r) => r.shown).length, of: lineEndRecords.length, pauses: lineEndRecords, accepted: lineEndAccepted };
+    const report = { shown: measured.length, of: records.length, latency, table, pauses: records, accepted, lineEnd };
     fs.writeFileSync(path.join(WORK, 'pauses.json'), JSON.stringify(report, null, 2));
-    log(`pauses: ghost text at ${measured.length} of ${records.length}\n${table}`);
+    log(`pauses: ghost text at ${measured.length} of ${records.length}; line-end at ${lineEnd.shown} of ${lineEnd.of}\n${table}`);
     log(`status bar ${JSON.stringify(statusText)}: ${latency.statusMs} ms; keystroke to ghost text p50 ${latency.measuredP50Ms} ms; ratio ${latency.ratio}`);
 
     // The suggest widget's path: Ctrl+Space asks the server (textDocument/completion), as quick
@@ -558,7 +616,7 @@ async function main() {
     if (found !== 'the workspace .venv') throw new Error(`the server was found through ${found}, not the workspace .venv`);
     fs.writeFileSync(
       path.join(WORK, 'result.json'),
-      JSON.stringify({ cases: accepted, status: finalStatus, requests, serverInfoLines: serverInfo, found, ...gating }, null, 2),
+      JSON.stringify({ cases: accepted, lineEndAccepted, status: finalStatus, requests, serverInfoLines: serverInfo, found, ...gating }, null, 2),
     );
     log('all steps done');
   } catch (e) {
