@@ -14,27 +14,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+from editor_support import ARTIFACTS, REPO, TIMEOUT_S, VSIX, run_node, save_artifacts
 
-REPO = Path(__file__).resolve().parents[2]
 SPECDEC = REPO / ".venv" / "bin" / "specdec"
-VSIX = REPO / "clients" / "vscode" / "specdec-vscode.vsix"
-CACHE = Path(os.environ.get("SPECDEC_EDITORS_CACHE", Path.home() / ".cache" / "specdec-editors"))
-ARTIFACTS = Path(os.environ.get("SPECDEC_EDITOR_ARTIFACTS", REPO / "out" / "editor-tests"))
-# Loading the models (the first use converts the GGUF, ~90 s) plus decoding on a shared CPU.
-TIMEOUT_S = 1200
-
-
-@pytest.fixture(scope="session")
-def editors() -> dict[str, str]:
-    env_file = CACHE / "editors.env"
-    if not env_file.exists():
-        pytest.fail(f"{env_file} is missing: run clients/tests/setup-editors.sh first")
-    return dict(line.split("=", 1) for line in env_file.read_text().split())
 
 
 def accepted_events(events_path: Path) -> list[dict]:
@@ -63,38 +49,11 @@ def check_accepted(work: Path, cases: list[dict], languages: list[str]) -> None:
         assert matches[0]["source"] == "editor"
 
 
-def save_artifacts(name: str, work: Path, output: str) -> Path:
-    dest = ARTIFACTS / name
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    (dest / "output.txt").write_text(output)
-    for f in work.glob("*"):
-        if f.is_file() and f.suffix in (".log", ".txt", ".png", ".jsonl", ".json"):
-            shutil.copy(f, dest)
-    return dest
-
-
 def run_driver(name: str, cmd: list[str], env: dict[str, str], work: Path) -> dict | list:
-    # Its own process group, so a timeout also ends the editor, browser and server it started.
-    proc = subprocess.Popen(
-        cmd,
-        cwd=REPO,
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        output += f"\n{name}: timed out after {TIMEOUT_S} s"
-    print(output)
-    if proc.returncode != 0:
+    returncode, output = run_node(name, cmd, env)
+    if returncode != 0:
         dest = save_artifacts(name, work, output)
-        pytest.fail(f"{name} failed (exit {proc.returncode}); artifacts in {dest}\n{output[-4000:]}")
+        pytest.fail(f"{name} failed (exit {returncode}); artifacts in {dest}\n{output[-4000:]}")
     return json.loads((work / "result.json").read_text())
 
 

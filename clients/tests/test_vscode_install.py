@@ -13,44 +13,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-from pathlib import Path
 
 import pytest
+from editor_support import TIMEOUT_S, VSIX, run_node, save_artifacts
 
-REPO = Path(__file__).resolve().parents[2]
-VSIX = REPO / "clients" / "vscode" / "specdec-vscode.vsix"
-CACHE = Path(os.environ.get("SPECDEC_EDITORS_CACHE", Path.home() / ".cache" / "specdec-editors"))
-ARTIFACTS = Path(os.environ.get("SPECDEC_EDITOR_ARTIFACTS", REPO / "out" / "editor-tests"))
-TIMEOUT_S = 1200
 # Issue 43's target for the click on "Set up specdec" to the first ghost text, on the 2-core Xeon.
 TARGET_S = 180
-
-
-@pytest.fixture(scope="session")
-def editors() -> dict[str, str]:
-    env_file = CACHE / "editors.env"
-    if not env_file.exists():
-        pytest.fail(f"{env_file} is missing: run clients/tests/setup-editors.sh first")
-    return dict(line.split("=", 1) for line in env_file.read_text().split())
-
-
-def save_artifacts(work: Path, output: str) -> Path:
-    dest = ARTIFACTS / "vscode-install"
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    (dest / "output.txt").write_text(output)
-    for f in work.glob("*"):
-        if f.is_file() and f.suffix in (".log", ".png", ".json"):
-            shutil.copy(f, dest)
-    return dest
 
 
 def test_vscode_sets_up_server(editors, tmp_path):
     assert VSIX.exists(), f"{VSIX} is missing: run `npm run package` in clients/vscode"
     env = {
-        **os.environ,
         "CODE_SERVER": editors["CODE_SERVER"],
         "VSIX": str(VSIX),
         "WORK": str(tmp_path),
@@ -60,20 +34,10 @@ def test_vscode_sets_up_server(editors, tmp_path):
     if os.environ.get("SPECDEC_SETUP_SCREENSHOT_DIR"):
         env["SCREENSHOT_DIR"] = os.environ["SPECDEC_SETUP_SCREENSHOT_DIR"]
     cmd = [f"{editors['NODE24']}/bin/node", "clients/tests/vscode_install_test.mjs"]
-    # Its own process group, so a timeout also ends the editor, browser, pip and server it started.
-    proc = subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        output += f"\nvscode-install: timed out after {TIMEOUT_S} s"
-    print(output)
-    dest = save_artifacts(tmp_path, output)
-    if proc.returncode != 0:
-        pytest.fail(f"the driver failed (exit {proc.returncode}); artifacts in {dest}\n{output[-4000:]}")
+    returncode, output = run_node("vscode-install", cmd, env)
+    dest = save_artifacts("vscode-install", tmp_path, output)
+    if returncode != 0:
+        pytest.fail(f"the driver failed (exit {returncode}); artifacts in {dest}\n{output[-4000:]}")
     result = json.loads((tmp_path / "install.json").read_text())
     parts = ", ".join(f"{k} {v}" for k, v in result["parts"].items())
     print(f"click to ghost text: {result['clickToGhostS']} s ({parts}); {dest / 'install.json'}")

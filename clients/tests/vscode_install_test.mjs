@@ -14,21 +14,18 @@
 // SCREENSHOT_DIR (optional: vscode-setup-progress.png, the setup's progress notification, and
 // vscode-setup-ghost-text.png, the first ghost text), TIMEOUT_MS (optional: the longest wait for the
 // setup and the model load together).
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
+import {
+  GHOST, QUIET_WORKBENCH, SUGGEST_WIDGET, channelFile, freePort, installExtension, launchBrowser, openFile, plain, requireEnv,
+  startCodeServer, writeSettings,
+} from './code_server.mjs';
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set`);
-  return value;
-};
-const CODE_SERVER = env('CODE_SERVER');
-const VSIX = env('VSIX');
-const WORK = env('WORK');
+const CODE_SERVER = requireEnv('CODE_SERVER');
+const VSIX = requireEnv('VSIX');
+const WORK = requireEnv('WORK');
 const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR;
 const TIMEOUT_MS = Number(process.env.TIMEOUT_MS || 900_000);
 // The file typed in: the prefix ends mid-line, where the model has something to add.
@@ -37,40 +34,8 @@ const KEY_DELAY_MS = 80;
 // How long one typing of the prefix waits for ghost text before it is typed again (a new request).
 const GHOST_WAIT_MS = 30_000;
 const GHOST_TRIES = 3;
-const GHOST = '.editor-group-container.active [class*="ghost-text"]';
-const SUGGEST_WIDGET = '.editor-group-container.active .suggest-widget.visible';
 
 const log = (msg) => console.error(`[vscode-install] ${msg}`);
-const plain = (s) => s.replace(/\u00a0/g, ' ');
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-    server.on('error', reject);
-  });
-}
-
-// No specdec setting at all: only the workbench's first-run distractions are turned off.
-function writeSettings(userDir) {
-  const user = {
-    'workbench.startupEditor': 'none',
-    'workbench.tips.enabled': false,
-    'workbench.secondarySideBar.defaultVisibility': 'hidden',
-    'chat.disableAIFeatures': true,
-    'security.workspace.trust.enabled': false,
-    'telemetry.telemetryLevel': 'off',
-    'extensions.autoCheckUpdates': false,
-    'extensions.autoUpdate': false,
-    'extensions.ignoreRecommendations': true,
-    'update.mode': 'none',
-  };
-  fs.mkdirSync(path.join(userDir, 'User'), { recursive: true });
-  fs.writeFileSync(path.join(userDir, 'User', 'settings.json'), JSON.stringify(user, null, 2));
-}
 
 // PATH as a new user has it: no folder with a specdec in it, and no pyenv (the Python found is the
 // system's, which on Debian is externally managed). VS Code also reads the login shell's environment,
@@ -81,11 +46,8 @@ function userPath() {
     .join(path.delimiter);
 }
 
-async function startCodeServer(port, userDir, extDir, folder) {
-  const args = [
-    '--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--disable-telemetry', '--disable-update-check',
-    '--disable-workspace-trust', '--config', path.join(WORK, 'code-server.yaml'), '--user-data-dir', userDir, '--extensions-dir', extDir, folder,
-  ];
+// code-server's environment: a fresh HOME, a user's PATH, a cold model cache and no caches of this machine.
+function userEnv() {
   const home = path.join(WORK, 'home');
   fs.mkdirSync(home, { recursive: true });
   const childEnv = {
@@ -95,46 +57,14 @@ async function startCodeServer(port, userDir, extDir, folder) {
     SPECDEC_CACHE: path.join(WORK, 'specdec-cache'), // cold: the GGUF is converted on first use
   };
   for (const name of ['XDG_CACHE_HOME', 'XDG_CONFIG_HOME', 'XDG_DATA_HOME', 'PIP_CACHE_DIR']) delete childEnv[name];
-  const proc = spawn(CODE_SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv });
-  const out = fs.createWriteStream(path.join(WORK, 'code-server.log'));
-  proc.stdout.pipe(out);
-  proc.stderr.pipe(out);
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('code-server did not start in 120 s')), 120_000);
-    const onData = (chunk) => {
-      if (String(chunk).includes('HTTP server listening')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    proc.stdout.on('data', onData);
-    proc.stderr.on('data', onData);
-    proc.on('exit', (code) => reject(new Error(`code-server exited with ${code}`)));
-  });
-  return proc;
+  return childEnv;
 }
 
-async function openFile(page, name) {
-  await page.keyboard.press('Control+P');
-  const input = page.locator('.quick-input-widget input');
-  await input.waitFor({ state: 'visible' });
-  await input.fill(name);
-  await page.locator('.quick-input-list .monaco-list-row', { hasText: name }).first().waitFor({ timeout: 30_000 });
-  await page.keyboard.press('Enter');
-  await page.locator(`.tab.active[aria-label*="${name}"], .tab.active:has-text("${name}")`).first().waitFor();
-  await page.locator('.editor-group-container.active .monaco-editor textarea').first().waitFor({ state: 'attached' });
-}
-
-// The "specdec" output channel's log file (with VS Code's timestamps), under the profile's logs.
-function channelFile() {
-  const logs = path.join(WORK, 'user', 'logs');
-  if (!fs.existsSync(logs)) return undefined;
-  const found = fs.readdirSync(logs, { recursive: true }).map(String).filter((f) => path.basename(f) === 'specdec.log');
-  return found.length ? path.join(logs, found.sort().at(-1)) : undefined;
-}
+// The "specdec" output channel's log file (with VS Code's timestamps).
+const specdecChannel = () => channelFile(path.join(WORK, 'user'), /^specdec\.log$/);
 
 function saveLogs() {
-  const file = channelFile();
+  const file = specdecChannel();
   if (file) fs.copyFileSync(file, path.join(WORK, 'specdec-channel.log'));
 }
 
@@ -160,21 +90,13 @@ async function main() {
   const folder = path.join(WORK, 'project');
   fs.mkdirSync(folder, { recursive: true });
   fs.writeFileSync(path.join(folder, FILE.name), FILE.context + FILE.after);
-  writeSettings(userDir);
+  writeSettings(userDir, { User: QUIET_WORKBENCH }); // no specdec setting at all
   log('installing the extension');
-  execFileSync(CODE_SERVER, ['--config', path.join(WORK, 'code-server.yaml'), '--user-data-dir', userDir, '--extensions-dir', extDir, '--install-extension', VSIX],
-    { stdio: 'inherit' });
+  installExtension(CODE_SERVER, WORK, userDir, extDir, VSIX);
 
   const port = await freePort();
-  const server = await startCodeServer(port, userDir, extDir, folder);
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
-  const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
-  page.setDefaultTimeout(60_000);
+  const server = await startCodeServer(CODE_SERVER, WORK, { port, userDir, extDir, folder, env: userEnv() });
+  const { browser, page } = await launchBrowser();
   let failed = false;
   try {
     await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(folder)}`);
@@ -243,7 +165,7 @@ async function main() {
     if (SCREENSHOT_DIR) await page.screenshot({ path: path.join(SCREENSHOT_DIR, 'vscode-setup-ghost-text.png') });
 
     saveLogs();
-    const lines = fs.readFileSync(channelFile() ?? '/dev/null', 'utf8').split('\n');
+    const lines = fs.readFileSync(specdecChannel() ?? '/dev/null', 'utf8').split('\n');
     const found = /found through ([^)]*)\)/.exec(lines.find((l) => l.includes('found through')) ?? '')?.[1] ?? null;
     const at = {
       venv: loggedAt(lines, /\[setup\] .* -m venv /),

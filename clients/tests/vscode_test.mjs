@@ -21,21 +21,17 @@
 // text), SCREENSHOT_DIR (optional: vscode-bracket-python.png and vscode-bracket-rust.png, the
 // accepted bracket cases' ghost text before Tab), TIMEOUT_MS (optional: the
 // longest wait for the models to load).
-import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
+import {
+  GHOST, QUIET_WORKBENCH, SUGGEST_WIDGET, channelFile as profileLog, freePort, installExtension, launchBrowser, openFile, plain,
+  requireEnv, startCodeServer, writeSettings,
+} from './code_server.mjs';
 
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set`);
-  return value;
-};
-const CODE_SERVER = env('CODE_SERVER');
-const VSIX = env('VSIX');
-const SPECDEC = env('SPECDEC');
-const WORK = env('WORK');
+const CODE_SERVER = requireEnv('CODE_SERVER');
+const VSIX = requireEnv('VSIX');
+const SPECDEC = requireEnv('SPECDEC');
+const WORK = requireEnv('WORK');
 const SCREENSHOT = process.env.SCREENSHOT;
 const SCREENSHOT_DIR = process.env.SCREENSHOT_DIR;
 const TIMEOUT_MS = Number(process.env.TIMEOUT_MS || 600_000);
@@ -92,18 +88,7 @@ const QUIET_MS = 5000;
 
 const log = (msg) => console.error(`[vscode] ${msg}`);
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-    server.on('error', reject);
-  });
-}
-
-function writeSettings(userDir) {
+function settings() {
   // code-server is a remote-style host: machine-scoped settings (the server's arguments) are read
   // from the Machine settings, as a user sets them under "Remote" in the settings editor. No
   // specdec.server.command: the extension finds the server in the workspace's .venv (main()).
@@ -117,61 +102,15 @@ function writeSettings(userDir) {
     'specdec.telemetry.path': path.join(WORK, 'events.jsonl'),
     'specdec.telemetry.includeText': true,
     'specdec.trace.server': 'messages',
-    'workbench.startupEditor': 'none',
-    'workbench.tips.enabled': false,
-    'workbench.secondarySideBar.defaultVisibility': 'hidden',
-    'chat.disableAIFeatures': true,
-    'security.workspace.trust.enabled': false,
-    'telemetry.telemetryLevel': 'off',
-    'extensions.autoCheckUpdates': false,
-    'extensions.autoUpdate': false,
-    'extensions.ignoreRecommendations': true,
-    'update.mode': 'none',
+    ...QUIET_WORKBENCH,
   };
-  for (const [dir, settings] of [['Machine', machine], ['User', user]]) {
-    fs.mkdirSync(path.join(userDir, dir), { recursive: true });
-    fs.writeFileSync(path.join(userDir, dir, 'settings.json'), JSON.stringify(settings, null, 2));
-  }
+  return { Machine: machine, User: user };
 }
 
-async function startCodeServer(port, userDir, extDir, folder) {
-  const args = [
-    '--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--disable-telemetry', '--disable-update-check',
-    '--disable-workspace-trust', '--config', path.join(WORK, 'code-server.yaml'), '--user-data-dir', userDir, '--extensions-dir', extDir, folder,
-  ];
-  // Without a specdec on PATH, so that the extension must find the workspace's .venv/bin/specdec.
+// Without a specdec on PATH, so that the extension must find the workspace's .venv/bin/specdec.
+function withoutSpecdec() {
   const PATH = process.env.PATH.split(path.delimiter).filter((d) => !fs.existsSync(path.join(d, 'specdec'))).join(path.delimiter);
-  const proc = spawn(CODE_SERVER, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, PATH } });
-  const out = fs.createWriteStream(path.join(WORK, 'code-server.log'));
-  proc.stdout.pipe(out);
-  proc.stderr.pipe(out);
-  await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('code-server did not start in 120 s')), 120_000);
-    const onData = (chunk) => {
-      if (String(chunk).includes('HTTP server listening')) {
-        clearTimeout(timer);
-        resolve();
-      }
-    };
-    proc.stdout.on('data', onData);
-    proc.stderr.on('data', onData);
-    proc.on('exit', (code) => reject(new Error(`code-server exited with ${code}`)));
-  });
-  return proc;
-}
-
-// Line text from the DOM uses U+00A0 for spaces.
-const plain = (s) => s.replace(/\u00a0/g, ' ');
-
-async function openFile(page, name) {
-  await page.keyboard.press('Control+P');
-  const input = page.locator('.quick-input-widget input');
-  await input.waitFor({ state: 'visible' });
-  await input.fill(name);
-  await page.locator('.quick-input-list .monaco-list-row', { hasText: name }).first().waitFor({ timeout: 30_000 });
-  await page.keyboard.press('Enter');
-  await page.locator(`.tab.active[aria-label*="${name}"], .tab.active:has-text("${name}")`).first().waitFor();
-  await page.locator('.editor-group-container.active .monaco-editor textarea').first().waitFor({ state: 'attached' });
+  return { ...process.env, PATH };
 }
 
 async function runCommand(page, title) {
@@ -362,17 +301,10 @@ async function runPause(page, folder, p, shots) {
   }
   return { record, started };
 }
-const GHOST = '.editor-group-container.active [class*="ghost-text"]';
-const SUGGEST_WIDGET = '.editor-group-container.active .suggest-widget.visible';
 
 // The extension's output channels are files under the profile's logs: "specdec" (its log, with the
 // server's stderr) and "specdec LSP trace" (specdec.trace.server).
-function channelFile(pattern) {
-  const logs = path.join(WORK, 'user', 'logs');
-  if (!fs.existsSync(logs)) return undefined;
-  const found = fs.readdirSync(logs, { recursive: true }).map(String).filter((f) => pattern.test(path.basename(f)));
-  return found.length ? path.join(logs, found.sort().at(-1)) : undefined;
-}
+const channelFile = (pattern) => profileLog(path.join(WORK, 'user'), pattern);
 
 // What the client has sent so far, from the LSP trace.
 function traced() {
@@ -520,21 +452,13 @@ async function main() {
   for (const c of [...PAUSES, ...LINE_END_PAUSES, SUGGEST, ...Object.values(QUIET)]) fs.writeFileSync(path.join(folder, c.file), c.context + (c.after || ''));
   fs.mkdirSync(path.join(folder, '.venv', 'bin'), { recursive: true });
   fs.symlinkSync(SPECDEC, path.join(folder, '.venv', 'bin', 'specdec'));
-  writeSettings(userDir);
+  writeSettings(userDir, settings());
   log('installing the extension');
-  execFileSync(CODE_SERVER, ['--config', path.join(WORK, 'code-server.yaml'), '--user-data-dir', userDir, '--extensions-dir', extDir, '--install-extension', VSIX],
-    { stdio: 'inherit' });
+  installExtension(CODE_SERVER, WORK, userDir, extDir, VSIX);
 
   const port = await freePort();
-  const server = await startCodeServer(port, userDir, extDir, folder);
-  const browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
-  const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
-  page.setDefaultTimeout(60_000);
+  const server = await startCodeServer(CODE_SERVER, WORK, { port, userDir, extDir, folder, env: withoutSpecdec() });
+  const { browser, page } = await launchBrowser();
   let failed = false;
   try {
     await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(folder)}`);
