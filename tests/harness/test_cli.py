@@ -24,6 +24,7 @@ NAMES = [
     "corpus",
     "finetune",
     "train-eagle3",
+    "eagle3-gguf",
     "serve",
     "eval",
     "replay",
