@@ -21,6 +21,12 @@ compute, bit for bit, and greedy speculative output stays equal to its own AR. (
 quantization, rejected in docs/benchmarks, scales a whole batch by one activation scale.) On CPUs
 without VNNI, oneDNN adds pairs of 8-bit products in 16 bits and saturates, so weights there keep
 7 bits (`int8_full_range`), and int8 is slower than packed fp32 (docs/benchmarks/README.md, decisions).
+
+`torch._int_mm` reads its weights as they lie. For one row that is a fast pass over them, but from two rows
+on it slows down (the 262k-row head: about 2x at 2 to 5 rows), which is what a verify feeds. A weight big
+enough for that to matter (`PREPACK_MIN_WEIGHTS`: the head) is instead reordered once into oneDNN's blocked
+int8 layout and multiplied by its int8 matmul (`onednn::qlinear_pointwise`), whose cost hardly grows with the
+rows. Both sum integer products exactly in int32, so the two give the same numbers, bit for bit.
 """
 
 from __future__ import annotations
@@ -61,6 +67,16 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
+# Weights (out x in) from which an Int8Linear multiplies on oneDNN's blocked layout: the 262k x 640 head of
+# Gemma-3-270M and a 32k-row EAGLE-3 head; not the layers' products (at most 4096 x 640), where the call's own
+# overhead outweighs the gain.
+PREPACK_MIN_WEIGHTS = 1 << 24
+
+
+def can_prepack_int8() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_prepack")
+
+
 @functools.cache
 def int8_full_range() -> bool:
     """Whether `torch._int_mm` multiplies full-range int8 exactly on this CPU (oneDNN's VNNI and AMX kernels).
@@ -75,14 +91,22 @@ def int8_full_range() -> bool:
 class Int8Linear(torch.nn.Module):
     """int8 weights (a scale per output row) times int8 activations (a scale per input row)."""
 
-    def __init__(self, *linears: torch.nn.Linear):
-        """One linear, or several over the same input fused into one (outputs concatenated)."""
+    def __init__(self, *linears: torch.nn.Linear, prepack: bool | None = None):
+        """One linear, or several over the same input fused into one (outputs concatenated).
+        prepack: multiply on oneDNN's blocked layout; default: for weights of PREPACK_MIN_WEIGHTS or more."""
         super().__init__()
         self.in_features, self.out_features = linears[0].in_features, sum(m.out_features for m in linears)
         weight = torch.cat([m.weight.detach().float() for m in linears])
         levels = 127 if int8_full_range() else 63  # 7 bits where products of 8 would saturate
         scale = weight.abs().amax(dim=1).clamp(min=1e-12) / levels
-        self.weight_t = (weight / scale[:, None]).round().clamp(-levels, levels).to(torch.int8).t()  # [in, out] view
+        weight_int8 = (weight / scale[:, None]).round().clamp(-levels, levels).to(torch.int8)
+        if prepack is None:
+            prepack = weight.numel() >= PREPACK_MIN_WEIGHTS and can_prepack_int8()
+        # one of the two: the [in, out] view _int_mm reads, or oneDNN's blocked copy
+        self.weight_t = None if prepack else weight_int8.t()
+        self.prepacked = torch.ops.onednn.qlinear_prepack(weight_int8, [_ROWS_HINT, self.in_features]) if prepack else None
+        self._unit_scales = weight.new_ones(self.out_features) if prepack else None
+        self._zero_points = torch.zeros(self.out_features, dtype=torch.long) if prepack else None
         self.weight_scale = scale
         biases = [m.bias for m in linears]
         self.bias = (
@@ -96,14 +120,26 @@ class Int8Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).float()
         scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
-        quantized = (rows / scale).round().to(torch.int8)
-        out = torch._int_mm(quantized, self.weight_t).float() * (scale * self.weight_scale)
+        quantized = (rows / scale).round()
+        out = self._int_products(quantized).float() * (scale * self.weight_scale)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
+    def _int_products(self, quantized: torch.Tensor) -> torch.Tensor:
+        """The exact int32 sums of products of int8 activations (as floats, [rows, in]) and weights."""
+        if self.prepacked is None:
+            return torch._int_mm(quantized.to(torch.int8), self.weight_t)
+        # oneDNN's int8 matmul takes unsigned activations: shifted by 128, with 128 as their zero point. With unit
+        # scales its float output is the int32 sums converted to float, as _int_mm's are by .float().
+        return torch.ops.onednn.qlinear_pointwise(
+            (quantized + 128).to(torch.uint8), 1.0, 128, self.prepacked, self._unit_scales, self._zero_points,
+            None, 1.0, 0, torch.float32, "none", [], "",
+        )
+
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row scales"
+        layout = ", oneDNN blocked" if self.prepacked is not None else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row scales{layout}"
 
 
 class PackedGatedMLP(torch.nn.Module):

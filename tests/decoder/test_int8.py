@@ -41,6 +41,29 @@ def test_each_row_is_computed_alone():
             assert torch.equal(layer(x[start : start + rows]), together[start : start + rows])
 
 
+@pytest.mark.skipif(not kernels.can_prepack_int8(), reason="no oneDNN int8 matmul in this torch")
+@pytest.mark.parametrize("full_range", [True, False])
+def test_prepacked_weights_give_the_same_numbers(full_range, monkeypatch):
+    """A big weight (the head) multiplied on oneDNN's blocked layout gives what _int_mm gives, bit for bit and
+    row by row, with 8-bit and with 7-bit weights (CPUs without VNNI); each row still its own."""
+    monkeypatch.setattr(kernels, "int8_full_range", lambda: full_range)
+    linear = torch.nn.Linear(640, 3000, bias=False)
+    plain, prepacked = Int8Linear(linear, prepack=False), Int8Linear(linear, prepack=True)
+    assert plain.prepacked is None and prepacked.weight_t is None
+    x = torch.randn(17, 640) * torch.logspace(-2, 2, 17)[:, None]
+    together = prepacked(x)
+    assert torch.equal(together, plain(x))
+    for rows in (1, 2, 5):
+        for start in range(0, 17 - rows + 1, 4):
+            assert torch.equal(prepacked(x[start : start + rows]), together[start : start + rows])
+
+
+def test_only_big_weights_are_prepacked():
+    big = Int8Linear(torch.nn.Linear(64, kernels.PREPACK_MIN_WEIGHTS // 64, bias=False))
+    small = Int8Linear(torch.nn.Linear(64, 32, bias=False))
+    assert (big.prepacked is not None) == kernels.can_prepack_int8() and small.prepacked is None
+
+
 def int8_pair(model):
     """An int8 copy of `model` and a one-layer draft derived from it, quantized with it."""
     target = copy.deepcopy(model)
