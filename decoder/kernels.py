@@ -118,13 +118,18 @@ class Int8Linear(torch.nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).float()
-        scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127
-        quantized = (rows / scale).round()
-        out = self._int_products(quantized).float() * (scale * self.weight_scale)
+        # A decode step calls this ~110 times and each op costs microseconds of dispatch, so no op runs
+        # that changes nothing (reshapes of 2-d rows, casts of fp32), and the scale is one op, not abs and amax.
+        rows = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        if rows.dtype != torch.float32:
+            rows = rows.float()
+        scale = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True).clamp_(min=1e-12).div_(127)
+        quantized = (rows / scale).round_()
+        out = torch.mul(self._int_products(quantized), scale * self.weight_scale)  # int32 sums promoted to fp32
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        out = out if x.dim() == 2 else out.reshape(*x.shape[:-1], self.out_features)
+        return out if x.dtype == torch.float32 else out.to(x.dtype)
 
     def _int_products(self, quantized: torch.Tensor) -> torch.Tensor:
         """The exact int32 sums of products of int8 activations (as floats, [rows, in]) and weights."""
@@ -172,13 +177,22 @@ class PackedProjections(torch.nn.Module):
         return self.product(x).split(self.sizes, dim=-1)
 
 
-def _fusable_projections(module: torch.nn.Module) -> dict[str, torch.nn.Linear]:
+def _fusable_projections(module: torch.nn.Module, int8: bool) -> dict[str, torch.nn.Linear]:
     """The linears a module names in `fusable_projections`, by name (they read the same input, and its
-    forward uses `projections` once set: an EAGLE-3 draft's q, k and v, drafts/eagle3.py); {} if none."""
-    linears = {name: getattr(module, name, None) for name in getattr(module, "fusable_projections", ())}
+    forward uses `projections` once set: an EAGLE-3 draft's q, k and v, drafts/eagle3.py); {} if none.
+    In int8 also the q, k and v of the attentions lean_forward runs (which then reads `projections`): one
+    activation quantization instead of three, and the same numbers, since each output row has its own scale."""
+    names = getattr(module, "fusable_projections", ())
+    if not names and int8 and type(module).__name__ in _LEAN_ATTENTIONS:
+        names = ("q_proj", "k_proj", "v_proj")
+    linears = {name: getattr(module, name, None) for name in names}
     if not linears or not all(isinstance(m, torch.nn.Linear) for m in linears.values()):
         return {}
     return cast(dict[str, torch.nn.Linear], linears)
+
+
+# the attention modules of the models decoder/lean_forward.py runs: int8 needs that forward (loader.use_cpu_kernels)
+_LEAN_ATTENTIONS = {"LlamaAttention", "Gemma3Attention"}
 
 
 def _is_gated_mlp(module: torch.nn.Module) -> bool:
@@ -235,7 +249,7 @@ def pack_linear_weights(*models, int8: bool = False) -> int:
                     packed[id(child)] = (child, linear(child))
                     replaced += 1
                 else:
-                    if fused := _fusable_projections(child):
+                    if fused := _fusable_projections(child, int8):
                         child.projections = PackedProjections(list(fused.values()), linear)
                         for projection in fused:
                             delattr(child, projection)

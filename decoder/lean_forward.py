@@ -182,9 +182,12 @@ def _attention(
 ) -> torch.Tensor:
     """mask: [T, end] for a batched feed, None for one row, EACH_ROW (attend_row_by_row)."""
     rows, head_dim = h.shape[0], attention.head_dim
-    q = attention.q_proj(h).view(rows, -1, head_dim)
-    k = attention.k_proj(h).view(rows, -1, head_dim)
-    v = attention.v_proj(h).view(rows, -1, head_dim)
+    if (projections := getattr(attention, "projections", None)) is not None:  # q, k and v as one product (int8)
+        q, k, v = (p.view(rows, -1, head_dim) for p in projections(h))
+    else:
+        q = attention.q_proj(h).view(rows, -1, head_dim)
+        k = attention.k_proj(h).view(rows, -1, head_dim)
+        v = attention.v_proj(h).view(rows, -1, head_dim)
     if hasattr(attention, "q_norm"):  # Gemma-3 normalizes each head's queries and keys
         q, k = _rms(attention.q_norm, q, True), _rms(attention.k_norm, k, True)
     q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)

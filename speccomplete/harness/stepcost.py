@@ -14,6 +14,11 @@ row (`eagle3_4_ms`; `eagle3_4_c` per token). Its weights are packed or quantized
 in the same call, as the decoder's loader does (decoder/loader.py, use_cpu_kernels). On a busy
 machine the fastest passes (`fastest_ms` in the JSON, printed under the table) are the better
 estimate, since other jobs only ever add time.
+
+`--profile`: where a target pass's time goes, by torch.profiler. For each weights row, a one-token step and
+a verify of the widest width are run under the profiler, and the table gives each top-level operator's calls
+and ms a pass (its children included: an `aten::rms_norm` counts the ops inside it), the weight products
+(`_int_mm`, oneDNN's linears) summed apart from everything else.
 """
 
 from __future__ import annotations
@@ -137,6 +142,64 @@ def step_costs(
     return row
 
 
+# the top-level operators that multiply by a layer's weights: what a pass at the memory bound would be made of
+WEIGHT_PRODUCTS = (
+    "aten::_int_mm",
+    "onednn::qlinear_pointwise",
+    "mkldnn::_linear_pointwise",
+    "aten::linear",
+    "aten::addmm",
+    "aten::mm",
+)
+
+
+@torch.inference_mode()
+def profile_passes(model, prompt: list[int], widths=(1, 5), repeats: int = 10) -> dict[int, dict]:
+    """For each width, the top-level operators of a target pass under torch.profiler: {width: {"ms": wall ms a
+    pass, "ops": {name: (calls, ms) a pass}, "products_ms": ..., "other_ms": ..., "other_calls": ...}}."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cache = _prefilled(model, prompt)
+    report = {}
+    for width in widths:
+        run = _target_pass(model, cache, prompt[-width:])
+        run()
+        start = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU]) as profiler:
+            for _ in range(repeats):
+                run()
+        wall = (time.perf_counter() - start) * 1000 / repeats
+        ops: dict[str, list[float]] = {}
+        for event in profiler.events():
+            if event.cpu_parent is None:  # top level: children are inside its time
+                calls_ms = ops.setdefault(event.name, [0, 0.0])
+                calls_ms[0] += 1
+                calls_ms[1] += event.cpu_time_total / 1000
+        per_pass = {name: (calls / repeats, ms / repeats) for name, (calls, ms) in ops.items()}
+        products = [v for name, v in per_pass.items() if name in WEIGHT_PRODUCTS]
+        others = [v for name, v in per_pass.items() if name not in WEIGHT_PRODUCTS]
+        report[width] = {
+            "ms": wall,
+            "ops": dict(sorted(per_pass.items(), key=lambda item: -item[1][1])),
+            "products_ms": sum(ms for _, ms in products),
+            "other_ms": sum(ms for _, ms in others),
+            "other_calls": sum(calls for calls, _ in others),
+        }
+    return report
+
+
+def print_profile(name: str, report: dict[int, dict], top: int = 12) -> None:
+    for width, row in report.items():
+        print(
+            f"{name}, {width}-token pass under the profiler: {row['ms']:.1f} ms; weight products "
+            f"{row['products_ms']:.1f} ms, everything else {row['other_ms']:.1f} ms in {row['other_calls']:.0f} "
+            "top-level ops"
+        )
+        print(f"  {'operator':<52}{'calls':>7}{'ms':>9}")
+        for op, (calls, ms) in list(row["ops"].items())[:top]:
+            print(f"  {op[:52]:<52}{calls:7.0f}{ms:9.2f}")
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("stepcost", help="median cost of target/draft forward passes by dtype and width")
     p.add_argument("--target", default=DEFAULT_TARGET)
@@ -155,6 +218,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--repeats", type=int, default=15, help="passes of each kind, interleaved; the median is kept")
     p.add_argument("--threads", type=int, help="torch's intra-op threads (default: torch's own, one per core)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile a 1-token step and a verify of the widest width: where their time goes, by operator",
+    )
+    p.add_argument("--widths", default="1,2,3,5,9", help="tokens a target pass feeds, one column each")
     p.add_argument("--json")
     return p
 
@@ -189,9 +258,15 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     prompt_text = open(args.prompt_file, encoding="utf-8").read()
     rows = {}
+    profiles: dict[str, dict] = {}
+    widths = tuple(int(w) for w in args.widths.split(","))
+    if widths[0] != 1:
+        raise SystemExit("--widths: the first width must be 1 (the ratios are to a one-token step)")
 
     def measure(name: str, model, prompt, eagle3, **kwargs) -> None:
-        rows[name] = step_costs(model, prompt, repeats=args.repeats, eagle3=eagle3, **kwargs)
+        rows[name] = step_costs(model, prompt, widths=widths, repeats=args.repeats, eagle3=eagle3, **kwargs)
+        if args.profile and "cache_factory" not in kwargs:
+            profiles[name] = profile_passes(model, prompt, widths=(1, widths[-1]))
 
     for dtype in args.dtypes.split(","):
         model, tokenizer = load_model(args.target, device=args.device, dtype=dtype)
@@ -233,6 +308,8 @@ def run(args: argparse.Namespace) -> int:
         one = fastest["target_1_ms"]
         drafts = [f"{k} {fastest[k]:.3f} ({fastest[k] / one:.3f} of it)" for k in DRAFT_STEPS if k in fastest]
         print(f"{name}, fastest passes: target_1_ms {one:.3f}, " + ", ".join(drafts))
+    for name, report in profiles.items():
+        print_profile(name, report)
     if args.json:
         write_json(
             {
@@ -244,6 +321,7 @@ def run(args: argparse.Namespace) -> int:
                 "repeats": args.repeats,
                 "threads": threads,
                 "weights": rows,
+                "profiles": profiles,
             },
             args.json,
         )
