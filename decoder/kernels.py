@@ -67,7 +67,7 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
-# Weights (out x in) from which an Int8Linear multiplies on oneDNN's blocked layout: the 262k x 640 head of
+# Weights (out x in) from which an Int8Linear multiplies on oneDNN's blocked layout (on VNNI or AMX): the 262k x 640 head of
 # Gemma-3-270M and a 32k-row EAGLE-3 head; not the layers' products (at most 4096 x 640), where the call's own
 # overhead outweighs the gain.
 PREPACK_MIN_WEIGHTS = 1 << 24
@@ -101,7 +101,8 @@ class Int8Linear(torch.nn.Module):
         scale = weight.abs().amax(dim=1).clamp(min=1e-12) / levels
         weight_int8 = (weight / scale[:, None]).round().clamp(-levels, levels).to(torch.int8)
         if prepack is None:
-            prepack = weight.numel() >= PREPACK_MIN_WEIGHTS and can_prepack_int8()
+            # without VNNI oneDNN's blocked int8 matmul took 2-6x _int_mm's time (under ONEDNN_MAX_CPU_ISA=AVX2)
+            prepack = weight.numel() >= PREPACK_MIN_WEIGHTS and can_prepack_int8() and int8_full_range()
         # one of the two: the [in, out] view _int_mm reads, or oneDNN's blocked copy
         self.weight_t = None if prepack else weight_int8.t()
         self.prepacked = torch.ops.onednn.qlinear_prepack(weight_int8, [_ROWS_HINT, self.in_features]) if prepack else None

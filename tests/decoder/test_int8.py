@@ -58,10 +58,12 @@ def test_prepacked_weights_give_the_same_numbers(full_range, monkeypatch):
             assert torch.equal(prepacked(x[start : start + rows]), together[start : start + rows])
 
 
-def test_only_big_weights_are_prepacked():
+@pytest.mark.parametrize("full_range", [True, False])
+def test_only_big_weights_are_prepacked_and_only_with_vnni(full_range, monkeypatch):
+    monkeypatch.setattr(kernels, "int8_full_range", lambda: full_range)
     big = Int8Linear(torch.nn.Linear(64, kernels.PREPACK_MIN_WEIGHTS // 64, bias=False))
     small = Int8Linear(torch.nn.Linear(64, 32, bias=False))
-    assert (big.prepacked is not None) == kernels.can_prepack_int8() and small.prepacked is None
+    assert (big.prepacked is not None) == (kernels.can_prepack_int8() and full_range) and small.prepacked is None
 
 
 def int8_pair(model):
