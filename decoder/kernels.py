@@ -67,9 +67,9 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
-# Weights (out x in) from which an Int8Linear multiplies on oneDNN's blocked layout (on VNNI or AMX): the 262k x 640 head of
-# Gemma-3-270M and a 32k-row EAGLE-3 head; not the layers' products (at most 4096 x 640), where the call's own
-# overhead outweighs the gain.
+# Weights (out x in) from which an Int8Linear multiplies on oneDNN's blocked layout (on VNNI or AMX): the
+# 262k x 640 head of Gemma-3-270M and a 32k-row EAGLE-3 head; not the layers' products (at most 4096 x 640),
+# where the call's own overhead outweighs the gain.
 PREPACK_MIN_WEIGHTS = 1 << 24
 
 
@@ -101,11 +101,13 @@ class Int8Linear(torch.nn.Module):
         scale = weight.abs().amax(dim=1).clamp(min=1e-12) / levels
         weight_int8 = (weight / scale[:, None]).round().clamp(-levels, levels).to(torch.int8)
         if prepack is None:
-            # without VNNI oneDNN's blocked int8 matmul took 2-6x _int_mm's time (under ONEDNN_MAX_CPU_ISA=AVX2)
+            # without VNNI oneDNN's blocked int8 matmul took 1.2-5.7x _int_mm's time (under ONEDNN_MAX_CPU_ISA=AVX2)
             prepack = weight.numel() >= PREPACK_MIN_WEIGHTS and can_prepack_int8() and int8_full_range()
         # one of the two: the [in, out] view _int_mm reads, or oneDNN's blocked copy
         self.weight_t = None if prepack else weight_int8.t()
-        self.prepacked = torch.ops.onednn.qlinear_prepack(weight_int8, [_ROWS_HINT, self.in_features]) if prepack else None
+        self.prepacked = (
+            torch.ops.onednn.qlinear_prepack(weight_int8, [_ROWS_HINT, self.in_features]) if prepack else None
+        )
         self._unit_scales = weight.new_ones(self.out_features) if prepack else None
         self._zero_points = torch.zeros(self.out_features, dtype=torch.long) if prepack else None
         self.weight_scale = scale
@@ -134,13 +136,24 @@ class Int8Linear(torch.nn.Module):
 
     def _int_products(self, quantized: torch.Tensor) -> torch.Tensor:
         """The exact int32 sums of products of int8 activations (as floats, [rows, in]) and weights."""
-        if self.prepacked is None:
+        if self.weight_t is not None:
             return torch._int_mm(quantized.to(torch.int8), self.weight_t)
         # oneDNN's int8 matmul takes unsigned activations: shifted by 128, with 128 as their zero point. With unit
         # scales its float output is the int32 sums converted to float, as _int_mm's are by .float().
         return torch.ops.onednn.qlinear_pointwise(
-            (quantized + 128).to(torch.uint8), 1.0, 128, self.prepacked, self._unit_scales, self._zero_points,
-            None, 1.0, 0, torch.float32, "none", [], "",
+            (quantized + 128).to(torch.uint8),
+            1.0,
+            128,
+            self.prepacked,
+            self._unit_scales,
+            self._zero_points,
+            None,
+            1.0,
+            0,
+            torch.float32,
+            "none",
+            [],
+            "",
         )
 
     def extra_repr(self) -> str:
