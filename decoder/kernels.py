@@ -20,7 +20,8 @@ Each input row's result depends on that row alone, so a k-row verify computes wh
 compute, bit for bit, and greedy speculative output stays equal to its own AR. (fbgemm's dynamic
 quantization, rejected in docs/benchmarks, scales a whole batch by one activation scale.) On CPUs
 without VNNI, oneDNN adds pairs of 8-bit products in 16 bits and saturates, so weights there keep
-7 bits (`int8_full_range`), and int8 is slower than packed fp32 (docs/benchmarks/README.md, decisions).
+7 bits (`int8_full_range`), and int8 gains too little over packed fp32 to be the default
+(docs/benchmarks/README.md, decisions).
 
 `torch._int_mm` reads its weights as they lie. For one row that is a fast pass over them, but from two rows
 on it slows down (the 262k-row head: about 2x at 2 to 5 rows), which is what a verify feeds. A weight big
