@@ -1,0 +1,1 @@
+"""Helpers shared by several test folders (tiny model builders beyond conftest's)."""
