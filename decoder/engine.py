@@ -140,6 +140,8 @@ class SpeculativeDecoder:
         limits = [w for w in (context_window(target.config), self.steps.capacity) if w]
         self.window = min(limits) if limits else None
         self.idle_cores = IdleCores() if target.device.type == "cpu" else None
+        # per tuple of stop strings: whether a token's own text holds one (_through_stop)
+        self._stops_in: dict[tuple[str, ...], dict[int, bool]] = {}
 
     def encode(self, prompt: str) -> list[int]:
         return self.tokenizer(prompt, add_special_tokens=True)["input_ids"]
@@ -277,6 +279,7 @@ class SpeculativeDecoder:
             if self.drafter is not None
             else Proposal([], None)
         )
+        proposal = self._through_stop(proposal, opts.stop_strings)
         t1 = time.perf_counter()
         k = len(proposal.tokens)
         # Verify: the last committed token plus k drafts, one forward pass, k+1 rows of logits.
@@ -320,6 +323,27 @@ class SpeculativeDecoder:
         stats.verify_ms += _ms(t1)
         stats.record_round(k, n, proposal.lookup)
         return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
+
+    def _through_stop(self, proposal: Proposal, stop_strings: tuple[str, ...]) -> Proposal:
+        """The proposal up to its first draft whose own text holds a stop string: the generation ends
+        there if it is accepted, so later drafts would be verify rows for nothing (a lookup's copy
+        runs past a single-line completion's line end). A shorter proposal is still lossless."""
+        if not stop_strings or len(proposal.tokens) < 2:
+            return proposal
+        holds = self._stops_in.setdefault(stop_strings, {})
+        for index, token in enumerate(proposal.tokens[:-1]):
+            if token not in holds:
+                text = self.tokenizer.decode([token])
+                holds[token] = any(stop in text for stop in stop_strings if stop)
+            if holds[token]:
+                kept = index + 1
+                return Proposal(
+                    proposal.tokens[:kept],
+                    None if proposal.q is None else proposal.q[:kept],
+                    proposal.lookup,
+                    None if proposal.hidden is None else proposal.hidden[: kept + 1],
+                )
+        return proposal
 
     def fit_prompt(
         self, ids: list[int], max_new_tokens: int, max_prompt_tokens: int | None = None

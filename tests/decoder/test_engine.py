@@ -12,6 +12,7 @@ from transformers import DynamicCache
 
 import speccomplete.decoder.target_steps as target_steps
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
+from speccomplete.decoder.drafts.base import Proposal
 from speccomplete.decoder.engine import SpeculativeDecoder, context_window, eos_ids
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma
 from speccomplete.decoder.kv_cache import forward_logits
@@ -271,6 +272,48 @@ def test_stop_when_predicate(llama, tokenizer, ar_outputs):
         assert g.finish_reason == "predicate" and len(g.text) >= 4, name
         assert g.token_ids == full.token_ids[: len(g.token_ids)]
         assert len(g.token_ids) < 24
+
+
+class _Oracle:
+    """Proposes the target's own greedy continuation, 8 tokens a round, as a lookup would copy it."""
+
+    lookup_tokens = 8
+    target_taps = ()
+    own_modules = ()
+    drafts_on_the_target = False
+
+    def __init__(self, continuation: list[int]):
+        self.continuation = continuation
+        self.prompt_tokens = 0
+
+    def attach(self, steps):
+        pass
+
+    def reset(self, prompt, reused=0):
+        self.prompt_tokens = len(prompt)
+
+    def propose(self, committed, gamma, params, generator, min_confidence=0.0):
+        done = len(committed) - self.prompt_tokens
+        return Proposal(self.continuation[done : done + self.lookup_tokens], None, lookup=True)
+
+    def rollback(self, valid):
+        pass
+
+
+def test_drafts_past_a_stop_string_are_not_verified(llama, tokenizer, ar_outputs):
+    """A draft whose text holds a stop string ends the round's proposal: the generation stops there."""
+    prompt, full = next((p, g) for p, g in ar_outputs.items() if any(32 < b < 127 for b in g.token_ids[1:6]))
+    at = next(i for i in range(1, 6) if 32 < full.token_ids[i] < 127)  # a one-byte token: its text is one character
+    stop = tokenizer.decode([full.token_ids[at]])
+    at = full.token_ids.index(full.token_ids[at])  # its first occurrence
+    spec = SpeculativeDecoder(llama, tokenizer, _Oracle(full.token_ids), FixedGamma(4))
+    g = generate(spec, prompt, max_new_tokens=24, stop_strings=(stop,))
+    assert g.finish_reason == "stop"
+    assert g.text == full.text[: full.text.find(stop)]
+    assert g.stats.drafted == at + 1  # the copy was cut after the stop's token; all of it was accepted
+    assert g.token_ids == full.token_ids[: at + 2]  # the stop's token and the target's one after it
+    unstopped = generate(spec, prompt, max_new_tokens=24)
+    assert unstopped.token_ids == full.token_ids and unstopped.stats.drafted > at + 1
 
 
 def test_stop_string_wins_over_length_in_the_same_round(llama, tokenizer, ar_outputs):
