@@ -39,6 +39,8 @@ from typing import cast
 
 import torch
 
+from . import lean_forward
+
 log = logging.getLogger(__name__)
 
 # The packed layout depends a little on the expected row count; decoding feeds 1 to γ+1 rows.
@@ -192,13 +194,14 @@ class PackedProjections(torch.nn.Module):
         return self.product(x).split(self.sizes, dim=-1)
 
 
-def _fusable_projections(module: torch.nn.Module, int8: bool) -> dict[str, torch.nn.Linear]:
+def _fusable_projections(module: torch.nn.Module, lean_int8: bool) -> dict[str, torch.nn.Linear]:
     """The linears a module names in `fusable_projections`, by name (they read the same input, and its
     forward uses `projections` once set: an EAGLE-3 draft's q, k and v, drafts/eagle3.py); {} if none.
-    In int8 also the q, k and v of the attentions lean_forward runs (which then reads `projections`): one
-    activation quantization instead of three, and the same numbers, since each output row has its own scale."""
+    With `lean_int8` (int8, in a model lean_forward runs) also the q, k and v of its attentions (which that
+    forward then reads from `projections`, and HF's could not): one activation quantization instead of three,
+    and the same numbers, since each output row has its own scale. Biases are concatenated with them."""
     names = getattr(module, "fusable_projections", ())
-    if not names and int8 and type(module).__name__ in _LEAN_ATTENTIONS:
+    if not names and lean_int8 and type(module).__name__ in _LEAN_ATTENTIONS:
         names = ("q_proj", "k_proj", "v_proj")
     linears = {name: getattr(module, name, None) for name in names}
     if not linears or not all(isinstance(m, torch.nn.Linear) for m in linears.values()):
@@ -207,7 +210,16 @@ def _fusable_projections(module: torch.nn.Module, int8: bool) -> dict[str, torch
 
 
 # the attention modules of the models decoder/lean_forward.py runs: int8 needs that forward (loader.use_cpu_kernels)
-_LEAN_ATTENTIONS = {"LlamaAttention", "Gemma3Attention"}
+_LEAN_ATTENTIONS = {
+    "LlamaAttention",
+    "MistralAttention",
+    "Qwen2Attention",
+    "Qwen3Attention",
+    "GemmaAttention",
+    "Gemma2Attention",
+    "Gemma3Attention",
+    "Starcoder2Attention",
+}
 
 
 def _is_gated_mlp(module: torch.nn.Module) -> bool:
@@ -253,7 +265,7 @@ def pack_linear_weights(*models, int8: bool = False) -> int:
     replaced = 0
     linear = Int8Linear if int8 else PackedLinear
 
-    def swap_children(parent: torch.nn.Module) -> None:
+    def swap_children(parent: torch.nn.Module, lean_int8: bool) -> None:
         nonlocal replaced
         for name, child in list(parent.named_children()):
             if id(child) not in packed:
@@ -264,18 +276,19 @@ def pack_linear_weights(*models, int8: bool = False) -> int:
                     packed[id(child)] = (child, linear(child))
                     replaced += 1
                 else:
-                    if fused := _fusable_projections(child, int8):
+                    if fused := _fusable_projections(child, lean_int8):
                         child.projections = PackedProjections(list(fused.values()), linear)
                         for projection in fused:
                             delattr(child, projection)
                         replaced += len(fused)
-                    swap_children(child)
+                    swap_children(child, lean_int8)
                     continue
             setattr(parent, name, packed[id(child)][1])
 
     for model in models:
         if model is not None and (can_int8(model) if int8 else can_pack(model)):
-            swap_children(model)
+            # a model left on HF's forward (a draft of a config lean_forward refuses) keeps q, k and v apart
+            swap_children(model, int8 and lean_forward.supports(model))
     if packed:
         log.info("packed %d linear layers for oneDNN%s", replaced, " in int8" if int8 else "")
     return replaced

@@ -1,4 +1,4 @@
-"""A lean forward pass for Llama and Gemma-3 decoders in fp32, for eager decoding (gpt-fast's model.py in spirit).
+"""A lean forward pass for Llama-like decoders in fp32, for eager decoding (gpt-fast's model.py in spirit).
 
 HF's forward is general, and a decode step pays for that on every call: it builds attention
 masks and rotary embeddings through layers of helpers, each module call goes through hooks and
@@ -9,27 +9,57 @@ feed, and SDPA over grouped keys and values. Its logits equal HF's (tests/test_l
 max |Δ| 0.0 on both packaged models). On the 2-core EPYC of docs/benchmarks a 1-9 token step got
 1.04-1.07x faster on Gemma-3-270M (18 layers) and 1.11-1.28x on SmolLM2-135M (30 layers).
 
+The families it runs (`_FAMILIES`) differ in a few facts, each read from one table (`_Family`) or from the
+modules themselves: the kind of norm, Gemma's norms after attention and MLP, a sliding window per layer or
+for the whole model, soft-capped attention logits (Gemma 2: attended by hand, since SDPA cannot cap).
+Biases (Qwen2's q, k and v; StarCoder2's everywhere), q and k norms (Qwen3, Gemma-3), the MLP (gated, or
+StarCoder2's plain GELU), Gemma's embedding scale and Gemma 2's final soft-cap are the modules' and the
+head's own (kv_cache.head_logits), called as they are.
+
 Only what it was checked against runs here: fp32, rotary embeddings fixed at load ("default" or
-"linear"), no attention soft-capping, causal attention, and the model's own forward (not replaced
-on the instance, no hooks on it or on the parts it recomputes). Anything else keeps HF's forward.
+"linear"), attention soft-capping only where the family's was checked (Gemma 2), causal attention, and
+the model's own forward (not replaced on the instance, no hooks on it or on the parts it recomputes).
+Anything else keeps HF's forward.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import cast
+from dataclasses import dataclass
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache
 
-_FAMILIES = {"LlamaModel": "llama", "Gemma3TextModel": "gemma3"}
+
+@dataclass(frozen=True)
+class _Family:
+    """Where a family's layer differs from Llama's, as its modeling file in transformers 5 computes it."""
+
+    norm: Literal["w", "1+w", "layer"] = "w"  # RMS norm times w; times 1 + w (Gemma); LayerNorm with bias
+    sandwich: bool = False  # norms after attention and after the MLP as well (Gemma 2 and 3)
+    window_in_config: bool = False  # every layer slides over config.sliding_window (Mistral, StarCoder2)
+    attention_softcap: bool = False  # attention logits soft-capped as the attention module says (Gemma 2)
+
+
+# the base model's class -> its facts
+_FAMILIES = {
+    "LlamaModel": _Family(),
+    "MistralModel": _Family(window_in_config=True),
+    "Qwen2Model": _Family(),  # a per-layer window (use_sliding_window) is its attention's sliding_window
+    "Qwen3Model": _Family(),
+    "GemmaModel": _Family(norm="1+w"),
+    "Gemma2Model": _Family(norm="1+w", sandwich=True, attention_softcap=True),
+    "Gemma3TextModel": _Family(norm="1+w", sandwich=True),
+    "Starcoder2Model": _Family(norm="layer", window_in_config=True),
+}
 _FIXED_ROPE = {"default", "linear"}
 
 
 def supports(model) -> bool:
-    """Whether `model` (a causal LM) runs on this forward."""
-    family = _FAMILIES.get(type(model.base_model).__name__)
+    """Whether `model` (a causal LM; any other module: False) runs on this forward."""
+    family = _FAMILIES.get(type(getattr(model, "base_model", None)).__name__)
     if family is None or model in _HF_ONLY or model.dtype != torch.float32:
         return False
     if model not in _REPLACED:
@@ -37,7 +67,9 @@ def supports(model) -> bool:
     if any(map(_customized, _REPLACED[model])):
         return False
     config = model.config
-    if getattr(config, "attn_logit_softcapping", None) or getattr(config, "use_bidirectional_attention", False):
+    if getattr(config, "attn_logit_softcapping", None) and not family.attention_softcap:
+        return False
+    if getattr(config, "use_bidirectional_attention", False):
         return False
     rope = model.base_model.rotary_emb.rope_type
     return all(kind in _FIXED_ROPE for kind in (rope.values() if isinstance(rope, dict) else [rope]))
@@ -109,7 +141,7 @@ def lean_hidden(
     the state entering layer k; the number of layers: the final, normed, states),
     as HF's output_hidden_states[k] holds them. An EAGLE-3 draft reads them (drafts/eagle3.py)."""
     base = model.base_model
-    gemma = _FAMILIES[type(base).__name__] == "gemma3"
+    family = _FAMILIES[type(base).__name__]
     rows = input_ids.shape[1]
     start = cache.get_seq_length()
     end = start + rows
@@ -122,29 +154,32 @@ def lean_hidden(
         if index in taps and tapped is not None:
             tapped.append(x)
         attention = layer.self_attn
-        window = getattr(attention, "sliding_window", None)
+        window = getattr(model.config, "sliding_window", None) if family.window_in_config else None
+        window = getattr(attention, "sliding_window", window)
         if rows > 1 and window not in masks:
             masks[window] = _causal_mask(positions, end, window)
-        cos, sin = rotary[getattr(attention, "layer_type", None)]
+        cos, sin = rotary[None] if None in rotary else rotary[attention.layer_type]
         mask = EACH_ROW if row_by_row else masks.get(window)
-        if gemma:  # norms after attention and after the MLP too
-            h = _attention(attention, cache, _rms(layer.input_layernorm, x, gemma), cos, sin, mask, window, end)
-            x = x + _rms(layer.post_attention_layernorm, h, gemma)
-            h = layer.mlp(_rms(layer.pre_feedforward_layernorm, x, gemma))
-            x = x + _rms(layer.post_feedforward_layernorm, h, gemma)
+        h = _attention(attention, cache, _norm(layer.input_layernorm, x, family), cos, sin, mask, window, end, family)
+        if family.sandwich:  # norms after attention and after the MLP too
+            x = x + _norm(layer.post_attention_layernorm, h, family)
+            h = layer.mlp(_norm(layer.pre_feedforward_layernorm, x, family))
+            x = x + _norm(layer.post_feedforward_layernorm, h, family)
         else:
-            x = x + _attention(attention, cache, _rms(layer.input_layernorm, x, gemma), cos, sin, mask, window, end)
-            x = x + layer.mlp(_rms(layer.post_attention_layernorm, x, gemma))
-    x = _rms(base.norm, x, gemma)
+            x = x + h
+            x = x + layer.mlp(_norm(layer.post_attention_layernorm, x, family))
+    x = _norm(base.norm, x, family)
     if len(base.layers) in taps and tapped is not None:
         tapped.append(x)
     return x
 
 
-def _rms(norm, x: torch.Tensor, gemma: bool) -> torch.Tensor:
+def _norm(norm, x: torch.Tensor, family: _Family) -> torch.Tensor:
     # Gemma scales by 1 + w, Llama by w; both normalize in fp32, which the model is
-    if gemma:
+    if family.norm == "1+w":
         return F.rms_norm(x, (x.shape[-1],), 1.0 + norm.weight, norm.eps)
+    if family.norm == "layer":
+        return F.layer_norm(x, (x.shape[-1],), norm.weight, norm.bias, norm.eps)
     return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
 
 
@@ -178,7 +213,15 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 def _attention(
-    attention, cache: Cache, h: torch.Tensor, cos, sin, mask: torch.Tensor | str | None, window: int | None, end: int
+    attention,
+    cache: Cache,
+    h: torch.Tensor,
+    cos,
+    sin,
+    mask: torch.Tensor | str | None,
+    window: int | None,
+    end: int,
+    family: _Family,
 ) -> torch.Tensor:
     """mask: [T, end] for a batched feed, None for one row, EACH_ROW (attend_row_by_row)."""
     rows, head_dim = h.shape[0], attention.head_dim
@@ -188,8 +231,8 @@ def _attention(
         q = attention.q_proj(h).view(rows, -1, head_dim)
         k = attention.k_proj(h).view(rows, -1, head_dim)
         v = attention.v_proj(h).view(rows, -1, head_dim)
-    if hasattr(attention, "q_norm"):  # Gemma-3 normalizes each head's queries and keys
-        q, k = _rms(attention.q_norm, q, True), _rms(attention.k_norm, k, True)
+    if hasattr(attention, "q_norm"):  # Qwen3 and Gemma-3 normalize each head's queries and keys
+        q, k = _norm(attention.q_norm, q, family), _norm(attention.k_norm, k, family)
     q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
     keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], attention.layer_idx)
     queries = q.transpose(0, 1)[None]
@@ -210,6 +253,22 @@ def _attend(attention, queries, keys, values, mask: torch.Tensor | None, window:
     """SDPA of `queries` over the first `end` keys; with no mask (one row), only the last `window` of them."""
     start = end - window if mask is None and window and end > window else 0
     keys, values = keys[:, :, start:end], values[:, :, start:end]
+    if cap := getattr(attention, "attn_logit_softcapping", None):
+        return _softcapped_attention(queries, keys, values, mask, attention.scaling, cap)
     return F.scaled_dot_product_attention(
         queries, keys, values, attn_mask=mask, scale=attention.scaling, enable_gqa=True
     )
+
+
+def _softcapped_attention(queries, keys, values, mask: torch.Tensor | None, scale: float, cap: float) -> torch.Tensor:
+    """HF's eager attention with logits soft-capped, cap * tanh(logits / cap) (Gemma 2), which SDPA cannot
+    do. Each group of query heads is multiplied by its key-value head as it lies, not by copies of it."""
+    batch, heads, rows, head_dim = queries.shape
+    kv_heads = keys.shape[1]
+    grouped = queries.view(batch, kv_heads, heads // kv_heads, rows, head_dim)
+    logits = torch.matmul(grouped, keys[:, :, None].transpose(-1, -2)) * scale
+    logits = torch.tanh(logits / cap) * cap
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(logits, dim=-1)
+    return torch.matmul(weights, values[:, :, None]).reshape(batch, heads, rows, head_dim)
