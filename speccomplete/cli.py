@@ -31,6 +31,7 @@ from .harness import (
     serve,
     stepcost,
     stress,
+    study,
     sweep,
 )
 from .harness import eval as server_eval
@@ -42,6 +43,7 @@ SUBCOMMANDS = (
     (bench.add_parser, bench.run),
     (sweep.add_parser, sweep.run),
     (report.add_parser, report.run),
+    (study.add_parser, study.run),
     (nextline.add_parser, nextline.run),
     (stepcost.add_parser, stepcost.run),
     (drafting.add_corpus_parser, drafting.cmd_corpus),

@@ -40,27 +40,35 @@ class Replicates:
 
 
 def bootstrap(blocks: pd.DataFrame, reps: int, seed: int) -> dict[str, Replicates]:
-    """Poisson bootstrap of cases within each language, `reps` replicates per configuration.
-
-    Each case (or block) gets a Poisson(1) weight per replicate, the standard large-sample stand-in
-    for multinomial resampling (Hanley & MacGibbon 2006). The weights belong to the case, not to a
-    configuration, so configurations over the same cases are resampled alike: paired differences.
-    """
+    """Poisson bootstrap of cases within each language, `reps` replicates per configuration (resampled_sums)."""
     out: dict[str, Replicates] = {}
     columns = ["acc", "rej", "sp_tokens", "sp_ms", "ar_tokens", "ar_ms"]
+    for (config, language), sums in resampled_sums(blocks, columns, reps, seed).items():
+        replicates = out.setdefault(config, Replicates({}, {}))
+        replicates.alpha[language] = np.array(
+            [acceptance_rate(accepted, rejected) for accepted, rejected in sums[:, :2].tolist()], dtype=float
+        )
+        with np.errstate(divide="ignore", invalid="ignore"):
+            replicates.speedup[language] = (sums[:, 2] / sums[:, 3]) / (sums[:, 4] / sums[:, 5])
+    return out
+
+
+def resampled_sums(blocks: pd.DataFrame, columns: list[str], reps: int, seed: int) -> dict[tuple[str, str], np.ndarray]:
+    """(config, language) -> the sums of `columns` in each of `reps` Poisson-bootstrap replicates, (reps, len(columns)).
+
+    `blocks` has a row per config, language and block (a case, or a hashed block of cases) with those
+    columns. Each block gets a Poisson(1) weight per replicate, the standard large-sample stand-in for
+    multinomial resampling (Hanley & MacGibbon 2006). The weights belong to the block, not to a
+    configuration, so configurations over the same cases are resampled alike: paired differences.
+    """
+    out = {}
     for language, rows in blocks.groupby("language", sort=False):
         codes, names = pd.factorize(rows.block, sort=True)
         rng = np.random.default_rng([seed, zlib.crc32(language.encode())])
         weights = rng.poisson(1.0, size=(reps, len(names))).astype(float)
         values = rows[columns].to_numpy(dtype=float)
         for config, index in rows.groupby("config", sort=False).indices.items():
-            sums = weights[:, codes[index]] @ values[index]  # (reps, 6)
-            replicates = out.setdefault(config, Replicates({}, {}))
-            replicates.alpha[language] = np.array(
-                [acceptance_rate(accepted, rejected) for accepted, rejected in sums[:, :2].tolist()], dtype=float
-            )
-            with np.errstate(divide="ignore", invalid="ignore"):
-                replicates.speedup[language] = (sums[:, 2] / sums[:, 3]) / (sums[:, 4] / sums[:, 5])
+            out[(config, language)] = weights[:, codes[index]] @ values[index]
     return out
 
 

@@ -1,0 +1,151 @@
+"""`specdec study` on tiny random models: study.json's schema, a rerun that decodes nothing again, and an
+interrupted run that, resumed, ends with the numbers of an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import tiny_llama
+
+from speccomplete.cli import main
+from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
+from speccomplete.decoder.engine import SpeculativeDecoder
+from speccomplete.decoder.gamma import parse_gamma_policy
+from speccomplete.harness import study
+from speccomplete.harness.cases import Case, write_cases
+from tests.lsp_support import save_random_model
+
+PY = "def add(x, y):\n    return x + y\n\n\ndef twice(x):\n    return add(x, add(x, x))\n"
+RS = "fn add(x: i32, y: i32) -> i32 {\n    x + y\n}\n\nfn twice(x: i32) -> i32 {\n    add(x, add(x, x))\n}\n"
+CASES = [Case(f"py-{i}", "a.py", PY, line, col) for i, (line, col) in enumerate([(1, 4), (5, 4), (5, 15)])]
+CASES += [Case(f"rs-{i}", "b.rs", RS, line, col) for i, (line, col) in enumerate([(1, 4), (5, 4), (5, 10)])]
+SETTINGS = dict(gammas=[1, 3], temperatures=[0.0, 1.0], rq3_per_language=1, max_new_tokens=8, max_line_tokens=6)
+# what does not depend on the clock: the counts and acceptance
+STEADY = ("alpha", "alpha_all", "mean_accepted")
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=3, layers=3)
+
+
+def decoders(target, tokenizer):
+    """A fresh AR decoder and two drafts, as a new process would build them."""
+    layer0 = derive_draft(target, [0])
+    drafts = [
+        study.StudyDraft("layers:0", SpeculativeDecoder(target, tokenizer, ModelDrafter(layer0), policy())),
+        study.StudyDraft(
+            "ngram+layers:0", SpeculativeDecoder(target, tokenizer, HybridDrafter(ModelDrafter(layer0)), policy())
+        ),
+    ]
+    return SpeculativeDecoder(target, tokenizer), drafts, ("layers:0", ModelDrafter(layer0))
+
+
+def policy():
+    return parse_gamma_policy("heuristic")
+
+
+def run(target, tokenizer, out, **more):
+    ar, drafts, rq3 = decoders(target, tokenizer)
+    return study.run_study(
+        CASES, ar, drafts, out, gamma="heuristic", target_name="tiny", device="cpu", rq3_draft=rq3, **SETTINGS, **more
+    )
+
+
+def count_decodes(monkeypatch) -> list[int]:
+    calls = [0]
+    generate = SpeculativeDecoder.generate
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SpeculativeDecoder, "generate", counted)
+    return calls
+
+
+def lines(path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def steady(data: dict) -> dict:
+    """study.json's numbers that a rerun must reproduce exactly (timings differ from run to run)."""
+    out = {}
+    for draft, entry in data["drafts"].items():
+        for scope in ("languages", "groups"):
+            for name, row in entry[scope].items():
+                out[(draft, scope, name)] = (row["n"], *(tuple(row[m].values()) for m in STEADY))
+        for group, row in entry["disparity"].items():
+            out[(draft, "U", group)] = (row["U"], row["U_lo"], row["U_hi"])
+    for row in data["rq3"]:
+        out[("rq3", row["group"], row["gamma"], row["temperature"])] = (row["n"], *row["alpha"].values())
+    return out
+
+
+def test_study_writes_the_schema_and_a_rerun_decodes_nothing(target, tokenizer, tmp_path, monkeypatch):
+    runs = run(target, tokenizer, tmp_path)
+    grid = 2 * 3  # (AR, γ 1, γ 3) × 2 temperatures, on the first case of each language
+    assert runs == 2 * 3 * len(CASES) + grid * 2
+    events = tmp_path / "events"
+    assert (lines(events / "block.jsonl"), lines(events / "line.jsonl"), lines(events / "rq3.jsonl")) == (18, 18, 12)
+    line_events = [json.loads(x) for x in (events / "line.jsonl").read_text().splitlines()]
+    assert all(e["generated_tokens"] <= 6 and "\n" not in (e["text"] or "") for e in line_events)
+
+    data = study.summarize(tmp_path, reps=200, seed=1, meta={"target": "tiny"})
+    assert data == json.loads((tmp_path / "study.json").read_text())
+    assert set(data["drafts"]) == {"layers:0", "ngram+layers:0"}
+    assert data["language_groups"] == {"python": "high", "rust": "medium"} and data["cases"] == len(CASES)
+    for entry in data["drafts"].values():
+        assert set(entry["languages"]) == {"python", "rust"}
+        for language, row in entry["languages"].items():
+            assert row["n"] == 3 and row["line_n"] == 3 and row["group"] == data["language_groups"][language]
+            for metric in ("alpha", "mean_accepted", "speedup", "line_latency_ms"):
+                estimate = row[metric]
+                assert estimate["value"] is not None and estimate["lo"] <= estimate["value"] <= estimate["hi"], metric
+            assert 0 <= row["alpha"]["value"] <= 1 and row["line_latency_p50_ms"] > 0
+        assert entry["groups"]["all code"]["n"] == 6
+        u = entry["disparity"]["all code"]
+        assert u["languages"] == 2 and 0 <= u["U_lo"] <= u["U"] <= u["U_hi"] <= 0.5
+        # U over the two languages is half their α̂ gap
+        alphas = [entry["languages"][lang]["alpha"]["value"] for lang in ("python", "rust")]
+        assert u["U"] == pytest.approx(abs(alphas[0] - alphas[1]) / 2)
+    # the model-drafted α̂ leaves the lookup's copies out: with the model alone, the two agree
+    model_only = data["drafts"]["layers:0"]["languages"]["python"]
+    assert model_only["alpha"]["value"] == model_only["alpha_all"]["value"]
+    assert set(data["ar"]["languages"]) == {"python", "rust"} and "alpha" not in data["ar"]["languages"]["python"]
+    assert {(r["group"], r["gamma"], r["temperature"]) for r in data["rq3"]} == {
+        (g, gamma, t) for g in ("high", "medium", "all code") for gamma in (1, 3) for t in (0.0, 1.0)
+    }
+    assert set(data["plots"]) == {"study_by_language.png", "rq3_heatmap.png"}
+    assert all((tmp_path / p).stat().st_size > 0 for p in data["plots"])
+    assert "| python | high | 3 |" in (tmp_path / "study.md").read_text()
+
+    calls = count_decodes(monkeypatch)
+    assert run(target, tokenizer, tmp_path) == 0 and calls[0] == 0  # nothing left: no decode, not even a warm-up
+    assert lines(events / "block.jsonl") == 18 and lines(events / "rq3.jsonl") == 12
+
+
+def test_an_interrupted_study_resumed_counts_what_an_uninterrupted_one_does(target, tokenizer, tmp_path):
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    total = run(target, tokenizer, whole)
+    assert run(target, tokenizer, parts, max_runs=7) == 7
+    assert lines(parts / "events" / "block.jsonl") + lines(parts / "events" / "line.jsonl") == 7
+    # the 29 block and line runs left, then the RQ3 grid of a case, which runs whole (6 runs)
+    assert run(target, tokenizer, parts, max_runs=30) == 29 + 6 and run(target, tokenizer, parts) == total - 42
+    assert steady(study.summarize(parts, reps=200, seed=1)) == steady(study.summarize(whole, reps=200, seed=1))
+
+
+def test_the_command_runs_the_study_and_its_report(tmp_path):
+    model = save_random_model(tmp_path / "model")
+    write_cases(CASES[:1] + CASES[3:4], tmp_path / "cases.jsonl")
+    argv = ["study", "--cases", str(tmp_path / "cases.jsonl"), "--out", str(tmp_path / "out"), "--target", str(model)]
+    argv += ["--drafts", "ngram,layers:0", "--max-new-tokens", "4", "--gammas", "1", "--temperatures", "0"]
+    argv += ["--rq3-per-language", "1", "--bootstrap", "50", "--device", "cpu"]
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert set(data["drafts"]) == {"ngram", "layers:0"} and data["command"].startswith("specdec study --cases")
+    ngram = data["drafts"]["ngram"]["languages"]["python"]
+    assert ngram["alpha"] == ngram["alpha_all"]  # the lookup alone is the draft: none of its drafts is set apart
+    assert (tmp_path / "out" / "report" / "report.md").exists()
+    assert main([*argv, "--drafts", "layers:9"]) == 2  # a draft named on the command line must exist
