@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import assert_greedy_matches, generate, random_prompts
+from conftest import TEST_DEVICE, assert_greedy_matches, generate, random_prompts
 from helpers.tiny_families import (
     FAMILY_BUILDERS,
     tiny_gemma,
@@ -47,6 +47,11 @@ VARIANTS = {
 }
 
 
+# int8 linears run on the CPU only (decoder/kernels.py, can_int8)
+INT8_RUNS = TEST_DEVICE.type == "cpu" and hasattr(torch, "_int_mm")
+needs_int8 = pytest.mark.skipif(not INT8_RUNS, reason="int8 linears run on the CPU, with torch._int_mm")
+
+
 def _variant(name: str):
     builder, overrides = VARIANTS[name]
     return builder(**overrides)
@@ -76,7 +81,8 @@ def _logits_through_feeds(model, lean: bool) -> list[torch.Tensor]:
             if lean:
                 out.append(forward_logits(model, cache, feed, keep=len(feed)))
             else:
-                out.append(model(input_ids=torch.tensor([feed]), cache=cache, use_cache=True).logits[0])
+                input_ids = torch.tensor([feed], device=model.device)
+                out.append(model(input_ids=input_ids, cache=cache, use_cache=True).logits[0])
             if crop:
                 cache.crop(crop)
     return out
@@ -140,8 +146,8 @@ def _target_and_draft(family: str, int8: bool):
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "mistral-window", "gemma", "gemma2", "starcoder2"])
 def test_speculative_matches_its_ar(family, int8, tokenizer):
-    if int8 and not hasattr(torch, "_int_mm"):
-        pytest.skip("no torch._int_mm in this torch")
+    if int8 and not INT8_RUNS:
+        pytest.skip("int8 linears run on the CPU, with torch._int_mm")
     target, draft = _target_and_draft(family, int8)
     assert lean_forward.supports(target) and lean_forward.supports(draft)
     ar = SpeculativeDecoder(target, tokenizer)
@@ -149,7 +155,7 @@ def test_speculative_matches_its_ar(family, int8, tokenizer):
     assert_greedy_matches(ar, spec, random_prompts(10, seed=9), max_new_tokens=24)
 
 
-@pytest.mark.skipif(not hasattr(torch, "_int_mm"), reason="no torch._int_mm in this torch")
+@needs_int8
 @pytest.mark.parametrize("family", list(FAMILY_BUILDERS))
 def test_int8_replaces_every_linear_fuses_qkv_and_keeps_biases(family):
     target, _ = _target_and_draft(family, int8=True)
@@ -169,7 +175,7 @@ def test_int8_replaces_every_linear_fuses_qkv_and_keeps_biases(family):
         assert isinstance(mlp.c_proj, Int8Linear) and torch.equal(mlp.c_proj.bias, plain_mlp.c_proj.bias)
 
 
-@pytest.mark.skipif(not hasattr(torch, "_int_mm"), reason="no torch._int_mm in this torch")
+@needs_int8
 @pytest.mark.parametrize("family", ["qwen2-window", "gemma2", "starcoder2-window"])
 def test_int8_verify_rows_equal_one_row_steps_bit_for_bit(family):
     """Past the windows (8 tokens) and through Gemma 2's soft-capped attention too."""
@@ -201,14 +207,15 @@ def test_supports_what_was_checked_and_nothing_else():
     assert not lean_forward.supports(torch.nn.Linear(4, 4))  # not a causal LM at all
 
 
-@pytest.mark.skipif(not hasattr(torch, "_int_mm"), reason="no torch._int_mm in this torch")
+@needs_int8
 def test_int8_keeps_qkv_apart_where_hfs_forward_runs():
     """A model the lean forward refuses (a draft beside an int8 target) keeps q, k and v as HF's forward
     reads them, and that forward still runs."""
     model = tiny_qwen2(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
-    want = model(input_ids=torch.tensor([[5, 6, 7]])).logits
+    ids = torch.tensor([[5, 6, 7]])
+    want = model(input_ids=ids).logits
     pack_linear_weights(model, int8=True)
     attention = model.model.layers[0].self_attn
     assert not hasattr(attention, "projections") and isinstance(attention.q_proj, Int8Linear)
-    got = model(input_ids=torch.tensor([[5, 6, 7]])).logits
+    got = model(input_ids=ids).logits
     assert ((got - want).norm() / want.norm()).item() < 0.05
