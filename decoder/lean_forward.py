@@ -175,7 +175,7 @@ def lean_hidden(
 
 
 def _norm(norm, x: torch.Tensor, family: _Family) -> torch.Tensor:
-    # Gemma scales by 1 + w, Llama by w; both normalize in fp32, which the model is
+    # Gemma scales by 1 + w, Llama by w, StarCoder2 centres too and adds a bias; all in fp32, which the model is
     if family.norm == "1+w":
         return F.rms_norm(x, (x.shape[-1],), 1.0 + norm.weight, norm.eps)
     if family.norm == "layer":
