@@ -74,8 +74,8 @@ def load_decoder(
 
 
 def resolve_quantization(requested: str, target, steps) -> str:
-    """Auto is int8 where int8 runs (the CPU, a Llama or Gemma-3 target in float32, eager steps) on fast int8
-    products (VNNI or AMX: int8_full_range), else none."""
+    """Auto is int8 where int8 runs (the CPU, a target of a family the lean forward runs, in float32, eager
+    steps) on fast int8 products (VNNI or AMX: int8_full_range), else none."""
     if requested != "auto":
         return requested
     runs = not steps.compiled and can_int8(target) and supports(target)
@@ -90,7 +90,10 @@ def use_cpu_kernels(steps, *models, int8: bool = False) -> None:
     if int8:
         target = models[0]
         if steps.compiled or not can_int8(target) or not supports(target):
-            raise ValueError("int8 weights run on the CPU, for Llama and Gemma-3 targets in float32, with eager steps")
+            raise ValueError(
+                "int8 weights run on the CPU, with eager steps, for float32 targets of the families in "
+                "docs/models.md (Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, StarCoder2)"
+            )
         attend_row_by_row(target)
     if not steps.compiled:
         pack_linear_weights(*models, int8=int8)
