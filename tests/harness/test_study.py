@@ -90,6 +90,9 @@ def test_study_writes_the_schema_and_a_rerun_decodes_nothing(target, tokenizer, 
     events = tmp_path / "events"
     assert (lines(events / "block.jsonl"), lines(events / "line.jsonl"), lines(events / "rq3.jsonl")) == (18, 18, 12)
     line_events = [json.loads(x) for x in (events / "line.jsonl").read_text().splitlines()]
+    block_events = [json.loads(x) for x in (events / "block.jsonl").read_text().splitlines()]
+    # every run starts from the fresh heuristic policy (γ 4 first), whatever ran before it, warm-up included
+    assert all(e["gammas"][0] == 4 for e in block_events if e["draft"] == "layers:0")
     assert all(e["generated_tokens"] <= 6 and "\n" not in (e["text"] or "") for e in line_events)
 
     data = study.summarize(tmp_path, reps=200, seed=1, meta={"target": "tiny"})
@@ -100,7 +103,7 @@ def test_study_writes_the_schema_and_a_rerun_decodes_nothing(target, tokenizer, 
         assert set(entry["languages"]) == {"python", "rust"}
         for language, row in entry["languages"].items():
             assert row["n"] == 3 and row["line_n"] == 3 and row["group"] == data["language_groups"][language]
-            for metric in ("alpha", "mean_accepted", "speedup", "line_latency_ms"):
+            for metric in ("alpha", "mean_accepted", "speedup", "decode_speedup", "line_latency_ms"):
                 estimate = row[metric]
                 assert estimate["value"] is not None and estimate["lo"] <= estimate["value"] <= estimate["hi"], metric
             assert 0 <= row["alpha"]["value"] <= 1 and row["line_latency_p50_ms"] > 0
