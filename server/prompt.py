@@ -21,6 +21,7 @@ The budget is in characters (the `promptBudgetChars` setting, server/options.py)
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tree_sitter import Node, Tree
@@ -58,26 +59,50 @@ class Prompt:
 
 @dataclass(frozen=True)
 class FimTokens:
+    """A family's fill-in-the-middle markers, spelled as the tokenizer's vocabulary spells them (each is one
+    added token there, so the prompt's text encodes each marker to its own id)."""
+
     prefix: str
     suffix: str
     middle: str
+    # what the model writes when the middle is done, those the vocabulary has: the tokenizer's EOS for some
+    # families, a token of its own for others (decoding must stop there; fim_end_ids)
+    ends: tuple[str, ...] = ()
+    # text between the prefix marker and a non-empty prefix: CodeLlama was trained on `<PRE> {prefix}`, the
+    # prefix encoded with SentencePiece's leading space, and its tokenizer only adds that space at the start
+    prefix_lead: str = ""
 
 
+# Found by the markers in the vocabulary, never by the model's name: a fine-tune or a GGUF keeps its base's
+# tokenizer under any name. Checked in this order; a vocabulary has at most one family's markers.
 FIM_STYLES = (
-    FimTokens("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder, SantaCoder
-    FimTokens("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder, CodeGemma
-    FimTokens("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder
+    FimTokens("<fim_prefix>", "<fim_suffix>", "<fim_middle>", ("<|endoftext|>",)),  # StarCoder(2), SantaCoder
+    # Qwen2.5-Coder ends with its EOS; CodeGemma with <|file_separator|> (its EOS is <eos>)
+    FimTokens("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", ("<|endoftext|>", "<|file_separator|>")),
+    FimTokens("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", ("<｜end▁of▁sentence｜>",)),  # DeepSeek-Coder
+    # CodeLlama: SentencePiece pieces with their leading space (ids 32007-32010), which its tokenizer adds as
+    # special tokens; the layout is `<PRE> {prefix} <SUF>{suffix} <MID>`
+    FimTokens("▁<PRE>", "▁<SUF>", "▁<MID>", ("▁<EOT>",), prefix_lead=" "),
 )
 
 
 def fim_tokens(vocab) -> FimTokens | None:
-    """The fill-in-the-middle tokens a tokenizer's vocabulary (any container of token strings) has, if any."""
+    """The fill-in-the-middle tokens a tokenizer's vocabulary (any container of token strings: `get_vocab()`,
+    added tokens included) has, if any."""
     return next((s for s in FIM_STYLES if s.prefix in vocab and s.suffix in vocab and s.middle in vocab), None)
+
+
+def fim_end_ids(tokens: FimTokens, vocab: Mapping[str, int]) -> frozenset[int]:
+    """The ids of the tokens that end a middle in this vocabulary (token string -> id): a decode of a FIM prompt
+    stops at any of them, as at EOS, else it writes on past the middle."""
+    return frozenset(vocab[end] for end in tokens.ends if end in vocab)
 
 
 def format_fim(prompt: Prompt, tokens: FimTokens) -> str:
     """Prefix-suffix-middle order: the model writes the middle after the last token."""
-    return f"{tokens.prefix}{prompt.model_prefix}{tokens.suffix}{prompt.suffix}{tokens.middle}"
+    prefix = prompt.model_prefix
+    lead = tokens.prefix_lead if prefix else ""
+    return f"{tokens.prefix}{lead}{prefix}{tokens.suffix}{prompt.suffix}{tokens.middle}"
 
 
 def build_prompt(

@@ -1,0 +1,148 @@
+"""Fill-in-the-middle prompts for each code-model family, on tokenizers laid out like the real ones
+(tests/helpers/family_tokenizers.py): the markers are found in the tokenizer's vocabulary, each encodes to its
+own single token, the prompt is the family's layout token for token, healing leaves the middle marker alone,
+and a decode stops at the token that ends the middle.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_llama
+from helpers.family_tokenizers import FAMILY_TOKENIZERS
+
+from speccomplete.decoder.engine import DecodeOptions
+from speccomplete.decoder.healing import heal
+from speccomplete.server.completion import load_engine
+from speccomplete.server.options import ServerOptions
+from speccomplete.server.prompt import FIM_STYLES, Prompt, fim_end_ids, fim_tokens, format_fim
+
+FAMILIES = list(FAMILY_TOKENIZERS)
+STYLE = {"starcoder": 0, "qwen-coder": 1, "codegemma": 1, "deepseek-coder": 2, "codellama": 3}
+
+PROMPT = Prompt(prefix="a = ", suffix="\nb", multiline=False, indent="", language="python")
+
+# The prompt as the family's tokenizer writes it: the begin token where the family adds one, the markers, and
+# the text between them (byte-level pieces: Ġ a space, Ċ a line break; SentencePiece: ▁ a space, <0x0A> a
+# line break). CodeLlama's prefix carries SentencePiece's leading space and its suffix none, as Meta's
+# reference infilling encodes them (`<PRE> {prefix} <SUF>{suffix} <MID>`).
+LAYOUT = {
+    "starcoder": ["<fim_prefix>", "a", "Ġ", "=", "Ġ", "<fim_suffix>", "Ċ", "b", "<fim_middle>"],
+    "qwen-coder": ["<|fim_prefix|>", "a", "Ġ", "=", "Ġ", "<|fim_suffix|>", "Ċ", "b", "<|fim_middle|>"],
+    "codegemma": ["<bos>", "<|fim_prefix|>", "a", "▁", "=", "▁", "<|fim_suffix|>", "<0x0A>", "b", "<|fim_middle|>"],
+    "deepseek-coder": [
+        "<｜begin▁of▁sentence｜>",
+        "<｜fim▁begin｜>",
+        *["a", "Ġ", "=", "Ġ"],
+        "<｜fim▁hole｜>",
+        *["Ċ", "b"],
+        "<｜fim▁end｜>",
+    ],
+    "codellama": ["<s>", "▁<PRE>", "▁", "a", "▁", "=", "▁", "▁<SUF>", "<0x0A>", "b", "▁<MID>"],
+}
+
+# the token each family writes when the middle is done
+END = {
+    "starcoder": "<|endoftext|>",
+    "qwen-coder": "<|endoftext|>",
+    "codegemma": "<|file_separator|>",
+    "deepseek-coder": "<｜end▁of▁sentence｜>",
+    "codellama": "▁<EOT>",
+}
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request):
+    return request.param, FAMILY_TOKENIZERS[request.param]()
+
+
+def test_the_markers_are_found_in_the_vocabulary(family):
+    name, tokenizer = family
+    assert fim_tokens(tokenizer.get_vocab()) == FIM_STYLES[STYLE[name]]
+
+
+def test_each_marker_and_the_end_encode_to_one_token(family):
+    name, tokenizer = family
+    vocab = tokenizer.get_vocab()
+    tokens = fim_tokens(vocab)
+    assert tokens is not None
+    for marker in (tokens.prefix, tokens.suffix, tokens.middle, END[name]):
+        assert tokenizer(marker, add_special_tokens=False)["input_ids"] == [vocab[marker]], marker
+    assert fim_end_ids(tokens, vocab) == {vocab[END[name]]}
+
+
+def test_the_prompt_is_the_familys_layout(family):
+    name, tokenizer = family
+    ids = tokenizer(format_fim(PROMPT, fim_tokens(tokenizer.get_vocab())), add_special_tokens=True)["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(ids) == LAYOUT[name]
+
+
+def test_codellamas_markers_have_their_real_ids_and_text():
+    tokenizer = FAMILY_TOKENIZERS["codellama"]()
+    text = format_fim(PROMPT, fim_tokens(tokenizer.get_vocab()))
+    assert text == "▁<PRE> a = ▁<SUF>\nb▁<MID>"
+    ids = tokenizer(text)["input_ids"]
+    assert ids[:2] == [1, 32007] and ids[-4:-2] == [32008, 13] and ids[-1] == 32009  # 13: <0x0A>
+    assert tokenizer.convert_tokens_to_ids("▁<EOT>") == 32010
+    assert tokenizer.decode(ids) == "<s> <PRE> a =  <SUF>\nb <MID>"  # the prefix's space, then the marker's
+    # an empty prefix has no SentencePiece space to carry
+    empty = format_fim(Prompt("", "x", False, "", "python"), fim_tokens(tokenizer.get_vocab()))
+    assert tokenizer.convert_ids_to_tokens(tokenizer(empty)["input_ids"]) == ["<s>", "▁<PRE>", "▁<SUF>", "x", "▁<MID>"]
+
+
+def test_the_markers_are_not_found_by_name_or_in_part():
+    assert fim_tokens({"<PRE>", "<SUF>", "<MID>"}) is None  # CodeLlama's are SentencePiece pieces: ▁<PRE>
+    assert fim_tokens({"▁<PRE>", "▁<SUF>"}) is None
+    assert fim_tokens({"<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"}) == FIM_STYLES[2]
+    # a style's end tokens that the vocabulary lacks are left out
+    assert fim_end_ids(FIM_STYLES[1], {"<|fim_prefix|>": 5, "<|file_separator|>": 9}) == {9}
+    assert fim_end_ids(FIM_STYLES[0], {"<fim_prefix>": 1}) == frozenset()
+
+
+def test_healing_leaves_the_middle_marker_alone(family):
+    """The server heals by default: it must not take back the marker the middle is written after, special
+    token (StarCoder, CodeLlama) or not (Qwen2.5-Coder, CodeGemma, DeepSeek-Coder)."""
+    _, tokenizer = family
+    ids = tokenizer(format_fim(PROMPT, fim_tokens(tokenizer.get_vocab())), add_special_tokens=True)["input_ids"]
+    assert heal(tokenizer, ids) == (ids, "")
+
+
+def _save_end_writer(path, tokenizer, end: int):
+    """A tiny Llama over the family's vocabulary that writes token `end` first, whatever the prompt: every token
+    embeds to one vector, the layers add nothing, and the head maps that vector's norm to `end` alone."""
+    model = tiny_llama(
+        seed=0, vocab=len(tokenizer), layers=1, bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id, max_pos=256
+    )
+    with torch.no_grad():
+        embed = model.get_input_embeddings().weight
+        embed.copy_(embed[0].expand_as(embed))
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        head = model.get_output_embeddings().weight
+        head.zero_()
+        head[end] = model.model.norm(embed[0]) * 10
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+# Where the end of the middle is not the tokenizer's EOS, the decoder stops only once the server adds the style's
+# end tokens (fim_end_ids) to what stops a decode; until then the decode writes on past the middle.
+NOT_EOS = pytest.mark.xfail(
+    strict=True, reason="server/completion.py does not yet stop a FIM decode at fim_end_ids (end is not EOS)"
+)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=NOT_EOS) if n in ("codegemma", "codellama") else n for n in FAMILIES]
+)
+def test_the_server_engine_stops_at_the_end_of_the_middle(name, tmp_path):
+    """Loaded from a folder as the server loads it: the FIM style is found in the saved tokenizer, and a model
+    that writes the family's end token first ends the decode there with no text."""
+    tokenizer = FAMILY_TOKENIZERS[name]()
+    folder = _save_end_writer(tmp_path / name, tokenizer, tokenizer.convert_tokens_to_ids(END[name]))
+    engine = load_engine(ServerOptions(target=str(folder), draft="none", quantization="none"))
+    assert engine.fim == FIM_STYLES[STYLE[name]]
+    generation = engine.decoder.generate(format_fim(PROMPT, engine.fim), DecodeOptions(max_new_tokens=4, heal=True))
+    assert (generation.finish_reason, generation.token_ids, generation.text) == ("eos", [], "")
