@@ -498,20 +498,16 @@ def summarize(
         "ar": drafts.get(AR),
         "rq3": rq3,
     }
+    latencies: dict[tuple[str, str], list[float]] = {}
+    for event in read_part(out, "line").values():
+        latencies.setdefault((event["draft"], event["language"]), []).append(event["latency_ms"])
     for config, entry in drafts.items():
         for language, row in entry["languages"].items():
-            lines = read_latencies(out, config, language)
-            row["line_latency_p50_ms"] = percentile(lines, 50)
+            row["line_latency_p50_ms"] = percentile(latencies.get((config, language), []), 50)
     data["plots"] = _plots(out, data)
     (out / "study.json").write_text(json.dumps(data, indent=1, ensure_ascii=False, default=_plain))
     (out / "study.md").write_text(study_markdown(data))
     return data
-
-
-def read_latencies(out: Path, config: str, language: str) -> list[float]:
-    return [
-        e["latency_ms"] for e in read_part(out, "line").values() if e["draft"] == config and e["language"] == language
-    ]
 
 
 def _series(formula, columns: list[dict]):
