@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
@@ -40,6 +41,9 @@ from speccomplete.telemetry.log import EventLog
 from .cases import Case, read_cases
 from .model_args import add_model_args, device_name, load
 from .sweep import grid_settings, parse_list, run_sweep
+
+if TYPE_CHECKING:
+    from speccomplete.decoder.drafts import Drafter
 
 # The drafts studied when --drafts is not given, as far as they exist for the target: the lookup alone, the
 # product's default, an untrained draft (the target's first two layers), the shipped CPU-trained draft and
@@ -102,7 +106,7 @@ def run_study(
     max_new_tokens: int = 32,
     max_line_tokens: int = 32,
     max_prompt_tokens: int = 1024,
-    rq3_draft: tuple[str, object] | None = None,
+    rq3_draft: tuple[str, Drafter | None] | None = None,
     gammas: Iterable[int] = (1, 2, 4, 8),
     temperatures: Iterable[float] = (0.0, 0.5, 1.0),
     rq3_per_language: int = 5,
@@ -738,12 +742,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def build_drafts(specs: list[str], target, tokenizer, args, explicit: bool, say) -> list[tuple[str, object, object]]:
+def build_drafts(
+    specs: list[str], target, tokenizer, args, explicit: bool, say
+) -> list[tuple[str, Drafter | None, Any]]:
     """(label, drafter, draft model) per spec, a label once; a default spec that does not exist for the
     target is left out with a note, a spec given on the command line that does not is an error."""
     from speccomplete.decoder.drafts import build_drafter, draft_label
 
-    built: dict[str, tuple[str, object, object]] = {}
+    built: dict[str, tuple[str, Drafter | None, Any]] = {}
     for spec in specs:
         try:
             label = draft_label(spec, target)

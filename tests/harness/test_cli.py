@@ -19,6 +19,7 @@ NAMES = [
     "bench",
     "sweep",
     "report",
+    "study",
     "nextline",
     "stepcost",
     "corpus",
