@@ -6,14 +6,16 @@ and a decode stops at the token that ends the middle.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 from conftest import tiny_llama
 from helpers.family_tokenizers import FAMILY_TOKENIZERS
 
-from speccomplete.decoder.engine import DecodeOptions
 from speccomplete.decoder.healing import heal
-from speccomplete.server.completion import load_engine
+from speccomplete.server.completion import Request, complete, load_engine
 from speccomplete.server.options import ServerOptions
 from speccomplete.server.prompt import FIM_STYLES, Prompt, fim_end_ids, fim_tokens, format_fim
 
@@ -137,12 +139,16 @@ NOT_EOS = pytest.mark.xfail(
 @pytest.mark.parametrize(
     "name", [pytest.param(n, marks=NOT_EOS) if n in ("codegemma", "codellama") else n for n in FAMILIES]
 )
-def test_the_server_engine_stops_at_the_end_of_the_middle(name, tmp_path):
-    """Loaded from a folder as the server loads it: the FIM style is found in the saved tokenizer, and a model
-    that writes the family's end token first ends the decode there with no text."""
+def test_the_server_stops_at_the_end_of_the_middle(name, tmp_path):
+    """Loaded from a folder as the server loads it, the FIM style is found in the saved tokenizer; a completion
+    from a model that writes the family's end token first is empty, and decoding ended there."""
     tokenizer = FAMILY_TOKENIZERS[name]()
     folder = _save_end_writer(tmp_path / name, tokenizer, tokenizer.convert_tokens_to_ids(END[name]))
-    engine = load_engine(ServerOptions(target=str(folder), draft="none", quantization="none"))
+    options = ServerOptions(target=str(folder), draft="none", quantization="none", min_confidence=0, telemetry=False)
+    engine = load_engine(options)
     assert engine.fim == FIM_STYLES[STYLE[name]]
-    generation = engine.decoder.generate(format_fim(PROMPT, engine.fim), DecodeOptions(max_new_tokens=4, heal=True))
-    assert (generation.finish_reason, generation.token_ids, generation.text) == ("eos", [], "")
+    text = "def f(x):\n    return \n\nprint(f(1))\n"
+    request = Request("end", text, "file:///work/end.py", "python", 1, 11, "invoked", time.perf_counter())
+    completion = complete(engine, options, request, threading.Event())
+    # the end token itself, if it is taken as a stop rather than an end of sequence, may count as generated
+    assert (completion.text, completion.event.generated_tokens <= 1) == ("", True)
