@@ -145,6 +145,8 @@ def run_study(
     if not todo and not rq3_cases:
         return runs
     say = progress or (lambda _: None)
+    for part in PARTS:
+        _end_last_line(out / "events" / f"{part}.jsonl")
     logs = {part: EventLog(out / "events" / f"{part}.jsonl", max_bytes=EVENT_LOG_BYTES) for part in PARTS}
     if not logs["block"].enabled:
         raise ValueError("SPECDEC_TELEMETRY turns event writing off; unset it to run a study")
@@ -215,6 +217,15 @@ def run_study(
         for log in logs.values():
             log.close()
     return runs
+
+
+def _end_last_line(path: Path) -> None:
+    """End a line torn by a crash, so the next event starts a line of its own rather than joining it."""
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb+") as f:
+            f.seek(-1, 2)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
 
 
 def _decode(decoder: SpeculativeDecoder, ids: list[int], options: DecodeOptions):

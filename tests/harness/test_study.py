@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import tiny_llama
+from conftest import TEST_DEVICE, tiny_llama
 
 from speccomplete.cli import main
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
@@ -49,7 +49,7 @@ def policy():
 def run(target, tokenizer, out, **more):
     ar, drafts, rq3 = decoders(target, tokenizer)
     return study.run_study(
-        CASES, ar, drafts, out, gamma="heuristic", target_name="tiny", device="cpu", rq3_draft=rq3, **SETTINGS, **more
+        CASES, ar, drafts, out, gamma="heuristic", target_name="tiny", device="test", rq3_draft=rq3, **SETTINGS, **more
     )
 
 
@@ -136,7 +136,18 @@ def test_an_interrupted_study_resumed_counts_what_an_uninterrupted_one_does(targ
     assert lines(parts / "events" / "block.jsonl") + lines(parts / "events" / "line.jsonl") == 7
     # the 29 block and line runs left, then the RQ3 grid of a case, which runs whole (6 runs)
     assert run(target, tokenizer, parts, max_runs=30) == 29 + 6 and run(target, tokenizer, parts) == total - 42
-    assert steady(study.summarize(parts, reps=200, seed=1)) == steady(study.summarize(whole, reps=200, seed=1))
+    expected = steady(study.summarize(whole, reps=200, seed=1))
+    assert steady(study.summarize(parts, reps=200, seed=1)) == expected
+    # a crash's torn last line is skipped, and a run written twice (an RQ3 grid run again) counts once
+    rq3 = parts / "events" / "rq3.jsonl"
+    rq3.write_text(rq3.read_text() + rq3.read_text().splitlines()[-1] + "\n")
+    block = parts / "events" / "block.jsonl"
+    block.write_text(block.read_text() + '{"schema": 1, "language": "pyth')
+    assert steady(study.summarize(parts, reps=200, seed=1)) == expected
+    (events := block.read_text().splitlines()).pop(3)  # a run lost in the crash: decoded again, after the torn line
+    block.write_text("\n".join(events))
+    assert run(target, tokenizer, parts) == 1 and block.read_text().splitlines()[-2].endswith('"pyth')
+    assert steady(study.summarize(parts, reps=200, seed=1)) == expected
 
 
 def test_the_command_runs_the_study_and_its_report(tmp_path):
@@ -144,7 +155,7 @@ def test_the_command_runs_the_study_and_its_report(tmp_path):
     write_cases(CASES[:1] + CASES[3:4], tmp_path / "cases.jsonl")
     argv = ["study", "--cases", str(tmp_path / "cases.jsonl"), "--out", str(tmp_path / "out"), "--target", str(model)]
     argv += ["--drafts", "ngram,layers:0", "--max-new-tokens", "4", "--gammas", "1", "--temperatures", "0"]
-    argv += ["--rq3-per-language", "1", "--bootstrap", "50", "--device", "cpu"]
+    argv += ["--rq3-per-language", "1", "--bootstrap", "50", "--device", str(TEST_DEVICE)]
     assert main(argv) == 0
     data = json.loads((tmp_path / "out" / "study.json").read_text())
     assert set(data["drafts"]) == {"ngram", "layers:0"} and data["command"].startswith("specdec study --cases")
