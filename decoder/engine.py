@@ -62,6 +62,8 @@ class DecodeOptions:
     max_new_tokens: int = 64
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop_strings: tuple[str, ...] = ()
+    # tokens that end the generation as EOS does, not part of the text (a FIM model's end of the middle)
+    stop_tokens: frozenset[int] = frozenset()
     stop_when: Callable[[str], bool] | None = None  # e.g. "the syntax node has closed"
     cancel: Cancelled | None = None  # checked between rounds and between the prefill's chunks
     on_text: Callable[[str], None] | None = None  # receives settled text as it grows
@@ -194,7 +196,7 @@ class SpeculativeDecoder:
             )
             prefill_logits = None
             for token, logprob in zip(new_tokens, new_logprobs):
-                if token in self.eos:
+                if token in self.eos or token in opts.stop_tokens:
                     finish = "eos"
                     break
                 generated.append(token)

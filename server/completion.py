@@ -30,7 +30,7 @@ from .gate import Evidence
 from .language import detect_language
 from .options import ServerOptions
 from .positions import PositionError, offset_at
-from .prompt import FimTokens, Prompt, build_prompt, fim_tokens, format_fim
+from .prompt import FimTokens, Prompt, build_prompt, fim_stop_ids, fim_tokens, format_fim
 from .snippets import OpenDocument
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ class Engine:
     device: str
     fim: FimTokens | None  # the target's fill-in-the-middle tokens; None: prompt with the prefix only
     backend: str = "local"
+    # the ids a FIM prompt's decode stops at (prompt.fim_stop_ids); the other backends stop by themselves
+    fim_stops: frozenset[int] = frozenset()
 
 
 def load_engine(options: ServerOptions, progress: Progress | None = None) -> Engine:
@@ -82,9 +84,10 @@ def load_engine(options: ServerOptions, progress: Progress | None = None) -> Eng
         token_strings(tokenizer)  # ~1 s for a large vocabulary: here, not in the first completion
     weights = "int8" if loaded.quantization == "int8" else str(target.dtype).removeprefix("torch.")
     device = f"{target.device} {weights}"
-    return Engine(
-        decoder, options.target, draft_label(options.draft, target), device, fim_tokens(tokenizer.get_vocab())
-    )
+    vocab = tokenizer.get_vocab()
+    fim = fim_tokens(vocab)
+    stops = fim_stop_ids(fim, vocab) if fim else frozenset()
+    return Engine(decoder, options.target, draft_label(options.draft, target), device, fim, fim_stops=stops)
 
 
 def retune(engine: Engine, options: ServerOptions) -> Engine:
@@ -219,6 +222,7 @@ def _answer(
             max_new_tokens=options.max_tokens_multi_line if prompt.multiline else options.max_tokens_single_line,
             sampling=SamplingParams(temperature=options.temperature),
             stop_strings=stop_strings(prompt.language, prompt.multiline),
+            stop_tokens=engine.fim_stops,
             stop_when=scope_closed(context),
             cancel=cancel,
             gamma_group=prompt.language,  # γ adapts to each language's own acceptance

@@ -98,6 +98,13 @@ def fim_end_ids(tokens: FimTokens, vocab: Mapping[str, int]) -> frozenset[int]:
     return frozenset(vocab[end] for end in tokens.ends if end in vocab)
 
 
+def fim_stop_ids(tokens: FimTokens, vocab: Mapping[str, int]) -> frozenset[int]:
+    """The ids a decode of a FIM prompt stops at: the ends of a middle, and the markers, which a model writes
+    only once it has left the middle (a marker that is not a special token would otherwise show as text)."""
+    markers = (tokens.prefix, tokens.suffix, tokens.middle)
+    return fim_end_ids(tokens, vocab) | frozenset(vocab[m] for m in markers if m in vocab)
+
+
 def format_fim(prompt: Prompt, tokens: FimTokens) -> str:
     """Prefix-suffix-middle order: the model writes the middle after the last token."""
     prefix = prompt.model_prefix

@@ -129,26 +129,20 @@ def _save_end_writer(path, tokenizer, end: int):
     return path
 
 
-# Where the end of the middle is not the tokenizer's EOS, the decoder stops only once the server adds the style's
-# end tokens (fim_end_ids) to what stops a decode; until then the decode writes on past the middle.
-NOT_EOS = pytest.mark.xfail(
-    strict=True, reason="server/completion.py does not yet stop a FIM decode at fim_end_ids (end is not EOS)"
-)
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=NOT_EOS) if n in ("codegemma", "codellama") else n for n in FAMILIES]
-)
-def test_the_server_stops_at_the_end_of_the_middle(name, tmp_path):
+@pytest.mark.parametrize("writes", ["end", "marker"])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_server_stops_at_the_end_of_the_middle(name, writes, tmp_path):
     """Loaded from a folder as the server loads it, the FIM style is found in the saved tokenizer; a completion
-    from a model that writes the family's end token first is empty, and decoding ended there."""
+    from a model that first writes the family's end token, or one of its markers, is empty: decoding ended there,
+    as at EOS, without the token in the text."""
     tokenizer = FAMILY_TOKENIZERS[name]()
-    folder = _save_end_writer(tmp_path / name, tokenizer, tokenizer.convert_tokens_to_ids(END[name]))
+    style = FIM_STYLES[STYLE[name]]
+    token = END[name] if writes == "end" else style.prefix
+    folder = _save_end_writer(tmp_path / name, tokenizer, tokenizer.convert_tokens_to_ids(token))
     options = ServerOptions(target=str(folder), draft="none", quantization="none", min_confidence=0, telemetry=False)
     engine = load_engine(options)
-    assert engine.fim == FIM_STYLES[STYLE[name]]
+    assert engine.fim == style
     text = "def f(x):\n    return \n\nprint(f(1))\n"
     request = Request("end", text, "file:///work/end.py", "python", 1, 11, "invoked", time.perf_counter())
     completion = complete(engine, options, request, threading.Event())
-    # the end token itself, if it is taken as a stop rather than an end of sequence, may count as generated
-    assert (completion.text, completion.event.generated_tokens <= 1) == ("", True)
+    assert (completion.text, completion.event.generated_tokens, completion.event.finish_reason) == ("", 0, "eos")
