@@ -573,7 +573,8 @@ def _rq3(out: Path, groups: dict[str, list[str]], reps: int, seed: int) -> list[
                 | {"n": int(point["runs"])}
                 | _estimates(point, replicates, ["alpha", "alpha_all", "mean_accepted", "speedup", "decode_speedup"])
             )
-    return sorted(rows, key=lambda r: (r["group"], r["temperature"], r["gamma"]))
+    order = list(domains)  # the resource groups as languages.py lists them, then all code and nl
+    return sorted(rows, key=lambda r: (r["draft"], order.index(r["group"]), r["temperature"], r["gamma"]))
 
 
 def _plots(out: Path, data: dict) -> list[str]:
@@ -583,6 +584,8 @@ def _plots(out: Path, data: dict) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+
+    from speccomplete.telemetry.analysis.plots import speedup_heatmap
 
     written = []
     drafts = data["drafts"]
@@ -620,16 +623,7 @@ def _plots(out: Path, data: dict) -> list[str]:
             grid = np.full((len(temperatures), len(gammas)), np.nan)
             for r in rows:
                 grid[temperatures.index(r["temperature"]), gammas.index(r["gamma"])] = r["speedup"]["value"]
-            image = ax.imshow(grid, cmap="viridis", aspect="auto", origin="lower")
-            ax.set_xticks(range(len(gammas)), [str(g) for g in gammas])
-            ax.set_yticks(range(len(temperatures)), [f"{t:g}" for t in temperatures])
-            for (i, j), value in np.ndenumerate(grid):
-                if np.isfinite(value):
-                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=8)
-            ax.set_xlabel("γ")
-            ax.set_ylabel("temperature")
-            ax.set_title(f"speedup vs AR: {group}")
-            fig.colorbar(image, ax=ax)
+            speedup_heatmap(fig, ax, grid, gammas, temperatures, f"speedup vs AR: {group}")
         fig.tight_layout()
         fig.savefig(out / "rq3_heatmap.png", dpi=110)
         plt.close(fig)

@@ -60,16 +60,8 @@ def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups:
         for ax, (backend, draft) in zip(axes[0], panels):
             rows = sweep[(sweep.backend == backend) & (sweep.draft == draft)]
             grid = rows.pivot_table(index="temperature", columns="gamma", values="speedup")
-            image = ax.imshow(grid.to_numpy(), cmap="viridis", aspect="auto", origin="lower")
-            ax.set_xticks(range(len(grid.columns)), [str(g) for g in grid.columns])
-            ax.set_yticks(range(len(grid.index)), [f"{t:g}" for t in grid.index])
-            for (i, j), value in np.ndenumerate(grid.to_numpy()):
-                if np.isfinite(value):
-                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=8)
-            ax.set_xlabel("γ")
-            ax.set_ylabel("temperature")
-            ax.set_title(f"speedup vs AR, draft {draft}" + ("" if backend == "local" else f" via {backend}"))
-            fig.colorbar(image, ax=ax)
+            title = f"speedup vs AR, draft {draft}" + ("" if backend == "local" else f" via {backend}")
+            speedup_heatmap(fig, ax, grid.to_numpy(), list(grid.columns), list(grid.index), title)
         fig.tight_layout()
         fig.savefig(out / "rq3_speedup_heatmap.png", dpi=110)
         plt.close(fig)
@@ -95,3 +87,17 @@ def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups:
         plt.close(fig)
         written.append("rq3_bursts.png")
     return written
+
+
+def speedup_heatmap(fig, ax, grid: np.ndarray, gammas: list, temperatures: list, title: str) -> None:
+    """One panel of speedup over AR: temperature (rows) × γ (columns), each cell's value written in it."""
+    image = ax.imshow(grid, cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(len(gammas)), [str(g) for g in gammas])
+    ax.set_yticks(range(len(temperatures)), [f"{t:g}" for t in temperatures])
+    for (i, j), value in np.ndenumerate(grid):
+        if np.isfinite(value):
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", color="white", fontsize=8)
+    ax.set_xlabel("γ")
+    ax.set_ylabel("temperature")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax)
