@@ -83,6 +83,22 @@ def read_part(out: Path, part: str) -> dict[tuple, dict]:
     return events
 
 
+def same_study(out: Path, settings: dict) -> None:
+    """Record the settings a study's runs were made with (DIR/settings.json), and refuse to go on with others:
+    their runs would be pooled with the earlier ones. More cases or drafts may join, and an RQ3 grid later."""
+    path = out / "settings.json"
+    recorded = json.loads(path.read_text()) if path.exists() else {}
+    used = {k: v for k, v in settings.items() if v not in (None, [])}  # a run without RQ3 sets no grid
+    changed = {k: (recorded[k], v) for k, v in used.items() if recorded.get(k) not in (None, [], v)}
+    if not changed:
+        path.write_text(json.dumps(recorded | used, indent=1))
+    else:
+        differences = ", ".join(f"{key}: {then} then, {now} now" for key, (then, now) in changed.items())
+        raise ValueError(
+            f"{out} holds a study made with other settings ({differences}): use another --out, or the same settings"
+        )
+
+
 def per_language(cases: list[Case], count: int) -> list[Case]:
     """The first `count` cases of each language, in case order."""
     seen: dict[str, int] = {}
@@ -122,6 +138,20 @@ def run_study(
     out = Path(out)
     (out / "events").mkdir(parents=True, exist_ok=True)
     gammas, temperatures = list(gammas), list(temperatures)
+    same_study(
+        out,
+        {
+            "target": target_name,
+            "gamma": gamma,
+            "max_new_tokens": max_new_tokens,
+            "max_line_tokens": max_line_tokens,
+            "max_prompt_tokens": max_prompt_tokens,
+            "rq3_draft": rq3_draft[0] if rq3_draft is not None else None,
+            "gammas": gammas,
+            "temperatures": temperatures,
+            "seed": seed,
+        },
+    )
     block_done, line_done = read_part(out, "block"), read_part(out, "line")
     decoders = [(AR, "0", ar)] + [(d.label, gamma, d.decoder) for d in drafts]
     todo = [

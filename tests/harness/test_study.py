@@ -48,8 +48,9 @@ def policy():
 
 def run(target, tokenizer, out, **more):
     ar, drafts, rq3 = decoders(target, tokenizer)
+    settings = SETTINGS | more
     return study.run_study(
-        CASES, ar, drafts, out, gamma="heuristic", target_name="tiny", device="test", rq3_draft=rq3, **SETTINGS, **more
+        CASES, ar, drafts, out, gamma="heuristic", target_name="tiny", device="test", rq3_draft=rq3, **settings
     )
 
 
@@ -126,6 +127,9 @@ def test_study_writes_the_schema_and_a_rerun_decodes_nothing(target, tokenizer, 
 
     calls = count_decodes(monkeypatch)
     assert run(target, tokenizer, tmp_path) == 0 and calls[0] == 0  # nothing left: no decode, not even a warm-up
+    with pytest.raises(ValueError, match="max_new_tokens: 8 then, 9 now"):  # its runs would pool with the 8-token ones
+        run(target, tokenizer, tmp_path, max_new_tokens=9)
+    assert run(target, tokenizer, tmp_path, rq3_per_language=0, gammas=[]) == 0  # a run without the grid goes on
     assert lines(events / "block.jsonl") == 18 and lines(events / "rq3.jsonl") == 12
 
 
