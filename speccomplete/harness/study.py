@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 DEFAULT_DRAFTS = ("ngram", "ngram+self", "layers:0,1", "auto", "eagle3")
 PARTS = ("block", "line", "rq3")  # the event files under DIR/events/
 AR = "none"  # the draft label of AR runs, as events name it
-NATURAL_LANGUAGE = "nl"  # the label of prose cases (harness/cases.py), compared with code, in no group
 EVENT_LOG_BYTES = 1 << 40  # the study's event files never rotate: a restart reads one file per part
 
 
@@ -446,7 +445,7 @@ def summarize(
     """study.json, study.md and the plots in `out`, from its events; returns study.json's content."""
     import pandas as pd
 
-    from speccomplete.telemetry.analysis.groups import default_groups, group_members
+    from speccomplete.telemetry.analysis.groups import NATURAL_LANGUAGE, default_groups, group_members
     from speccomplete.telemetry.analysis.statistics import (
         U_DEFINITION,
         Replicates,
@@ -466,7 +465,6 @@ def summarize(
     if NATURAL_LANGUAGE in languages:
         domains[NATURAL_LANGUAGE] = [NATURAL_LANGUAGE]
     drafts: dict[str, dict] = {}
-    disparity_rows = []
     configs = [AR] + [c for c in dict.fromkeys(frame.config) if c != AR]
     for config in configs:
         names = ["tokens_per_s", "line_latency_ms"] if config == AR else list(METRICS)
@@ -515,7 +513,6 @@ def summarize(
                 replicate.alpha[lang] = _series(METRICS["alpha"][0], columns)
                 replicate.speedup[lang] = _series(METRICS["speedup"][0], columns)
             disp = disparity(langs, {config: replicate}, groups)
-            disparity_rows.append(disp)
             entry["disparity"] = {
                 row["group"]: {
                     key: _plain(row.get(key))
@@ -580,7 +577,7 @@ def _plain(value):
 
 def _rq3(out: Path, groups: dict[str, list[str]], reps: int, seed: int) -> list[dict]:
     """Per (resource group, T, γ): α̂ and speedup over AR with 95% CIs."""
-    from speccomplete.telemetry.analysis.groups import group_members
+    from speccomplete.telemetry.analysis.groups import NATURAL_LANGUAGE, group_members
     from speccomplete.telemetry.analysis.statistics import resampled_sums
 
     frame = _rq3_sums(out)
