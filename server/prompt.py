@@ -66,7 +66,7 @@ class FimTokens:
     suffix: str
     middle: str
     # what the model writes when the middle is done, those the vocabulary has: the tokenizer's EOS for some
-    # families, a token of its own for others (decoding must stop there; fim_end_ids)
+    # families, a token of its own for others (decoding stops there: fim_stop_ids)
     ends: tuple[str, ...] = ()
     # text between the prefix marker and a non-empty prefix: CodeLlama was trained on `<PRE> {prefix}`, the
     # prefix encoded with SentencePiece's leading space, and its tokenizer only adds that space at the start
