@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.byte_level import bytes_to_unicode
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     AutoModelForCausalLM,
@@ -107,25 +108,12 @@ def pytest_sessionfinish(session, exitstatus):
 # --------------------------------------------------------------------------- tokenizer
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map, which the ByteLevel pre-tokenizer uses."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 def make_byte_tokenizer(
     bos: bool = True, eos: bool = True, eos_name: str = "</s>", merges: tuple[tuple[str, str], ...] = ()
 ) -> PreTrainedTokenizerFast:
     """Byte-level BPE, 256 byte tokens (id == byte value), no merges; specials appended after them.
     merges: pairs of texts that become one token each (ids from 256, before the specials; e.g. (" ", "*"))."""
-    byte_char = _bytes_to_unicode()
+    byte_char = bytes_to_unicode()
     vocab = {byte_char[b]: b for b in range(256)}
 
     def piece(text: str) -> str:

@@ -33,21 +33,9 @@ from transformers import (
     Qwen2Tokenizer,
 )
 
+from helpers.byte_level import bytes_to_unicode
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map, which byte-level BPE vocabularies are written in."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
-BYTE_PIECES = [_bytes_to_unicode()[b] for b in range(256)]
+BYTE_PIECES = [bytes_to_unicode()[b] for b in range(256)]
 BYTE_FALLBACK = [f"<0x{b:02X}>" for b in range(256)]
 
 
