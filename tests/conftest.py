@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.byte_level import bytes_to_unicode
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     AutoModelForCausalLM,
@@ -28,6 +27,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from speccomplete.decoder.engine import DecodeOptions, Generation, SpeculativeDecoder
+from speccomplete.harness.tiny_gguf import bytes_to_unicode
 from speccomplete.languages import LANGUAGES
 
 # One intra-op thread, not two: these models are a few thousand parameters wide, so a second thread

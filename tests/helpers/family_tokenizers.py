@@ -33,7 +33,7 @@ from transformers import (
     Qwen2Tokenizer,
 )
 
-from helpers.byte_level import bytes_to_unicode
+from speccomplete.harness.tiny_gguf import bytes_to_unicode
 
 BYTE_PIECES = [bytes_to_unicode()[b] for b in range(256)]
 BYTE_FALLBACK = [f"<0x{b:02X}>" for b in range(256)]
