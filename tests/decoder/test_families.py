@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import TEST_DEVICE, assert_greedy_matches, generate, random_prompts
+from helpers.steps import rollback_feeds, verify_and_steps
 from helpers.tiny_families import (
     FAMILY_BUILDERS,
     tiny_gemma,
@@ -28,7 +29,6 @@ from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.kernels import Int8Linear, PackedProjections, pack_linear_weights
 from speccomplete.decoder.kv_cache import forward_logits, new_cache
 from speccomplete.decoder.loader import use_cpu_kernels
-from speccomplete.decoder.target_steps import EagerTarget
 
 # each family as built, and the configs that exercise more of it: sliding windows (per layer in Qwen2, over
 # all layers in Mistral and StarCoder2), Qwen3 with biases, Gemma 2 with caps low enough to bend its logits
@@ -57,27 +57,13 @@ def _variant(name: str):
     return builder(**overrides)
 
 
-def _feeds(ids: list[int]):
-    """A prefill, one-token steps, verifies of several tokens, and rollbacks: (feed, tokens to crop after);
-    past a window of 8 many times over, by one row and by many."""
-    return [
-        (ids[:40], 0),
-        (ids[40:41], 0),
-        (ids[41:46], -3),
-        (ids[43:44], 0),
-        (ids[44:53], -9),
-        (ids[44:45], 0),
-        (ids[45:70], 0),
-    ]
-
-
 def _logits_through_feeds(model, lean: bool) -> list[torch.Tensor]:
     """Logits of every row of every feed, on the lean forward (our cache) or on HF's (HF's cache)."""
     ids = torch.randint(3, 250, (70,), generator=torch.Generator().manual_seed(0)).tolist()
     cache = new_cache() if lean else DynamicCache()
     out = []
     with torch.inference_mode():
-        for feed, crop in _feeds(ids):
+        for feed, crop in rollback_feeds(ids):
             if lean:
                 out.append(forward_logits(model, cache, feed, keep=len(feed)))
             else:
@@ -181,13 +167,7 @@ def test_int8_verify_rows_equal_one_row_steps_bit_for_bit(family):
     """Past the windows (8 tokens) and through Gemma 2's soft-capped attention too."""
     target, _ = _target_and_draft(family, int8=True)
     ids = torch.randint(3, 200, (30,), generator=torch.Generator().manual_seed(2)).tolist()
-    with torch.inference_mode():
-        batched = EagerTarget(target)
-        batched.forward(ids[:12], keep=1)
-        together = batched.forward(ids[12:], keep=18)
-        stepped = EagerTarget(target)
-        stepped.forward(ids[:12], keep=1)
-        alone = torch.cat([stepped.forward([token], keep=1) for token in ids[12:]])
+    together, alone = verify_and_steps(target, ids)
     assert torch.equal(together, alone)
 
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import assert_greedy_matches, random_prompts
+from helpers.steps import verify_and_steps
 
 from speccomplete.decoder import kernels, loader
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
@@ -16,7 +17,6 @@ from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.kernels import Int8Linear, PackedGatedMLP, can_int8
 from speccomplete.decoder.loader import resolve_quantization, use_cpu_kernels
-from speccomplete.decoder.target_steps import EagerTarget
 
 pytestmark = pytest.mark.skipif(not hasattr(torch, "_int_mm"), reason="no torch._int_mm in this torch")
 
@@ -88,13 +88,7 @@ def test_verify_rows_equal_one_row_steps_bit_for_bit(family, request):
     """Past Gemma-3's sliding window (8 tokens in the tiny model) too."""
     target, _ = int8_pair(request.getfixturevalue(family))
     ids = torch.randint(3, 200, (30,)).tolist()
-    with torch.inference_mode():
-        batched = EagerTarget(target)
-        batched.forward(ids[:12], keep=1)
-        together = batched.forward(ids[12:], keep=18)
-        stepped = EagerTarget(target)
-        stepped.forward(ids[:12], keep=1)
-        alone = torch.cat([stepped.forward([token], keep=1) for token in ids[12:]])
+    together, alone = verify_and_steps(target, ids)
     assert torch.equal(together, alone)
 
 

@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 from conftest import tiny_gemma3, tiny_llama
+from helpers.steps import rollback_feeds
 from transformers import DynamicCache
 
 from speccomplete.decoder import lean_forward
@@ -28,19 +29,6 @@ def _uneven_norms(model):
     return model
 
 
-def _feeds(ids: list[int]):
-    """A prefill, one-token steps, verifies of several tokens, and rollbacks: (feed, tokens to crop after)."""
-    return [
-        (ids[:40], 0),
-        (ids[40:41], 0),
-        (ids[41:46], -3),
-        (ids[43:44], 0),
-        (ids[44:53], -9),
-        (ids[44:45], 0),
-        (ids[45:70], 0),
-    ]
-
-
 @pytest.mark.parametrize("family", ["gemma3", "llama"])
 @pytest.mark.parametrize("packed", [False, True])
 def test_same_logits_as_hf_through_steps_verifies_and_rollbacks(family, packed, monkeypatch):
@@ -55,7 +43,7 @@ def test_same_logits_as_hf_through_steps_verifies_and_rollbacks(family, packed, 
     ids = torch.randint(3, 250, (70,), generator=torch.Generator().manual_seed(0)).tolist()
     ours, hfs = new_cache(), DynamicCache()  # the lean forward runs on ours only
     with torch.inference_mode():
-        for feed, crop in _feeds(ids):
+        for feed, crop in rollback_feeds(ids):
             got = forward_logits(model, ours, feed, keep=len(feed))
             want = model(input_ids=torch.tensor([feed]), past_key_values=hfs, use_cache=True).logits[0]
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -64,7 +52,7 @@ def test_same_logits_as_hf_through_steps_verifies_and_rollbacks(family, packed, 
                 ours.crop(crop)
                 hfs.crop(crop)
             assert ours.get_seq_length() == hfs.get_seq_length()
-    assert len(runs) == len(_feeds(ids))  # every forward on our cache ran the lean way
+    assert len(runs) == len(rollback_feeds(ids))  # every forward on our cache ran the lean way
 
 
 def test_same_hidden_states_as_hf_for_a_derived_draft(gemma3):
