@@ -31,14 +31,11 @@ def save_random_model(path: Path) -> Path:
     return path
 
 
-def save_constant_model(path: Path) -> Path:
-    """A model that writes "0" forever and never ends: a decode runs as long as it is allowed to.
-    (A digit: a run of letters is a loop, which server/filters/phrase_repeat.py stops at once.)
-
-    Every token embeds to the same vector and the attention and MLP outputs are zeroed, so the
-    hidden state is that vector at every position, and the head maps it to "0".
-    """
-    model = tiny_llama(seed=0, layers=2, max_pos=8192)
+def always_writing(token: int, layers: int = 2, max_pos: int = 8192, **tiny):
+    """A tiny Llama that writes `token` at every position, whatever it reads: every token embeds to the
+    same vector and the attention and MLP outputs are zeroed, so the hidden state is that vector at every
+    position, and the head maps it to `token`. `tiny`: tiny_llama's vocabulary and special ids."""
+    model = tiny_llama(seed=0, layers=layers, max_pos=max_pos, **tiny)
     with torch.no_grad():
         embed = model.get_input_embeddings().weight
         embed.copy_(embed[0].expand_as(embed))
@@ -47,8 +44,14 @@ def save_constant_model(path: Path) -> Path:
             layer.mlp.down_proj.weight.zero_()
         head = model.get_output_embeddings().weight
         head.zero_()
-        head[ord("0")] = model.model.norm(embed[0]) * 10
-    model.save_pretrained(path, safe_serialization=True)
+        head[token] = model.model.norm(embed[0]) * 10
+    return model
+
+
+def save_constant_model(path: Path) -> Path:
+    """A model that writes "0" forever and never ends: a decode runs as long as it is allowed to.
+    (A digit: a run of letters is a loop, which server/filters/phrase_repeat.py stops at once.)"""
+    always_writing(ord("0")).save_pretrained(path, safe_serialization=True)
     make_byte_tokenizer().save_pretrained(path)
     return path
 

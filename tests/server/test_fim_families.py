@@ -10,9 +10,8 @@ import threading
 import time
 
 import pytest
-import torch
-from conftest import tiny_llama
 from helpers.family_tokenizers import FAMILY_TOKENIZERS
+from lsp_support import always_writing
 
 from speccomplete.decoder.healing import heal
 from speccomplete.server.completion import Request, complete, load_engine
@@ -110,20 +109,10 @@ def test_healing_leaves_the_middle_marker_alone(family):
 
 
 def _save_end_writer(path, tokenizer, end: int):
-    """A tiny Llama over the family's vocabulary that writes token `end` first, whatever the prompt: every token
-    embeds to one vector, the layers add nothing, and the head maps that vector's norm to `end` alone."""
-    model = tiny_llama(
-        seed=0, vocab=len(tokenizer), layers=1, bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id, max_pos=256
+    """A tiny Llama over the family's vocabulary that writes token `end` first, whatever the prompt."""
+    model = always_writing(
+        end, layers=1, max_pos=256, vocab=len(tokenizer), bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id
     )
-    with torch.no_grad():
-        embed = model.get_input_embeddings().weight
-        embed.copy_(embed[0].expand_as(embed))
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-        head = model.get_output_embeddings().weight
-        head.zero_()
-        head[end] = model.model.norm(embed[0]) * 10
     model.save_pretrained(path, safe_serialization=True)
     tokenizer.save_pretrained(path)
     return path
