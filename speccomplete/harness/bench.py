@@ -3,7 +3,14 @@
 Every method sees the same prompt ids and the same max_new_tokens, greedy. The methods run in a
 rotated order case by case, after a warm-up, so drift in machine speed hits them alike. Tokens/s
 is total tokens over total wall time per method, prefill included (what an editor waits for);
-for our own decoders it is also given without prefill, which both sides of a speedup share.
+it is also given without prefill (decode tok/s), which both sides of a speedup share. Each case
+keeps every method's prefill and decode times: our decoders' and llama.cpp's prefill as their stats
+say, HF's as the time to its first streamed token.
+
+The timings are of steady state: the warm-up records every graph (compiled steps are called twice
+at every row count: torch.compile's cudagraph trees record on a graph's second call), and the bench
+counts the CUDA graphs recorded and the graphs compiled around the timed runs. One inside them is
+reported (`steady_state` false, with the counts), not passed over.
 
 Ours are named `ar` (the baseline: same engine, weights and cache, γ = 0), `spec` (the product)
 and `spec_*` / `ar_*` ablations, each one lever swapped or off. HF runs on the stock model: plain
@@ -28,6 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from speccomplete.decoder import cuda_graphs
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.stats import GenerationStats
 from speccomplete.metrics import acceptance_rate, mean_accepted_length
@@ -53,6 +61,25 @@ class Run:
     seconds: float
     stats: GenerationStats | None = None  # our decoders' and llama.cpp's runs (HF's keep none)
     text: str | None = None  # llama.cpp's runs: it streams text, not our token ids
+    first_token_s: float | None = None  # HF's runs: the time to the first token it streamed
+
+    @property
+    def prefill_s(self) -> float | None:
+        """The prompt's share of `seconds`: the decoder's own prefill time, or HF's time to its first token."""
+        return self.stats.prefill_ms / 1000 if self.stats is not None else self.first_token_s
+
+    @property
+    def decode_s(self) -> float | None:
+        prefill = self.prefill_s
+        return None if prefill is None else self.seconds - prefill
+
+    @property
+    def first_token_ms(self) -> float | None:
+        """Time to the first token: read back from the device, so on CUDA it bounds a prefill whose
+        stamp (our stats' prefill_ms) may come before the device has finished it."""
+        if self.stats is not None:
+            return self.stats.ttft_ms or None
+        return None if self.first_token_s is None else self.first_token_s * 1000
 
     @property
     def token_count(self) -> int:
@@ -72,9 +99,70 @@ class CaseRuns:
     case: Case
     runs: dict[str, Run] = field(default_factory=dict)
     followup: dict[str, float] = field(default_factory=dict)  # warm / cold: ms to the first token, tokens prefilled
+    recorded: dict[str, int] = field(default_factory=dict)  # graphs recorded or compiled during the case's runs
+    recordings_after: dict[str, int | None] = field(default_factory=dict)  # Recordings.counts() after them
 
 
-def hf_generate(model, ids: list[int], max_new_tokens: int, **kwargs) -> list[int]:
+class Recordings:
+    """How many graphs this process has recorded or compiled, by kind: our CUDA graphs
+    (decoder/cuda_graphs.py), torch.compile's cudagraph-tree recordings and dynamo's compiled graphs.
+
+    The cudagraph trees keep no counter of their own; each recording runs dynamo's start callbacks with
+    the trigger CUDAGRAPH_RECORDING, so a callback counts them. On a torch without that trigger the
+    count is None, and dynamo's compiles (`counters["stats"]["unique_graphs"]`) still catch a graph
+    compiled inside a timed run, though not a recording of one compiled before.
+    """
+
+    def __init__(self):
+        from torch._dynamo.callback import CallbackTrigger, callback_handler
+
+        self._trigger = getattr(CallbackTrigger, "CUDAGRAPH_RECORDING", None)
+        self._handler = callback_handler
+        self.tree_recordings = 0
+        if self._trigger is not None:
+            callback_handler.register_start_callback(self._on_start)
+
+    def _on_start(self, args) -> None:
+        if args.callback_trigger is self._trigger:
+            self.tree_recordings += 1
+
+    def counts(self) -> dict[str, int | None]:
+        from torch._dynamo.utils import counters
+
+        return {
+            "cuda_graphs": cuda_graphs.recordings(),
+            "cudagraph_trees": self.tree_recordings if self._trigger is not None else None,
+            "compiled_graphs": int(counters["stats"]["unique_graphs"]),
+        }
+
+    def close(self) -> None:
+        if self._trigger is not None:
+            self._handler.remove_start_callback(self._on_start)
+
+
+def counts_between(before: dict[str, int | None], after: dict[str, int | None]) -> dict[str, int]:
+    """What was recorded or compiled between two `Recordings.counts()`, the kinds counted in both."""
+    return {kind: after[kind] - n for kind, n in before.items() if n is not None and after.get(kind) is not None}
+
+
+class FirstToken:
+    """An HF streamer that notes when the first generated token reaches the host: the prefill, as HF's
+    generate reports no times (for assisted generation, the first round's drafts and verify with it)."""
+
+    def __init__(self):
+        self.puts = 0
+        self.at: float | None = None
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2 and self.at is None:  # the first put is the prompt
+            self.at = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def hf_generate(model, ids: list[int], max_new_tokens: int, streamer=None, **kwargs) -> list[int]:
     input_ids = torch.tensor([ids], device=model.device)
     out = model.generate(
         input_ids,
@@ -82,6 +170,7 @@ def hf_generate(model, ids: list[int], max_new_tokens: int, **kwargs) -> list[in
         do_sample=False,
         max_new_tokens=max_new_tokens,
         pad_token_id=model.generation_config.eos_token_id,
+        streamer=streamer,
         **kwargs,
     )
     tokens = out[0, len(ids) :].tolist()
@@ -90,13 +179,13 @@ def hf_generate(model, ids: list[int], max_new_tokens: int, **kwargs) -> list[in
     return [t for t in tokens if t not in eos]  # ours never returns the EOS token either
 
 
-def assisted(target, draft, ids, max_new_tokens, gamma: int | None) -> list[int]:
+def assisted(target, draft, ids, max_new_tokens, gamma: int | None, streamer=None) -> list[int]:
     """HF assisted generation; gamma None is HF's default schedule (20 tokens, confidence threshold 0.4)."""
     config = draft.generation_config
     config.num_assistant_tokens = 20 if gamma is None else gamma
     config.num_assistant_tokens_schedule = "constant" if gamma is not None else "heuristic"
     config.assistant_confidence_threshold = 0.0 if gamma is not None else 0.4
-    return hf_generate(target, ids, max_new_tokens, assistant_model=draft)
+    return hf_generate(target, ids, max_new_tokens, streamer, assistant_model=draft)
 
 
 Method = Callable[[list[int], str], Run]  # (prompt ids, gamma group) -> the run
@@ -146,9 +235,12 @@ def _llamacpp(decoder, ids, options) -> Run:
 
 
 def _timed(fn, *args, **kwargs) -> Run:
+    """An HF method's run, its time to the first token from a streamer."""
+    first = FirstToken()
     start = time.perf_counter()
-    tokens = fn(*args, **kwargs)
-    return Run(tokens, time.perf_counter() - start)
+    tokens = fn(*args, streamer=first, **kwargs)
+    seconds = time.perf_counter() - start
+    return Run(tokens, seconds, first_token_s=None if first.at is None else first.at - start)
 
 
 def _followup(spec: SpeculativeDecoder, ids: list[int], accepted: list[int]) -> dict[str, float]:
@@ -179,22 +271,48 @@ def run_bench(
     names = list(methods)
     ar, spec = contenders.ours["ar"], contenders.ours["spec"]
     prompts = [ar.fit_prompt(ar.encode(c.prefix), max_new_tokens, max_prompt_tokens)[0] for c in cases]
-    # warm-up: allocator, kernels, thread pools, compiling; on the first case's whole prompt: after a
-    # 64-token warm-up, an H200's first full-length AR run took 1303 ms, the next case's 162 (docs/gpu.md)
-    for name in names:
-        run = methods[name](prompts[0], "warm-up")
+    recordings = Recordings()
+    try:
+        warm_up(methods, contenders, prompts[0], say)
+        results = []
+        for i, (case, ids) in enumerate(zip(cases, prompts)):
+            result = CaseRuns(case)
+            before = recordings.counts()
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                result.runs[name] = methods[name](ids, case.language)
+            result.followup = _followup(spec, ids, result.runs["spec"].tokens[:8])
+            result.recordings_after = recordings.counts()
+            result.recorded = counts_between(before, result.recordings_after)
+            results.append(result)
+            if progress:
+                progress(result)
+        return results
+    finally:
+        recordings.close()
+
+
+def warm_up(methods: dict[str, Method], contenders: Contenders, ids: list[int], say=None) -> None:
+    """Every method on the first case's whole prompt (allocator, kernels, thread pools, compiling: after a
+    64-token warm-up, an H200's first full-length AR run took 1303 ms, the next case's 162, docs/gpu.md);
+    then every graph of steps that run graphs (`compiled`: torch.compile's, or recorded ones,
+    graph_target.py) recorded. torch.compile's cudagraph trees record a graph on its second call, so there
+    our methods run twice and the steps' `warm_up` (every row count, hidden-state steps too where a
+    drafter drafts on the target) runs twice; recorded steps record whatever graph is missing in it."""
+    compiled = {id(d.steps): d.steps for d in contenders.ours.values() if getattr(d.steps, "compiled", False)}
+    for name, method in methods.items():
+        times = 2 if compiled and name in contenders.ours else 1
+        for _ in range(times):
+            run = method(ids, "warm-up")
         if say:
-            say(f"warm-up {name}: {run.seconds:.1f} s")
-    results = []
-    for i, (case, ids) in enumerate(zip(cases, prompts)):
-        result = CaseRuns(case)
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            result.runs[name] = methods[name](ids, case.language)
-        result.followup = _followup(spec, ids, result.runs["spec"].tokens[:8])
-        results.append(result)
-        if progress:
-            progress(result)
-    return results
+            say(f"warm-up {name}: {run.seconds:.1f} s" + (f" (the second of {times} runs)" if times > 1 else ""))
+    for key, steps in compiled.items():
+        hidden = any(
+            d.drafter is not None and d.drafter.drafts_on_the_target
+            for d in contenders.ours.values()
+            if id(d.steps) == key
+        )
+        for _ in range(2):
+            steps.warm_up(hidden)
 
 
 def case_line(result: CaseRuns) -> str:
@@ -250,7 +368,7 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
         tokens = sum(r.runs[name].token_count for r in rows)
         seconds = sum(r.runs[name].seconds for r in rows)
         if decode_only:
-            seconds -= sum(r.runs[name].stats.prefill_ms for r in rows) / 1000
+            seconds -= sum(r.runs[name].prefill_s or 0.0 for r in rows)
         return tokens / seconds if seconds > 0 else 0.0
 
     best_assisted = max(assisted_names, key=lambda n: tps(results, n)) if assisted_names else None
@@ -288,9 +406,10 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
     for name in names:
         ours = results[0].runs[name].stats is not None
         per_round = ours and results[0].runs[name].our_stats.draft_counts == "rounds"
+        timed_prefill = all(r.runs[name].prefill_s is not None for r in results)
         methods[name] = {
             "tokens_per_s": tps(results, name),
-            "decode_tokens_per_s": tps(results, name, True) if ours else None,
+            "decode_tokens_per_s": tps(results, name, True) if timed_prefill else None,
             "vs_ar": tps(results, name) / tps(results, "ar"),
             "model_alpha": model_alpha([r.runs[name] for r in results]) if per_round else None,
             "identical_to_ar": all(_same_as_its_ar(r, name) for r in results),
@@ -382,6 +501,7 @@ def report(
         "methods_doc": methods_doc or {},
         "bandwidth_bound": bound,
         **summary,
+        **steady_state(results),
         "per_case": [
             {
                 "id": r.case.id,
@@ -389,11 +509,39 @@ def report(
                 "next_line_exact": _next_line_exact(r, tokenizer),
                 **{f"{name}_tokens": run.token_count for name, run in r.runs.items()},
                 **{f"{name}_s": round(run.seconds, 4) for name, run in r.runs.items()},
+                **{f"{name}_prefill_ms": _ms(run.prefill_s) for name, run in r.runs.items()},
+                **{f"{name}_decode_ms": _ms(run.decode_s) for name, run in r.runs.items()},
+                **{f"{name}_first_token_ms": _round(run.first_token_ms) for name, run in r.runs.items()},
                 "followup": r.followup,
+                "recorded": r.recorded,
                 "spec_stats": r.runs["spec"].stats.to_dict(),
             }
             for r in results
         ],
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return _round(None if seconds is None else seconds * 1000)
+
+
+def _round(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 2)
+
+
+def steady_state(results: list[CaseRuns]) -> dict:
+    """`steady_state`: no graph was recorded or compiled inside a timed run, by the counts around the
+    cases (`Recordings`); `recordings`: the counts at the end, what the timed runs recorded, and where."""
+    recorded: Counter[str] = Counter()
+    for r in results:
+        recorded.update(r.recorded)
+    return {
+        "steady_state": not any(recorded.values()),
+        "recordings": {
+            "after_timed_runs": results[-1].recordings_after if results else {},
+            "in_timed_runs": dict(recorded),
+            "cases_recording": [r.case.id for r in results if any(r.recorded.values())],
+        },
     }
 
 
@@ -420,6 +568,8 @@ def format_table(data: dict) -> str:
         f"max_new_tokens={data['max_new_tokens']} cases={data['cases']} assisted={data['assisted_method']}",
         " ".join(name.rjust(w) for name, w in cols),
     ]
+    if data.get("steady_state") is False:  # said first as well as last: no one reads these times unwarned
+        lines.insert(2, steady_state_line(data))
 
     def fmt(value, width, digits=2):
         if value is None:
@@ -486,7 +636,22 @@ def format_table(data: dict) -> str:
             f"warm {f['warm']:.0f} ms ({f['warm_prefilled_tokens']:.0f} tokens prefilled) vs "
             f"cold {f['cold']:.0f} ms ({f['cold_prefilled_tokens']:.0f})"
         )
+    if "steady_state" in data:
+        lines.append(steady_state_line(data))
     return "\n".join(lines)
+
+
+def steady_state_line(data: dict) -> str:
+    """The table's last line: quiet when nothing was recorded inside a timed run, loud when something was."""
+    counts = data["recordings"]
+    inside = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts["in_timed_runs"].items())
+    if data["steady_state"]:
+        return f"steady state: nothing recorded or compiled inside the timed runs ({inside})"
+    cases = ", ".join(counts["cases_recording"])
+    return (
+        f"!!! NOT STEADY STATE: graphs were recorded or compiled inside the timed runs ({inside}; cases {cases}): "
+        "those cases' times include the recording !!!"
+    )
 
 
 def bench_events(
@@ -527,8 +692,15 @@ def bench_events(
 
 
 def write_json(data: dict, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(data, f, indent=1)
+    """Whole or not at all (a time cap may stop the bench while it writes): into a side file, then renamed."""
+    _replace(path, json.dumps(data, indent=1))
+
+
+def _replace(path: str, text: str) -> None:
+    side = f"{path}.writing"
+    with open(side, "w") as f:
+        f.write(text)
+    os.replace(side, path)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -637,6 +809,49 @@ def run(args: argparse.Namespace) -> int:
         # HF assisted gets the shipped model draft, whatever our product drafts with
         _, stock_draft = build_drafter("auto", stock, tokenizer, device=args.device, dtype=args.dtype)
         contenders.hf_draft = with_full_vocab_head(stock_draft) if stock_draft is not None else None
+    device = device_name(target)
+    bandwidth = memory_bandwidth_gbs(target.device)  # before the cases: each case's JSON has the bound
+
+    # the machine beside the numbers (GPU name, versions, date): the tables are committed with them;
+    # "device" is already the torch device the rows ran on
+    facts = device_facts()
+
+    def write(results: list[CaseRuns]) -> str:
+        """The report of the cases so far, into --json and its .txt; returns the table."""
+        data = report(
+            results,
+            tokenizer,
+            device=device,
+            dtype=str(target.dtype).replace("torch.", ""),
+            target=args.target,
+            draft=args.draft,
+            gamma=args.gamma,
+            max_new_tokens=args.max_new_tokens,
+            bandwidth_gbs=bandwidth,
+            weight_bytes=weight_bytes,
+            methods_doc=doc,
+        )
+        data["device_facts"] = facts
+        data["complete"] = len(results) == len(cases)
+        table = format_table(data)
+        if args.json:
+            write_json(data, args.json)
+            _replace(os.path.splitext(args.json)[0] + ".txt", table + "\n")
+        return table
+
+    done: list[CaseRuns] = []
+
+    def progress(result: CaseRuns) -> None:
+        """Each case as it ends: its line in the log and the tables so far on disk (a run stopped by a
+        time cap leaves them)."""
+        bar.write(case_line(result))
+        if any(result.recorded.values()):
+            bar.write(f"!!! case {result.case.id} recorded or compiled graphs inside its timed runs: {result.recorded}")
+        done.append(result)
+        if len(done) < len(cases):
+            write(done)
+        bar.update(1)
+
     bar = tqdm(total=len(cases), desc="bench", unit="case")
     results = run_bench(
         cases,
@@ -645,11 +860,10 @@ def run(args: argparse.Namespace) -> int:
         max_prompt_tokens=args.max_prompt_tokens,
         hf_gammas=[int(g) for g in args.hf_gammas.split(",") if g],
         prompt_lookup=args.prompt_lookup or None,
-        progress=lambda r: (bar.write(case_line(r)), bar.update(1)),
+        progress=progress,
         say=bar.write,
     )
     bar.close()
-    device = device_name(target)
     if args.events:
         from speccomplete.telemetry.log import EventLog
 
@@ -663,26 +877,5 @@ def run(args: argparse.Namespace) -> int:
                 max_new_tokens=args.max_new_tokens,
             ):
                 log.write(event)
-    data = report(
-        results,
-        tokenizer,
-        device=device,
-        dtype=str(target.dtype).replace("torch.", ""),
-        target=args.target,
-        draft=args.draft,
-        gamma=args.gamma,
-        max_new_tokens=args.max_new_tokens,
-        bandwidth_gbs=memory_bandwidth_gbs(target.device),
-        weight_bytes=weight_bytes,
-        methods_doc=doc,
-    )
-    # the machine beside the numbers (GPU name, versions, date): the tables are committed with them;
-    # "device" is already the torch device the rows ran on
-    data["device_facts"] = device_facts()
-    table = format_table(data)
-    print(table)
-    if args.json:
-        write_json(data, args.json)
-        with open(os.path.splitext(args.json)[0] + ".txt", "w") as f:
-            f.write(table + "\n")
+    print(write(results))
     return 0
