@@ -70,6 +70,9 @@ class Session:
     completed: dict[str, asyncio.Future] = field(default_factory=dict)  # uri -> the server's specdec/completed
     stderr: deque = field(default_factory=lambda: deque(maxlen=40))  # the server's last log lines, for crashes
     tasks: list[asyncio.Task] = field(default_factory=list)
+    # seconds from starting the server's process to its "ready" status: the models loaded and the target's
+    # steps built (on CUDA their graphs recorded, decoder/loader.py)
+    ready_s: float | None = None
 
     @property
     def alive(self) -> bool:
@@ -105,6 +108,7 @@ async def start_session(command: list[str], init_options: dict, ready_timeout: f
     def on_message(params: types.ShowMessageParams):
         log.warning("server says: %s", params.message)
 
+    started = time.perf_counter()
     await client.start_io(*command)
     session.tasks.append(asyncio.create_task(drain_stderr(session)))
     await client.initialize_async(
@@ -117,6 +121,7 @@ async def start_session(command: list[str], init_options: dict, ready_timeout: f
     if status["state"] != "ready":
         await stop_session(session)
         raise RuntimeError(f"the server could not load its models: {status.get('message')}")
+    session.ready_s = time.perf_counter() - started
     return session
 
 
@@ -201,10 +206,14 @@ async def run_eval(
     timeout: float = 300.0,
     ready_timeout: float = 900.0,
     progress=None,
+    ready_s: list[float] | None = None,
 ) -> list[CaseAnswer]:
-    """Run every case through the server, restarting it after a crash."""
+    """Run every case through the server, restarting it after a crash; each start's seconds to ready
+    go into `ready_s`."""
     command = command or server_command()
     session = await start_session(command, init_options, ready_timeout)
+    if ready_s is not None and session.ready_s is not None:
+        ready_s.append(session.ready_s)
     gate = asyncio.Semaphore(concurrency)
     restart = asyncio.Lock()
 
@@ -218,6 +227,8 @@ async def run_eval(
                         log.error("the server crashed on case %s; restarting it", case.id)
                         await stop_session(session)
                         session = await start_session(command, init_options, ready_timeout)
+                        if ready_s is not None and session.ready_s is not None:
+                            ready_s.append(session.ready_s)
             if progress:
                 progress(answer)
         return answer
@@ -359,8 +370,11 @@ def format_failures(answers: list[CaseAnswer]) -> str:
     return "\n".join(lines)
 
 
-def evaluate(cases: list[Case], args, progress=None) -> tuple[list[CaseAnswer], list[CompletionEvent]]:
-    """Run the cases; write the tagged events to args.telemetry and, if asked, the completions to args.results."""
+def evaluate(
+    cases: list[Case], args, progress=None, ready_s: list[float] | None = None
+) -> tuple[list[CaseAnswer], list[CompletionEvent]]:
+    """Run the cases; write the tagged events to args.telemetry and, if asked, the completions to args.results.
+    ready_s: each server start's seconds to ready (run_eval)."""
     with tempfile.TemporaryDirectory(prefix="specdec-eval-") as tmp:
         server_log = os.path.join(tmp, "events.jsonl")
         answers = asyncio.run(
@@ -370,6 +384,7 @@ def evaluate(cases: list[Case], args, progress=None) -> tuple[list[CaseAnswer], 
                 concurrency=args.concurrency,
                 timeout=args.timeout,
                 progress=progress,
+                ready_s=ready_s,
             )
         )
         events = tag_events(answers, read_server_events(server_log))
@@ -416,8 +431,9 @@ def run(args: argparse.Namespace) -> int:
 
     cases = read_cases(args.cases)
     bar = tqdm(total=len(cases), desc="eval", unit="case")
+    ready_s: list[float] = []
     try:
-        answers, events = evaluate(cases, args, progress=lambda r: bar.update(1))
+        answers, events = evaluate(cases, args, progress=lambda r: bar.update(1), ready_s=ready_s)
     except (RuntimeError, TimeoutError) as e:  # the server could not start or load its models
         print(f"specdec eval: {e}", file=sys.stderr)
         if args.summary:  # a summary still says what happened, and on which machine
@@ -432,7 +448,12 @@ def run(args: argparse.Namespace) -> int:
     print(format_summary(summarize_answers(answers, events)))
     if failures := format_failures(answers):
         print(failures)
+    print(f"server ready {ready_s[0]:.1f} s after its start (models loaded, target steps built)")
     if args.summary:
-        print(json.dumps(write_summary(args.summary, latency_summary(answers, events))))
+        summary = latency_summary(answers, events) | {
+            "ready_s": round(ready_s[0], 2),
+            "restarts_ready_s": [round(s, 2) for s in ready_s[1:]],
+        }
+        print(json.dumps(write_summary(args.summary, summary)))
     print(f"events: {args.telemetry}" + (f", results: {args.results}" if args.results else ""))
     return 0

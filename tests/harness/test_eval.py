@@ -51,9 +51,15 @@ def test_eval_end_to_end(tmp_path):
         "24",
         "--max-tokens-single-line",
         "12",
+        "--summary",
+        str(tmp_path / "summary.json"),
     ]
     run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # from the server's start to its ready status: the process, its imports and the models' load
+    assert 0 < summary["ready_s"] < 600 and summary["restarts_ready_s"] == []
+    assert "server ready" in run.stdout
 
     table = run.stdout
     for language in ("python", "c", "ocaml", "all"):
@@ -101,8 +107,11 @@ async def test_eval_counts_a_crash_and_restarts_the_server(tmp_path):
         Case("after", "c.go", "package main\n\nvar x = ", 2, 8),
     ]
     options = {"target": str(model), "draft": "none", "debounceMs": 0, "telemetry": False, "maxTokensSingleLine": 4}
-    results = await run_eval(cases, options, command=[sys.executable, "-c", CRASHING_SERVER], timeout=120)
+    ready_s: list[float] = []
+    command = [sys.executable, "-c", CRASHING_SERVER]
+    results = await run_eval(cases, options, command=command, timeout=120, ready_s=ready_s)
     assert [r.status for r in results] == ["ok", "crash", "ok"]
+    assert len(ready_s) == 2 and all(s > 0 for s in ready_s)  # the first start and the restart, each to ready
     assert results[2].language == "go" and results[2].request_id, "the restarted server answered"
     rows = {row["language"]: row for row in summarize_answers(results, [])}
     assert rows["all"]["crashes"] == 1 and rows["python"]["crashes"] == 1 and rows["go"]["crashes"] == 0
