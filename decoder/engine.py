@@ -245,7 +245,7 @@ class SpeculativeDecoder:
         while shared < limit and held[shared] == ids[shared]:
             shared += 1
         self.steps.truncate(shared)
-        return shared
+        return len(self.steps.tokens)  # fewer where the steps cannot cut back that far (graph_target.py)
 
     def _prefill(self, ids: list[int], reused: int, cancel: Cancelled | None) -> torch.Tensor | None:
         """Feed the prompt past its first `reused` tokens, PREFILL_CHUNK at a time; returns the logits

@@ -9,7 +9,7 @@ feed, and SDPA over grouped keys and values. Its logits equal HF's (tests/test_l
 max |Δ| 0.0 on both packaged models). On the 2-core EPYC of docs/benchmarks a 1-9 token step got
 1.04-1.07x faster on Gemma-3-270M (18 layers) and 1.11-1.28x on SmolLM2-135M (30 layers).
 
-The families it runs (`_FAMILIES`) differ in a few facts, each read from one table (`_Family`) or from the
+The families it runs (`_FAMILIES`) differ in a few facts, each read from one table (`Family`) or from the
 modules themselves: the kind of norm, Gemma's norms after attention and MLP, a sliding window per layer or
 for the whole model, soft-capped attention logits (Gemma 2: attended by hand, since SDPA cannot cap).
 Biases (Qwen2's q, k and v; StarCoder2's everywhere), q and k norms (Qwen3, Gemma-3), the MLP (gated, or
@@ -34,7 +34,7 @@ from transformers.cache_utils import Cache
 
 
 @dataclass(frozen=True)
-class _Family:
+class Family:
     """Where a family's layer differs from Llama's, as its modeling file in transformers 5 computes it."""
 
     norm: Literal["w", "1+w", "layer"] = "w"  # RMS norm times w; times 1 + w (Gemma); LayerNorm with bias
@@ -45,22 +45,28 @@ class _Family:
 
 # the base model's class -> its facts
 _FAMILIES = {
-    "LlamaModel": _Family(),
-    "MistralModel": _Family(window_in_config=True),
-    "Qwen2Model": _Family(),  # a per-layer window (use_sliding_window) is its attention's sliding_window
-    "Qwen3Model": _Family(),
-    "GemmaModel": _Family(norm="1+w"),
-    "Gemma2Model": _Family(norm="1+w", sandwich=True, attention_softcap=True),
-    "Gemma3TextModel": _Family(norm="1+w", sandwich=True),
-    "Starcoder2Model": _Family(norm="layer", window_in_config=True),
+    "LlamaModel": Family(),
+    "MistralModel": Family(window_in_config=True),
+    "Qwen2Model": Family(),  # a per-layer window (use_sliding_window) is its attention's sliding_window
+    "Qwen3Model": Family(),
+    "GemmaModel": Family(norm="1+w"),
+    "Gemma2Model": Family(norm="1+w", sandwich=True, attention_softcap=True),
+    "Gemma3TextModel": Family(norm="1+w", sandwich=True),
+    "Starcoder2Model": Family(norm="layer", window_in_config=True),
 }
 _FIXED_ROPE = {"default", "linear"}
 
 
-def supports(model) -> bool:
-    """Whether `model` (a causal LM; any other module: False) runs on this forward."""
-    family = _FAMILIES.get(type(getattr(model, "base_model", None)).__name__)
-    if family is None or model in _HF_ONLY or model.dtype != torch.float32:
+def family_of(model) -> Family | None:
+    """The facts of `model`'s family (a causal LM), None for a family this forward does not run."""
+    return _FAMILIES.get(type(getattr(model, "base_model", None)).__name__)
+
+
+def supports(model, dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> bool:
+    """Whether `model` (a causal LM; any other module: False) runs on this forward; `dtypes`: the
+    weights it takes (decoder/graph_target.py runs the same families in bf16 too)."""
+    family = family_of(model)
+    if family is None or model in _HF_ONLY or model.dtype not in dtypes:
         return False
     if model not in _REPLACED:
         _REPLACED[model] = tuple(_replaced_modules(model))
@@ -146,7 +152,7 @@ def lean_hidden(
     start = cache.get_seq_length()
     end = start + rows
     positions = torch.arange(start, end, device=input_ids.device)
-    rotary = _rotary_tables(base.rotary_emb, positions)
+    rotary = rotary_tables(base.rotary_emb, positions)
     masks = {}  # window -> [T, end] bool, True where a row may attend; none for one row
     x = base.embed_tokens(input_ids[0])
     row_by_row = 1 < rows <= ROW_BY_ROW_MAX and model in _ROW_BY_ROW
@@ -154,8 +160,7 @@ def lean_hidden(
         if index in taps and tapped is not None:
             tapped.append(x)
         attention = layer.self_attn
-        window = getattr(model.config, "sliding_window", None) if family.window_in_config else None
-        window = getattr(attention, "sliding_window", window)
+        window = layer_window(model, family, attention)
         if rows > 1 and window not in masks:
             masks[window] = _causal_mask(positions, end, window)
         cos, sin = rotary[None] if None in rotary else rotary[attention.layer_type]
@@ -174,7 +179,13 @@ def lean_hidden(
     return x
 
 
-def _norm(norm, x: torch.Tensor, family: _Family) -> torch.Tensor:
+def layer_window(model, family: Family, attention) -> int | None:
+    """The tokens a layer's attention looks back over (None: all of them)."""
+    window = getattr(model.config, "sliding_window", None) if family.window_in_config else None
+    return getattr(attention, "sliding_window", window)
+
+
+def _norm(norm, x: torch.Tensor, family: Family) -> torch.Tensor:
     # Gemma scales by 1 + w, Llama by w, StarCoder2 centres too and adds a bias; all in fp32, which the model is
     if family.norm == "1+w":
         return F.rms_norm(x, (x.shape[-1],), 1.0 + norm.weight, norm.eps)
@@ -183,7 +194,7 @@ def _norm(norm, x: torch.Tensor, family: _Family) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
 
 
-def _rotary_tables(rotary, positions: torch.Tensor) -> dict:
+def rotary_tables(rotary, positions: torch.Tensor) -> dict:
     """cos and sin [T, 1, head_dim] per layer type (None: the model has one kind of layer)."""
     if isinstance(rotary.rope_type, dict):
         kinds = {
@@ -207,7 +218,7 @@ def _causal_mask(positions: torch.Tensor, end: int, window: int | None) -> torch
     return mask & (queries - keys < window) if window else mask
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
@@ -221,7 +232,7 @@ def _attention(
     mask: torch.Tensor | str | None,
     window: int | None,
     end: int,
-    family: _Family,
+    family: Family,
 ) -> torch.Tensor:
     """mask: [T, end] for a batched feed, None for one row, EACH_ROW (attend_row_by_row)."""
     rows, head_dim = h.shape[0], attention.head_dim
@@ -233,7 +244,7 @@ def _attention(
         v = attention.v_proj(h).view(rows, -1, head_dim)
     if hasattr(attention, "q_norm"):  # Qwen3 and Gemma-3 normalize each head's queries and keys
         q, k = _norm(attention.q_norm, q, family), _norm(attention.k_norm, k, family)
-    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], attention.layer_idx)
     queries = q.transpose(0, 1)[None]
     if mask is EACH_ROW:  # each row as the one-row step at its position: its own keys, no mask
@@ -254,13 +265,13 @@ def _attend(attention, queries, keys, values, mask: torch.Tensor | None, window:
     start = end - window if mask is None and window and end > window else 0
     keys, values = keys[:, :, start:end], values[:, :, start:end]
     if cap := getattr(attention, "attn_logit_softcapping", None):
-        return _softcapped_attention(queries, keys, values, mask, attention.scaling, cap)
+        return softcapped_attention(queries, keys, values, mask, attention.scaling, cap)
     return F.scaled_dot_product_attention(
         queries, keys, values, attn_mask=mask, scale=attention.scaling, enable_gqa=True
     )
 
 
-def _softcapped_attention(queries, keys, values, mask: torch.Tensor | None, scale: float, cap: float) -> torch.Tensor:
+def softcapped_attention(queries, keys, values, mask: torch.Tensor | None, scale: float, cap: float) -> torch.Tensor:
     """HF's eager attention with logits soft-capped, cap * tanh(logits / cap) (Gemma 2), which SDPA cannot
     do. Each group of query heads is multiplied by its key-value head as it lies, not by copies of it."""
     batch, heads, rows, head_dim = queries.shape

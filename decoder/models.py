@@ -31,8 +31,9 @@ DEFAULT_TARGET = "gemma3-270m"
 # shipped draft's vocabulary (drafts.SelfDrafter). Chosen by measurement (docs/benchmarks/README.md):
 # on the CPU the shipped trained draft (`ngram+auto`) costs more than it returns.
 DEFAULT_DRAFT = "ngram+self"
-# How the target runs (decoder/target_steps.py); auto is compiled on CUDA and eager on the CPU.
-STEPS = ("auto", "eager", "fixed", "compiled")
+# How the target runs (decoder/target_steps.py); auto is graphs on CUDA (compiled for a family graphs do not
+# run) and eager on the CPU.
+STEPS = ("auto", "eager", "fixed", "compiled", "graphs")
 
 
 class ModelError(RuntimeError):

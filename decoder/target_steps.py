@@ -1,19 +1,21 @@
-"""The target model with its KV cache: feed tokens, get logits, roll back. Two ways to run it.
+"""The target model with its KV cache: feed tokens, get logits, roll back. Three ways to run it.
 
 - `EagerTarget` (the CPU default): a cache that grows in place (kv_cache.PreallocatedLayer), and
   every forward pass has the shape of its input. Attention spans only the tokens held.
-- `FixedShapeTarget` (the CUDA default, compiled): a cache of fixed capacity at fixed addresses,
-  and every forward pass of up to `max_rows` tokens padded to one row or to `max_rows`
-  (row_buckets). Two shapes are what lets `torch.compile(mode="reduce-overhead")` capture each
-  as a CUDA graph, as gpt-fast does, so a step is one graph launch instead of
-  hundreds of kernel launches from Python. The write position is a device tensor read inside
-  the graph; rolling back sets it, and nothing is copied. Padding rows write past the real end,
-  where the causal mask hides them until real tokens overwrite them. A SelfDrafter's steps,
-  which return hidden states instead of logits, get graphs of their own.
+- `GraphTarget` (graph_target.py, the CUDA default): our own forward at fixed shapes, recorded as CUDA
+  graphs directly; ring buffers for sliding-window layers; ready in seconds.
+- `FixedShapeTarget` (`fixed`, and `compiled`: CUDA for a family graph_target.py does not run): a cache
+  of fixed capacity at fixed addresses, and every forward pass of up to `max_rows` tokens padded to one
+  row or to `max_rows` (row_buckets). Two shapes are what lets `torch.compile(mode="reduce-overhead")`
+  capture each as a CUDA graph, as gpt-fast does, so a step is one graph launch instead of hundreds of
+  kernel launches from Python. The write position is a device tensor read inside the graph; rolling back
+  sets it, and nothing is copied. Padding rows write past the real end, where the causal mask hides them
+  until real tokens overwrite them. A SelfDrafter's steps, which return hidden states instead of logits,
+  get graphs of their own.
 
-Both know which tokens their cache holds, so any decoder may pick up where another left off, and
+All know which tokens their cache holds, so any decoder may pick up where another left off, and
 a request sharing a prefix with the last one feeds only the rest. With `taps` (an EAGLE-3 draft's
-layer ids, drafts/eagle3.py) both also keep, for every token held, the target's states entering
+layer ids, drafts/eagle3.py) all also keep, for every token held, the target's states entering
 those layers, taken from the same forward passes and cut back with the cache (`features`).
 
 On the CPU fixed shapes do not pay: attention over the whole capacity costs more than over the
@@ -27,8 +29,11 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from . import graph_target
+from .graph_target import GraphTarget
 from .kv_cache import forward_hidden_tapped, forward_logits, forward_tapped, keep_first, new_cache
 from .models import STEPS
+from .step_shapes import TappedStates, row_buckets
 
 # Tokens a fixed-shape cache holds unless the model's context window is shorter: a long editor
 # prompt and its completion, in 75 MB of bf16 keys and values for Gemma-3-270M.
@@ -40,36 +45,6 @@ def context_window(config) -> int | None:
         if getattr(config, name, None):
             return int(getattr(config, name))
     return None
-
-
-class TappedStates:
-    """The tapped states [tokens, len(taps) * hidden] of every token a target's cache holds, in a
-    buffer that doubles when full, so appending a round's rows copies only them."""
-
-    def __init__(self, taps: tuple[int, ...]):
-        self.taps = taps
-        self.length = 0
-        self._buffer: torch.Tensor | None = None
-
-    def append(self, rows: torch.Tensor) -> None:
-        end = self.length + rows.shape[0]
-        if self._buffer is None or end > self._buffer.shape[0]:
-            bigger = rows.new_empty(
-                max(end, 2 * (0 if self._buffer is None else self._buffer.shape[0]), 512), rows.shape[1]
-            )
-            if self._buffer is not None:
-                bigger[: self.length] = self._buffer[: self.length]
-            self._buffer = bigger
-        self._buffer[self.length : end] = rows
-        self.length = end
-
-    def rows(self, start: int, end: int) -> torch.Tensor:
-        if not 0 <= start <= end <= self.length or self._buffer is None:
-            raise IndexError(f"tapped states [{start}, {end}) asked of {self.length} held")
-        return self._buffer[start:end]
-
-    def truncate(self, length: int) -> None:
-        self.length = min(self.length, max(0, length))
 
 
 class EagerTarget:
@@ -169,16 +144,6 @@ class FixedLayer(CacheLayerMixin):
 
     def get_max_length(self) -> int:
         return self.capacity
-
-
-def row_buckets(max_rows: int) -> tuple[int, ...]:
-    """The row counts a forward is padded to: one row (AR and draft steps) and max_rows (a verify).
-
-    Two, not the powers of two between: on an H200 each captured graph cost ~24 s of compiling on a
-    cold start (12 graphs for γ ≤ 16 took ~5 minutes), while a step of Gemma-3-270M there is launch
-    overhead, not rows (our AR step took 2 ms, 12x the bandwidth bound), so padding a verify to 17
-    rows should cost little; not yet timed (docs/gpu.md)."""
-    return (1,) if max_rows == 1 else (1, max_rows)
 
 
 class FixedShapeTarget:
@@ -302,26 +267,31 @@ class FixedShapeTarget:
                 self.truncate(0)
 
 
-def steps_mode(mode: str, device: torch.device) -> str:
-    """Resolve auto: compiled fixed shapes on CUDA, eager elsewhere."""
+def steps_mode(mode: str, model) -> str:
+    """Resolve auto: on CUDA our forward on recorded graphs where it runs the family (graph_target.py), else
+    torch.compile's; eager elsewhere."""
     if mode not in STEPS:
         raise ValueError(f"unknown target steps {mode!r}; use {', '.join(STEPS)}")
-    if mode == "auto":
-        return "compiled" if device.type == "cuda" else "eager"
-    return mode
+    if mode == "auto" and model.device.type == "cuda":
+        return "graphs" if graph_target.supports(model) else "compiled"
+    return "eager" if mode == "auto" else mode
 
 
 def target_steps(
     model, mode: str, max_rows: int, hidden: bool = False, taps: tuple[int, ...] = ()
-) -> EagerTarget | FixedShapeTarget:
-    """mode: one of STEPS. Compiled steps are compiled here, one graph per row count, and with
-    `hidden` (a drafter feeds the target's hidden-state steps) one more per row count for those.
-    taps: layer ids whose input states the steps keep for an EAGLE-3 draft (Drafter.target_taps)."""
-    mode = steps_mode(mode, model.device)
+) -> EagerTarget | FixedShapeTarget | GraphTarget:
+    """mode: one of STEPS. Graph and compiled steps record or compile their graphs here, one per row count
+    (graphs: and per span), and with `hidden` (a drafter feeds the target's hidden-state steps) as many more
+    for those. taps: layer ids whose input states the steps keep for an EAGLE-3 draft (Drafter.target_taps)."""
+    mode = steps_mode(mode, model)
     if mode == "eager":
         return EagerTarget(model, taps)
     capacity = min(context_window(model.config) or FIXED_CAPACITY, FIXED_CAPACITY)
-    steps = FixedShapeTarget(model, capacity, max_rows, compile=mode == "compiled", taps=taps)
+    steps: FixedShapeTarget | GraphTarget
+    if mode == "graphs":
+        steps = GraphTarget(model, capacity, max_rows, taps=taps)
+    else:
+        steps = FixedShapeTarget(model, capacity, max_rows, compile=mode == "compiled", taps=taps)
     if steps.compiled:
         steps.warm_up(hidden)
     return steps

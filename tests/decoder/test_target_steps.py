@@ -15,7 +15,9 @@ from conftest import generate, random_prompts, tiny_llama
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, SelfDrafter
 from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
 from speccomplete.decoder.gamma import FixedGamma
-from speccomplete.decoder.target_steps import EagerTarget, FixedShapeTarget, row_buckets, target_steps
+from speccomplete.decoder.graph_target import GraphTarget
+from speccomplete.decoder.step_shapes import row_buckets
+from speccomplete.decoder.target_steps import EagerTarget, FixedShapeTarget, target_steps
 
 PROMPTS = random_prompts(8, seed=99)
 
@@ -99,17 +101,19 @@ def test_a_follow_up_request_reuses_the_fixed_cache(llama, tokenizer):
     assert warm.token_ids == generate(SpeculativeDecoder(llama, tokenizer), follow, max_new_tokens=10).token_ids
 
 
-def test_auto_steps_are_eager_on_the_cpu_compiled_on_cuda(llama):
+def test_auto_steps_are_eager_on_the_cpu_graphs_on_cuda(llama, gpt2):
     auto = target_steps(llama, "auto", 5)
     if llama.device.type == "cuda":  # SPECDEC_TEST_DEVICE=cuda (tests/conftest.py)
-        assert isinstance(auto, FixedShapeTarget) and auto.compiled
+        assert isinstance(auto, GraphTarget)
+        assert isinstance(target_steps(gpt2, "auto", 5), FixedShapeTarget)  # a family graphs do not run
     else:
         assert isinstance(auto, EagerTarget)
     fixed = target_steps(llama, "fixed", 5)
     assert isinstance(fixed, FixedShapeTarget) and not fixed.compiled
     assert fixed.capacity == llama.config.max_position_embeddings  # under FIXED_CAPACITY
+    assert isinstance(target_steps(llama, "graphs", 5), GraphTarget)
     with pytest.raises(ValueError, match="unknown target steps"):
-        target_steps(llama, "graphs", 5)
+        target_steps(llama, "static", 5)
 
 
 def test_compiled_steps_compile_once_per_row_count(tokenizer):
