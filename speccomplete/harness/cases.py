@@ -91,6 +91,7 @@ def sample_cases(
     neighbours: int = 0,
     mid_line: bool = False,
     line_end: bool = False,
+    refill: bool = False,
 ) -> list[Case]:
     """Pick files from `<lang>.<split>.txt` lists and a cursor inside each, deterministically.
 
@@ -100,7 +101,8 @@ def sample_cases(
     drawn apart from the cases: the same seed draws the same cases with and without them. With `mid_line`,
     the cursor is inside the same lines' text, at a point drawn from the file and line alone (`_mid_line`). With
     `line_end`, the cursor is at the end of the line before the drawn one, drawn among lines whose previous line is
-    finished (`_finished`): other lines than without it.
+    finished (`_finished`): other lines than without it. With `refill`, a list with fewer usable files than
+    `per_language` gives its files more cursors, at other rows, until it has `per_language` cases.
     """
     rng = random.Random(seed)
     cases = []
@@ -109,7 +111,15 @@ def sample_cases(
         files = [p for p in listing.read_text().splitlines() if p.strip()]
         rng.shuffle(files)
         cases += _pick(
-            files, language, language, per_language, rng, neighbours=neighbours, mid_line=mid_line, line_end=line_end
+            files,
+            language,
+            language,
+            per_language,
+            rng,
+            neighbours=neighbours,
+            mid_line=mid_line,
+            line_end=line_end,
+            refill=refill,
         )
     if nl_roots:
         from speccomplete.decoder.training.corpus import nl_documents
@@ -117,7 +127,15 @@ def sample_cases(
         files = [doc.source for doc in nl_documents(nl_roots, split)]
         rng.shuffle(files)
         cases += _pick(
-            files, "nl", "text", per_language, rng, neighbours=neighbours, mid_line=mid_line, line_end=line_end
+            files,
+            "nl",
+            "text",
+            per_language,
+            rng,
+            neighbours=neighbours,
+            mid_line=mid_line,
+            line_end=line_end,
+            refill=refill,
         )
     return cases
 
@@ -133,23 +151,28 @@ def _pick(
     neighbours: int = 0,
     mid_line: bool = False,
     line_end: bool = False,
+    refill: bool = False,
 ) -> list[Case]:
     """Up to `count` cases from `files` in `language`, the cursor after the indentation of a real line (or
     inside its text: `mid_line`; or at the end of the finished line before it: `line_end`); each with up to
-    `neighbours` other files of `files` as open documents."""
+    `neighbours` other files of `files` as open documents. With `refill`, the files that gave a case give
+    another, pass after pass, while there are fewer than `count`."""
     cases: list[Case] = []
-    for file in files:
-        if len(cases) == count:
-            break
+    drawn_rows: dict[str, set[int]] = {}  # file -> the rows drawn from it
+
+    def draw(file: str) -> Case | None:
+        """A case of `file` at a row not drawn from it yet; None where it has none."""
         text = _read_source(file, 500_000)
         if text is None or detect_language(file) != language:
-            continue
+            return None
         lines = text.split("\n")
+        taken = drawn_rows.get(file, set())
         candidates, offset = [], 0
         for number, row in enumerate(lines):
             if number >= 8 and offset <= max_prefix_chars and len(row.strip()) >= min_line_chars:
                 candidates.append(number)
             offset += len(row) + 1
+        candidates = [n for n in candidates if n not in taken]
         if line_end:
             candidates = [n for n in candidates if lines[n - 1].strip() and not lines[n - 1].endswith("\r")]
         drawn = rng.choice(candidates) if candidates else None
@@ -157,7 +180,8 @@ def _pick(
             candidates.remove(drawn)  # the server asks for a block at the end of its previous line: draw again
             drawn = rng.choice(candidates) if candidates else None
         if drawn is None:
-            continue
+            return None
+        drawn_rows.setdefault(file, set()).add(drawn)
         label_if_other = label if label != language else ""
         if line_end:
             row = lines[drawn - 1]
@@ -172,7 +196,21 @@ def _pick(
             # a generator of its own: the cases drawn are the same with and without neighbours
             choose = random.Random(file)
             case.neighbours = _neighbours(file, files, language, neighbours, choose)
-        cases.append(case)
+        return case
+
+    # one cursor a file, in the shuffled order; with `refill`, then another for each file that gave one
+    sources = files
+    while len(cases) < count and sources:
+        before = len(cases)
+        for file in sources:
+            if len(cases) == count:
+                break
+            case = draw(file)
+            if case is not None:
+                cases.append(case)
+        if len(cases) == before or not refill:
+            break
+        sources = [file for file in files if file in drawn_rows]
     return cases
 
 
@@ -249,6 +287,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="put the cursor at the end of the finished line before the drawn line (no block opener there): "
         "the drawn line is cut out and scored (the user paused after finishing a line)",
     )
+    p.add_argument(
+        "--refill",
+        action="store_true",
+        help="a language with fewer usable files than --per-language gets more cursors in the same files, at "
+        "other rows, until it has --per-language cases (their cases are not independent: say so where CIs are read)",
+    )
     p.add_argument("--out", required=True)
     return p
 
@@ -270,6 +314,7 @@ def run(args: argparse.Namespace) -> int:
         neighbours=args.neighbours,
         mid_line=args.mid_line,
         line_end=args.line_end,
+        refill=args.refill,
     )
     write_cases(cases, args.out)
     print(f"wrote {len(cases)} cases to {args.out}")

@@ -186,3 +186,16 @@ def test_line_end_cases_put_the_cursor_at_the_end_of_a_finished_line(tmp_path):
     write_cases([case], tmp_path / "end.jsonl")
     assert read_cases(tmp_path / "end.jsonl") == [case]
     assert json.loads((tmp_path / "end.jsonl").read_text())["line_end"] is True
+
+
+def test_refill_gives_a_small_list_more_cursors_at_other_rows(tmp_path):
+    root, splits = _tree(tmp_path)
+    plain = sample_cases(splits, per_language=4, seed=0, split="dev")
+    refilled = sample_cases(splits, per_language=4, seed=0, split="dev", refill=True)
+    rust = [c for c in refilled if c.id.startswith("rust")]
+    assert [c.id for c in rust] == ["rust-0", "rust-1", "rust-2", "rust-3"]  # one file, four rows
+    assert {c.path for c in rust} == {str(root / "pkg/m.rs")} and len({c.line for c in rust}) == 4
+    # a list with enough files draws as without refill, and the first cursor of each file is the same
+    python = [c for c in refilled if c.id.startswith("python")]
+    assert [(c.path, c.line) for c in python] == [(c.path, c.line) for c in plain if c.id.startswith("python")]
+    assert [c for c in plain if c.id.startswith("rust")][0].line == rust[0].line
