@@ -246,16 +246,61 @@ class Eagle3(torch.nn.Module):
         attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
         return self.layer.finish(hidden[None], attended)[0]
 
+    def step_at(
+        self, embeds: torch.Tensor, hidden: torch.Tensor, position: torch.Tensor, slot: torch.Tensor, cache: KVCache
+    ) -> torch.Tensor:
+        """One row [1, h] at `position`, written at row `slot` of the cache's buffers (both device tensors
+        [1]), attending to every row up to it. The shapes are the buffers', whatever the position, so a CUDA
+        graph can record it (decoder/drafts/eagle3_chain.py); the cache's length does not move."""
+        cos, sin = self.rotary(position)
+        q, k, v = self.layer.qkv(embeds[None], hidden[None], cos, sin)
+        keys, values, mask = cache.write_at(slot, k, v)
+        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+        return self.layer.finish(hidden[None], attended)[0]
+
 
 class KVCache:
     """The draft layer's keys and values [1, Hkv, T, d], in buffers that double when full: a chained step
     writes its one row in place, where concatenating would copy the whole cache every step. Cut by
-    moving the end. For decoding only (no autograd through the buffers)."""
+    moving the end. For decoding only (no autograd through the buffers). The captured chain
+    (eagle3_chain.py) `reserve`s the buffers ahead and writes its rows with `write_at`, at device positions."""
 
     def __init__(self):
         self._keys: torch.Tensor | None = None
         self._values: torch.Tensor | None = None
+        self._slots: torch.Tensor | None = None  # 0..capacity-1 on the device, for `write_at`'s mask
         self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        """Rows the buffers hold before they grow (and move)."""
+        return 0 if self._keys is None else self._keys.shape[2]
+
+    @property
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The whole key and value buffers, rows past `length` included."""
+        return None if self._keys is None or self._values is None else (self._keys, self._values)
+
+    def reserve(self, capacity: int, heads: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> None:
+        """Buffers of at least `capacity` rows now, keeping the rows held: a recorded graph reads them
+        where they are, so they must not move while it is used."""
+        if capacity <= self.capacity:
+            return
+        like = torch.empty(1, heads, 0, head_dim, dtype=dtype, device=device)
+        self._keys = _grown(self._keys, like, capacity, self.length)
+        self._values = _grown(self._values, like, capacity, self.length)
+
+    def write_at(
+        self, slot: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """k, v [1, Hkv, 1, d] written at row `slot` (a device tensor [1]) of the reserved buffers, the
+        length unmoved. Returns the whole buffers and the mask [1, 1, 1, capacity] of the rows up to slot."""
+        assert self._keys is not None and self._values is not None, "reserve the buffers first"
+        self._keys.index_copy_(2, slot, k)
+        self._values.index_copy_(2, slot, v)
+        if self._slots is None or self._slots.shape[0] != self.capacity or self._slots.device != slot.device:
+            self._slots = torch.arange(self.capacity, device=slot.device)
+        return self._keys, self._values, (self._slots <= slot).view(1, 1, 1, -1)
 
     @property
     def keys(self) -> torch.Tensor | None:
@@ -279,8 +324,9 @@ class KVCache:
 
 
 def _grown(buffer: torch.Tensor | None, like: torch.Tensor, capacity: int, keep: int) -> torch.Tensor:
-    """A [1, H, capacity, d] buffer holding `buffer`'s first `keep` rows."""
-    bigger = like.new_empty(*like.shape[:2], capacity, like.shape[3])
+    """A [1, H, capacity, d] buffer holding `buffer`'s first `keep` rows. The rest is zeros, not left
+    uninitialized: `write_at`'s attention masks those rows, and a NaN there would survive the mask."""
+    bigger = like.new_zeros(*like.shape[:2], capacity, like.shape[3])
     if buffer is not None:
         bigger[:, :, :keep] = buffer[:, :, :keep]
     return bigger

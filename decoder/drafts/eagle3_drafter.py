@@ -11,9 +11,14 @@ import torch.nn.functional as F
 from ..sampling import draw_draft
 from .base import Drafter, Proposal
 from .eagle3 import Eagle3, KVCache
+from .eagle3_chain import GreedyChains
 
 if TYPE_CHECKING:
     from ..target_steps import EagerTarget, FixedShapeTarget
+
+# Rows the draft cache reserves for the captured chain beside target steps of no fixed capacity
+# (EagerTarget); beyond them the cache grows and the chains are recorded again.
+DEFAULT_CHAIN_ROWS = 4096
 
 
 class Eagle3Drafter(Drafter):
@@ -26,9 +31,22 @@ class Eagle3Drafter(Drafter):
 
     The target's steps keep its states for every token they hold (decoder/target_steps.py, `taps`),
     from the same forward passes that verify: drafting asks nothing more of the target.
+
+    Drafting greedily with no confidence floor, the chain runs as one captured graph (eagle3_chain.py):
+    on CUDA by default, wherever `graph_chain` is True (the CPU tests run it eagerly). The cache then
+    reserves `chain_capacity` rows (by default the target steps' capacity plus a round's rows), which the
+    graphs read in place. A round whose chain would not fit them runs the loop, which grows the cache; the
+    chains are then recorded again on the grown buffers.
     """
 
-    def __init__(self, draft: Eagle3, target, line_ends: set[int] | frozenset[int] = frozenset()):
+    def __init__(
+        self,
+        draft: Eagle3,
+        target,
+        line_ends: set[int] | frozenset[int] = frozenset(),
+        graph_chain: bool | None = None,
+        chain_capacity: int | None = None,
+    ):
         self.draft = draft
         self.embeddings = target.get_input_embeddings().weight  # shared rows, unscaled, as vLLM's draft reads them
         self.vocab_ids = draft.target_ids()
@@ -38,6 +56,10 @@ class Eagle3Drafter(Drafter):
         self.cache = KVCache()
         self.rows = 0  # rows from real target states in the cache: positions 0..rows-1
         self.steps: EagerTarget | FixedShapeTarget | None = None
+        self.graph_chain = draft.device.type == "cuda" if graph_chain is None else graph_chain
+        self.chain_capacity = chain_capacity
+        self.chains: GreedyChains | None = None
+        self.graph_rounds = self.loop_rounds = 0  # rounds drafted by the captured chain, by the loop
 
     @property
     def own_modules(self) -> tuple[torch.nn.Module, ...]:
@@ -70,6 +92,8 @@ class Eagle3Drafter(Drafter):
         start = self.rows
         draft = self.draft
         device = self.embeddings.device
+        # reserved before the rows are added, so that they go straight into the buffers the graphs read
+        chains = self._greedy_chains() if self.graph_chain and params.greedy and not min_confidence else None
         next_tokens = torch.tensor(committed[start + 1 : end + 1], device=device)
         hidden = draft.fuse(steps.features.rows(start, end))
         out = draft.step(
@@ -80,6 +104,10 @@ class Eagle3Drafter(Drafter):
         )
         self.rows = end
         state = out[-1:]
+        if chains is not None and chains.fits(end, gamma):
+            self.graph_rounds += 1
+            return Proposal(self._through_line_end(chains.run(state, end, gamma)), None)
+        self.loop_rounds += 1
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         try:
@@ -99,6 +127,39 @@ class Eagle3Drafter(Drafter):
         finally:
             self.cache.truncate(self.rows)  # chained rows came from the draft's own states: never kept
         return Proposal(tokens, torch.stack(qs) if qs else None)
+
+    def _through_line_end(self, tokens: list[int]) -> list[int]:
+        """The chain cut after its first line end, where the loop stops drafting."""
+        for i, token in enumerate(tokens):
+            if token in self.line_ends:
+                return tokens[: i + 1]
+        return tokens
+
+    def _greedy_chains(self) -> GreedyChains:
+        if self.chains is None:
+            shape = self.draft.shape
+            capacity = self.chain_capacity or self._default_chain_capacity()
+            self.cache.reserve(capacity, shape.num_kv_heads, shape.head_dim, self.draft.dtype, self.draft.device)
+            self.chains = GreedyChains(self.draft, self.embeddings, self.vocab_ids, self.cache)
+        return self.chains
+
+    def _default_chain_capacity(self) -> int:
+        # Rows from real states stop at the target's capacity; a round's chain writes up to its rows past them.
+        capacity, buckets = getattr(self.steps, "capacity", None), getattr(self.steps, "buckets", None)
+        if capacity is None:
+            return DEFAULT_CHAIN_ROWS
+        return capacity + (max(buckets) if buckets else 1)
+
+    @torch.inference_mode()
+    def warm_up(self, max_gamma: int) -> None:
+        """Record the chains of 1..max_gamma tokens now (on CUDA), so that no round waits for one; after
+        `attach`, whose steps size the reserved rows. Recording runs each a few times, writing only rows
+        past those held."""
+        chains = self._greedy_chains()
+        chains.position.fill_(self.rows)
+        for length in range(1, max_gamma + 1):
+            if chains.fits(self.rows, length):
+                chains.graph(length)
 
     def rollback(self, valid: int) -> None:
         # Rows from real states are built only up to the last committed token, which stays committed.
