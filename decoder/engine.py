@@ -41,7 +41,7 @@ from .healing import allowed_first, heal
 from .kv_cache import head_logits
 from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities
 from .stats import GenerationStats
-from .target_steps import EagerTarget, FixedShapeTarget, context_window
+from .target_steps import EagerTarget, Steps, context_window
 from .text import TextStream
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class SpeculativeDecoder:
         drafter: Drafter | None = None,
         gamma=None,
         draft_confidence: float = 0.0,
-        steps: EagerTarget | FixedShapeTarget | None = None,
+        steps: Steps | None = None,
     ):
         self.target = target
         self.tokenizer = tokenizer
@@ -139,6 +139,8 @@ class SpeculativeDecoder:
         self.steps = steps if steps is not None else EagerTarget(target, drafter.target_taps if drafter else ())
         if drafter is not None:
             drafter.attach(self.steps)  # a draft that runs on the target itself drafts on these (SelfDrafter)
+            if self.steps.compiled:  # recorded steps: drafting's graphs are recorded now too
+                drafter.warm_up(self.gamma.max_gamma)
         limits = [w for w in (context_window(target.config), self.steps.capacity) if w]
         self.window = min(limits) if limits else None
         self.idle_cores = IdleCores() if target.device.type == "cpu" else None

@@ -267,6 +267,10 @@ class FixedShapeTarget:
                 self.truncate(0)
 
 
+# any of the three: what a decoder and its drafters run the target on
+Steps = EagerTarget | FixedShapeTarget | GraphTarget
+
+
 def steps_mode(mode: str, model) -> str:
     """Resolve auto: on CUDA our forward on recorded graphs where it runs the family (graph_target.py), else
     torch.compile's; eager elsewhere."""
@@ -277,9 +281,7 @@ def steps_mode(mode: str, model) -> str:
     return "eager" if mode == "auto" else mode
 
 
-def target_steps(
-    model, mode: str, max_rows: int, hidden: bool = False, taps: tuple[int, ...] = ()
-) -> EagerTarget | FixedShapeTarget | GraphTarget:
+def target_steps(model, mode: str, max_rows: int, hidden: bool = False, taps: tuple[int, ...] = ()) -> Steps:
     """mode: one of STEPS. Graph and compiled steps record or compile their graphs here, one per row count
     (graphs: and per span), and with `hidden` (a drafter feeds the target's hidden-state steps) as many more
     for those. taps: layer ids whose input states the steps keep for an EAGLE-3 draft (Drafter.target_taps)."""

@@ -13,7 +13,7 @@ import torch
 
 if TYPE_CHECKING:
     from ..sampling import SamplingParams
-    from ..target_steps import EagerTarget, FixedShapeTarget
+    from ..target_steps import Steps
 
 
 @dataclass
@@ -49,9 +49,15 @@ class Drafter(Protocol):
         those steps must then keep the hidden states the verify reads."""
         return False
 
-    def attach(self, steps: EagerTarget | FixedShapeTarget) -> None:
+    def attach(self, steps: Steps) -> None:
         """Called once by the decoder with the target's steps (decoder/target_steps.py), which a
         drafter that runs the target itself drafts on."""
+        return None
+
+    def warm_up(self, max_gamma: int) -> None:
+        """Record what drafting replays (CUDA graphs: an EAGLE-3 chain) for up to `max_gamma` drafts now,
+        not in a user's first requests; the decoder calls it after `attach` when its target steps are
+        recorded or compiled."""
         return None
 
     def reset(self, prompt: list[int], reused: int = 0) -> None:

@@ -14,7 +14,7 @@ from .eagle3 import Eagle3, KVCache
 from .eagle3_chain import GreedyChains
 
 if TYPE_CHECKING:
-    from ..target_steps import EagerTarget, FixedShapeTarget
+    from ..target_steps import Steps
 
 # Rows the draft cache reserves for the captured chain beside target steps of no fixed capacity
 # (EagerTarget); beyond them the cache grows and the chains are recorded again.
@@ -55,7 +55,7 @@ class Eagle3Drafter(Drafter):
         self.line_ends = line_ends
         self.cache = KVCache()
         self.rows = 0  # rows from real target states in the cache: positions 0..rows-1
-        self.steps: EagerTarget | FixedShapeTarget | None = None
+        self.steps: Steps | None = None
         self.graph_chain = draft.device.type == "cuda" if graph_chain is None else graph_chain
         self.chain_capacity = chain_capacity
         self.chains: GreedyChains | None = None
@@ -65,7 +65,7 @@ class Eagle3Drafter(Drafter):
     def own_modules(self) -> tuple[torch.nn.Module, ...]:
         return (self.draft,)
 
-    def attach(self, steps: EagerTarget | FixedShapeTarget) -> None:
+    def attach(self, steps: Steps) -> None:
         steps.keep_states(self.target_taps)
         self.steps = steps
 
@@ -155,6 +155,8 @@ class Eagle3Drafter(Drafter):
         """Record the chains of 1..max_gamma tokens now (on CUDA), so that no round waits for one; after
         `attach`, whose steps size the reserved rows. Recording runs each a few times, writing only rows
         past those held."""
+        if not self.graph_chain:
+            return
         chains = self._greedy_chains()
         chains.position.fill_(self.rows)
         for length in range(1, max_gamma + 1):

@@ -14,7 +14,7 @@ from .base import Drafter, Proposal
 from .derived import head_rows
 
 if TYPE_CHECKING:
-    from ..target_steps import EagerTarget, FixedShapeTarget
+    from ..target_steps import Steps
 
 
 class SelfDrafter(Drafter):
@@ -48,14 +48,14 @@ class SelfDrafter(Drafter):
         self.target_vocab = full.out_features
         self.vocab_ids = vocab_ids.to(device=full.weight.device, dtype=torch.long)
         self.head: torch.nn.Linear | PackedLinear = head_rows(full, self.vocab_ids)
-        self.steps: EagerTarget | FixedShapeTarget | None = None  # set by the decoder that drafts on them (attach)
+        self.steps: Steps | None = None  # set by the decoder that drafts on them (attach)
         _check_logits_are_the_head(target)
 
     @property
     def drafts_on_the_target(self) -> bool:
         return True
 
-    def attach(self, steps: EagerTarget | FixedShapeTarget) -> None:
+    def attach(self, steps: Steps) -> None:
         self.steps = steps
 
     def reset(self, prompt: list[int], reused: int = 0) -> None:

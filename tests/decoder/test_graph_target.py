@@ -15,7 +15,8 @@ from conftest import generate, random_prompts, tiny_gemma3, tiny_llama
 from helpers.tiny_families import tiny_gemma2, tiny_mistral, tiny_qwen2, tiny_qwen3, tiny_starcoder2
 
 from speccomplete.decoder import cuda_graphs
-from speccomplete.decoder.drafts import HybridDrafter, SelfDrafter
+from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter, SelfDrafter
+from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
 from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.graph_target import GraphTarget, span_buckets, supports
@@ -101,6 +102,28 @@ def test_speculation_on_graph_steps_is_eager_ar_token_for_token(family, tokenize
             assert generate(ar, prompt, max_new_tokens=24).token_ids == want.token_ids, (label, prompt)
             drafted += got.stats.drafted
         assert drafted > 0, label
+
+
+def test_an_eagle3_chain_on_graph_steps_is_eager_ar_token_for_token(gemma3, tokenizer):
+    """The product's CUDA path end to end: the target on graph steps keeping the draft's tapped states,
+    the draft's chain as a graph of its own (graph_chain), both recorded at the decoder's start."""
+    rows = gemma3.get_output_embeddings().out_features
+    ids = torch.randperm(rows, generator=torch.Generator().manual_seed(0))[: rows // 2].sort().values
+    model = copy.deepcopy(gemma3)
+    draft = init_from_target(Eagle3Shape.for_target(model, draft_vocab=len(ids)), model, ids, seed=0).eval()
+    drafter = Eagle3Drafter(draft.requires_grad_(False), model, graph_chain=True)
+    policy = FixedGamma(4)
+    steps = GraphTarget(model, capacity=256, max_rows=round_rows(policy, drafter), taps=drafter.target_taps, **SMALL)
+    steps.warm_up()
+    spec = SpeculativeDecoder(model, tokenizer, drafter, policy, steps=steps)
+    assert drafter.chains is not None  # recorded when the decoder attached its steps
+    reference = SpeculativeDecoder(gemma3, tokenizer)
+    drafted = 0
+    for prompt in PROMPTS[:4]:
+        got = generate(spec, prompt, max_new_tokens=24)
+        assert got.token_ids == generate(reference, prompt, max_new_tokens=24).token_ids, prompt
+        drafted += got.stats.drafted
+    assert drafted > 0 and drafter.graph_rounds > 0 and drafter.loop_rounds == 0
 
 
 def test_bf16_graph_steps_speculate_as_their_own_ar(tokenizer):
