@@ -52,6 +52,7 @@ class HybridDrafter(Drafter):
     def reset(self, prompt: list[int], reused: int = 0) -> None:
         # A request starts from the middle span: the last one's may have grown on text of another kind.
         self.span, self._copied = self.lookup_tokens // 2, None
+        self.lookup.reset(prompt, reused)
         if self.model is not None:
             self.model.reset(prompt, reused)
 
@@ -89,5 +90,6 @@ class HybridDrafter(Drafter):
             if accepted >= 0:  # else a draft before the copy was rejected: the copy was not tried
                 self.span = min(self.span + 2, self.lookup_tokens) if accepted == copied else accepted + 1
             self._copied = None
+        self.lookup.rollback(valid)  # the lookup indexed the drafts it was asked after (`_copy`)
         if self.model is not None:
             self.model.rollback(valid)
