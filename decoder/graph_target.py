@@ -23,8 +23,9 @@ at batch 1, the way gpt-fast and vLLM run a decode step:
   prefill) runs eagerly, the same function, in chunks of `extra` rows. On the CPU the graphs run eagerly
   too, on the same buffers: the tests drive this very code.
 
-Its logits are those of the model's forward in its dtype up to rounding: the norms run in float32 and
-are cast back, as HF's do.
+Its logits are those of the model's forward in its dtype up to rounding (the norms accumulate in float32,
+as HF's do, but multiply by their weight in the model's dtype). A step is few kernels: the queries and keys
+of a layer are normed and rotated as one tensor, and the masks and slots are made once a step.
 """
 
 from __future__ import annotations
@@ -70,22 +71,20 @@ def span_buckets(slots: int, first: int = FIRST_SPAN) -> tuple[int, ...]:
 
 
 class _Norm:
-    """A layer's norm as its family computes it, in float32 and cast back to the input's dtype."""
+    """A layer's norm as its family computes it: one kernel, which accumulates in float32 whatever the
+    dtype; its weight (Gemma's 1 + w made once, in float32) held in the model's dtype."""
 
     def __init__(self, module, family: Family):
         self.layer = family.norm == "layer"
         weight = module.weight.detach().float()
-        self.weight = 1.0 + weight if family.norm == "1+w" else weight
-        self.bias = module.bias.detach().float() if self.layer else None
+        self.weight = (1.0 + weight if family.norm == "1+w" else weight).to(module.weight.dtype)
+        self.bias = module.bias.detach() if self.layer else None
         self.eps = getattr(module, "eps", None) or getattr(module, "variance_epsilon", None) or 1e-6
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        wide = x.float()
         if self.layer:
-            out = F.layer_norm(wide, (x.shape[-1],), self.weight, self.bias, self.eps)
-        else:
-            out = F.rms_norm(wide, (x.shape[-1],), self.weight, self.eps)
-        return out.to(x.dtype)
+            return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
 def _merged(*linears: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -119,8 +118,15 @@ class _Layer:
         self.q_width = attention.q_proj.weight.shape[0]
         self.kv_width = attention.k_proj.weight.shape[0]
         self.qkv, self.qkv_bias = _merged(attention.q_proj, attention.k_proj, attention.v_proj)
-        self.q_norm = _Norm(attention.q_norm, family) if hasattr(attention, "q_norm") else None
-        self.k_norm = _Norm(attention.k_norm, family) if hasattr(attention, "k_norm") else None
+        self.heads, self.kv_heads = self.q_width // self.head_dim, self.kv_width // self.head_dim
+        # Qwen3's and Gemma-3's per-head norms of queries and keys, applied to both at once: a weight per head
+        self.qk_norm: tuple[torch.Tensor, float] | None = None
+        if hasattr(attention, "q_norm"):
+            q_norm, k_norm = _Norm(attention.q_norm, family), _Norm(attention.k_norm, family)
+            if q_norm.eps != k_norm.eps:
+                raise ValueError("queries and keys normed with different eps")
+            weight = torch.cat([q_norm.weight.expand(self.heads, -1), k_norm.weight.expand(self.kv_heads, -1)])
+            self.qk_norm = (weight, q_norm.eps)
         self.layer_type = getattr(attention, "layer_type", None)
         self.softcap = getattr(attention, "attn_logit_softcapping", None)
         self.input_norm = _Norm(layer.input_layernorm, family)
@@ -297,13 +303,14 @@ class GraphTarget:
         states) [rows, ...] and the tapped states [rows, len(taps) * hidden] (None without taps)."""
         rows = ids.shape[0]
         positions = self.start + torch.arange(rows, device=self.device)
+        where = {slots: positions % slots for slots in self.cache.positions}  # slot count -> the rows' slots
         for slots, held in self.cache.positions.items():
-            held.index_copy_(0, positions % slots, positions)
+            held.index_copy_(0, where[slots], positions)
         rotary = {
             kind: (cos.to(self.model.dtype), sin.to(self.model.dtype))
             for kind, (cos, sin) in lean_forward.rotary_tables(self.model.base_model.rotary_emb, positions).items()
         }
-        masks: dict[tuple[int, int | None], torch.Tensor] = {}
+        masks: dict[tuple[int, int | None, int], torch.Tensor] = {}  # (span, window, group) -> its mask
         taps = self.features.taps if self.features is not None else ()
         tapped = []
         x = self.model.base_model.embed_tokens(ids)
@@ -312,15 +319,15 @@ class GraphTarget:
                 tapped.append(x)
             slots = self.cache.keys[index].shape[1]
             attended = span if slots == self.cache.full_slots else slots
-            key = (attended, layer.window)
+            key = (attended, layer.window, layer.heads // layer.kv_heads)
             if key not in masks:
                 held = self.cache.positions[slots][:attended]
                 mask = (held[None] >= 0) & (held[None] <= positions[:, None])
                 if layer.window:
                     mask &= positions[:, None] - held[None] < layer.window
-                masks[key] = mask
+                masks[key] = mask.repeat(key[2], 1)
             cos, sin = rotary[None] if None in rotary else rotary[layer.layer_type]
-            h = self._attention(index, layer, layer.input_norm(x), cos, sin, positions, masks[key], attended)
+            h = self._attention(index, layer, layer.input_norm(x), cos, sin, where[slots], masks[key], attended)
             if self.family.sandwich:
                 x = x + layer.post_attention_norm(h)
                 x = x + layer.post_mlp_norm(layer.feed_forward(layer.pre_mlp_norm(x)))
@@ -333,29 +340,34 @@ class GraphTarget:
         out = head_logits(self.model, self.model.get_output_embeddings(), x) if logits else x
         return out, (torch.cat(tapped, dim=-1) if taps else None)
 
-    def _attention(self, index: int, layer: _Layer, h, cos, sin, positions, mask, attended: int) -> torch.Tensor:
+    def _attention(self, index: int, layer: _Layer, h, cos, sin, slots, mask, attended: int) -> torch.Tensor:
+        """slots: where each row's keys go in this layer's buffers; mask: [group * rows, attended], the
+        rows' mask repeated for the query heads of a key-value head."""
         rows, head_dim = h.shape[0], layer.head_dim
-        q, k, v = F.linear(h, layer.qkv, layer.qkv_bias).split((layer.q_width, layer.kv_width, layer.kv_width), dim=-1)
-        q, k, v = q.view(rows, -1, head_dim), k.view(rows, -1, head_dim), v.view(rows, -1, head_dim)
-        if layer.q_norm is not None and layer.k_norm is not None:
-            q, k = layer.q_norm(q), layer.k_norm(k)
-        q, k = lean_forward.rotate(q, cos, sin), lean_forward.rotate(k, cos, sin)
+        qkv = F.linear(h, layer.qkv, layer.qkv_bias)
+        # queries and keys as one tensor of heads: normed and rotated together
+        qk = qkv[:, : layer.q_width + layer.kv_width].view(rows, layer.heads + layer.kv_heads, head_dim)
+        v = qkv[:, layer.q_width + layer.kv_width :].view(rows, layer.kv_heads, head_dim)
+        if layer.qk_norm is not None:
+            weight, eps = layer.qk_norm
+            qk = F.rms_norm(qk, (head_dim,), None, eps) * weight
+        qk = lean_forward.rotate(qk, cos, sin)
+        q, k = qk[:, : layer.heads], qk[:, layer.heads :]
         keys, values = self.cache.keys[index], self.cache.values[index]
-        slots = positions % keys.shape[1]
         keys.index_copy_(1, slots, k.transpose(0, 1))
         values.index_copy_(1, slots, v.transpose(0, 1))
         keys, values = keys[:, :attended], values[:, :attended]
-        kv_heads = keys.shape[0]
-        group = q.shape[1] // kv_heads
+        kv_heads = layer.kv_heads
+        group = layer.heads // kv_heads
         if layer.softcap:
             out = lean_forward.softcapped_attention(
-                q.transpose(0, 1)[None], keys[None], values[None], mask, layer.attention.scaling, layer.softcap
+                q.transpose(0, 1)[None], keys[None], values[None], mask[:rows], layer.attention.scaling, layer.softcap
             )[0].transpose(0, 1)
         else:
             # the `group` query heads of a key-value head as rows of one: [kv_heads, group * rows, head_dim]
             grouped = q.view(rows, kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(kv_heads, group * rows, -1)
             out = F.scaled_dot_product_attention(
-                grouped[None], keys[None], values[None], attn_mask=mask.repeat(group, 1), scale=layer.attention.scaling
+                grouped[None], keys[None], values[None], attn_mask=mask, scale=layer.attention.scaling
             )[0]
             out = out.view(kv_heads, group, rows, head_dim).permute(2, 0, 1, 3)
         return layer.attention.o_proj(out.reshape(rows, -1))
