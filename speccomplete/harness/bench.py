@@ -32,6 +32,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -142,7 +143,8 @@ class Recordings:
 
 def counts_between(before: dict[str, int | None], after: dict[str, int | None]) -> dict[str, int]:
     """What was recorded or compiled between two `Recordings.counts()`, the kinds counted in both."""
-    return {kind: after[kind] - n for kind, n in before.items() if n is not None and after.get(kind) is not None}
+    counted = {kind: (n, after.get(kind)) for kind, n in before.items()}
+    return {kind: later - n for kind, (n, later) in counted.items() if n is not None and later is not None}
 
 
 class FirstToken:
@@ -298,7 +300,8 @@ def warm_up(methods: dict[str, Method], contenders: Contenders, ids: list[int], 
     graph_target.py) recorded. torch.compile's cudagraph trees record a graph on its second call, so there
     our methods run twice and the steps' `warm_up` (every row count, hidden-state steps too where a
     drafter drafts on the target) runs twice; recorded steps record whatever graph is missing in it."""
-    compiled = {id(d.steps): d.steps for d in contenders.ours.values() if getattr(d.steps, "compiled", False)}
+    # steps with graphs (FixedShapeTarget compiled, GraphTarget), by identity: decoders share them
+    compiled: dict[int, Any] = {id(d.steps): d.steps for d in contenders.ours.values() if d.steps.compiled}
     for name, method in methods.items():
         times = 2 if compiled and name in contenders.ours else 1
         for _ in range(times):

@@ -172,6 +172,38 @@ def test_eval_and_tests_smoke(gpu_root, tmp_path):
     assert ET.parse(tmp_path / "tests" / "tests.xml").getroot().find("testsuite") is not None
 
 
+def test_cuda_smoke_runs_tests_bench_and_eval_and_a_capped_part_leaves_the_earlier_parts(gpu_root, tmp_path):
+    """The runbook's call after training: three parts, each under its own cap. Here the eval's cap (1 s)
+    stops it; the tests' and the bench's JSON are there, and cuda.json says which part was capped."""
+    env = os.environ | {"GPU_ROOT": str(gpu_root), "OUT": str(tmp_path), "PYTHON": sys.executable}
+    env |= {"CUDA_CAPS": "120 120 1"}
+    done = subprocess.run(
+        ["bash", str(STEP), "cuda", "--smoke"], cwd=REPO, env=env, capture_output=True, text=True, timeout=400
+    )
+    assert done.returncode == 124, done.stdout[-3000:] + done.stderr[-3000:]  # the capped part's status
+    parts = json.loads((tmp_path / "cuda.json").read_text())["parts"]
+    assert list(parts) == ["tests", "bench", "eval"]  # in this order
+    assert parts["tests"]["exit"] == parts["bench"]["exit"] == 0 and not parts["bench"]["capped"]
+    assert parts["eval"] == {"exit": 124, "seconds": parts["eval"]["seconds"], "cap_s": 1, "capped": True}
+
+    tests = json.loads((tmp_path / "tests.json").read_text())
+    assert tests["exit"] == 0 and tests["passed"] == tests["tests"] >= 2
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert bench["complete"] is True and bench["cases"] == 2 and bench["steady_state"] is True
+    assert {"ar", "spec", "spec_draft_ngram", "hf_greedy", "hf_assisted_default"} <= set(bench["methods"])
+    assert "hf_assisted_lookup" not in bench["methods"]  # the call's HF rows: greedy and assisted's default
+    assert all(case["ar_prefill_ms"] > 0 and case["ar_decode_ms"] > 0 for case in bench["per_case"])
+    assert not (tmp_path / "eval.json").exists()
+
+    # one log for the call, each part's start and end in it
+    log = (tmp_path / "cuda.log").read_text()
+    assert log.index("== cuda step: tests") < log.index("== cuda step: bench") < log.index("== cuda step: eval")
+    assert "eval exit 124" in log
+    files = returned_files(tmp_path)
+    assert {p.name for p in files} == {"cuda.json", "cuda.log", "tests.json", "tests.xml", "bench.json", "bench.txt"}
+    assert len(files) + 2 <= 8  # with the eval's eval.json and eval-events.jsonl, when it is not capped
+
+
 def test_the_tests_summary_is_written_when_sigint_stops_pytest(tmp_path):
     """gpu/step.sh tests stops pytest with SIGINT at its cap: the summary must still say what ran."""
     started = tmp_path / "started"
