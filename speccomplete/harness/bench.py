@@ -115,11 +115,15 @@ class Recordings:
     """
 
     def __init__(self):
-        from torch._dynamo.callback import CallbackTrigger, callback_handler
-
+        self._trigger: Any = None
+        self._handler: Any = None
+        self.tree_recordings = 0
+        try:
+            from torch._dynamo.callback import CallbackTrigger, callback_handler
+        except ImportError:  # a torch before dynamo's callbacks: the compiles are still counted
+            return
         self._trigger = getattr(CallbackTrigger, "CUDAGRAPH_RECORDING", None)
         self._handler = callback_handler
-        self.tree_recordings = 0
         if self._trigger is not None:
             callback_handler.register_start_callback(self._on_start)
 
@@ -137,7 +141,7 @@ class Recordings:
         }
 
     def close(self) -> None:
-        if self._trigger is not None:
+        if self._trigger is not None and self._handler is not None:
             self._handler.remove_start_callback(self._on_start)
 
 
