@@ -39,7 +39,7 @@ from .drafts.base import Drafter, Proposal
 from .gamma import FixedGamma, HeuristicGamma
 from .healing import allowed_first, heal
 from .kv_cache import head_logits
-from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities
+from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, verdict
 from .stats import GenerationStats
 from .target_steps import EagerTarget, Steps, context_window
 from .text import TextStream
@@ -176,6 +176,8 @@ class SpeculativeDecoder:
             return Generation("", [], "cancelled", stats, [], healed)
         if self.drafter is not None:
             self.drafter.reset(ids, reused)
+        if prefill_logits.device.type == "cuda":  # the prefill's time, not its launch's (the first round waits anyway)
+            torch.cuda.synchronize(prefill_logits.device)
         stats.prefill_ms = _ms(start)
 
         committed = list(ids)
@@ -286,34 +288,14 @@ class SpeculativeDecoder:
         proposal = self._through_stop(proposal, opts.stop_strings)
         t1 = time.perf_counter()
         k = len(proposal.tokens)
+        drafts = torch.tensor(proposal.tokens, dtype=torch.long, device=self.target.device)
         # Verify: the last committed token plus k drafts, one forward pass, k+1 rows of logits.
-        if proposal.hidden is not None:  # the draft ran the target's own layers: only its head is left
-            logits = head_logits(self.target, self.target.get_output_embeddings(), proposal.hidden)
-        elif prefill_logits is None:
-            logits = self.steps.forward([committed[-1]] + proposal.tokens, keep=k + 1)
-        elif k:
-            logits = torch.cat([prefill_logits, self.steps.forward(proposal.tokens, keep=k)])
+        if params.greedy and proposal.hidden is None and prefill_logits is None and not healed:
+            # the product's usual round: the steps decide it too (on CUDA inside the step's graph)
+            outcome = self.steps.verify_greedy([committed[-1]] + proposal.tokens)
         else:
-            logits = prefill_logits
-        if healed:  # the first token: the target's distribution over the tokens that continue `healed`
-            allowed = allowed_first(self.tokenizer, healed, logits.shape[-1], logits.device)
-            logits = torch.cat([logits[:1].masked_fill(~allowed, float("-inf")), logits[1:]])
-        drafts = torch.tensor(proposal.tokens, dtype=torch.long, device=logits.device)
-        if params.greedy:
-            decided = accept_greedy(logits, drafts)
-        else:
-            q = proposal.q
-            if q is not None and q.shape[-1] < logits.shape[-1]:  # a draft head narrower than the target's
-                q = torch.nn.functional.pad(q, (0, logits.shape[-1] - q.shape[-1]))
-            decided = accept_sampled(probabilities(logits, params), q, drafts, generator)
-        # the log-probability of the token each row would commit: its drafted token, and past the drafts the
-        # decided one (read back with the decision: the round stays one read)
-        rows = torch.arange(k + 1, device=logits.device)
-        taken = torch.where(rows == decided[0], decided[1], torch.cat([drafts, decided[1:]]))
-        # in float32 (bf16 logits on CUDA are widened): 4x cheaper than float64 over a 262k vocabulary
-        logprob = logits.gather(-1, taken.view(-1, 1)).squeeze(-1).float() - torch.logsumexp(logits.float(), -1)
-        # float64 holds the token ids exactly
-        n, token, *row_logprobs = torch.cat([decided.double(), logprob.double()]).tolist()
+            outcome = self._verify(committed, proposal, prefill_logits, params, generator, healed, drafts).tolist()
+        n, token, *row_logprobs = outcome
         n, token = int(n), int(token)
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         self.steps.truncate(len(committed) + n)
@@ -327,6 +309,31 @@ class SpeculativeDecoder:
         stats.verify_ms += _ms(t1)
         stats.record_round(k, n, proposal.lookup)
         return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
+
+    def _verify(self, committed, proposal, prefill_logits, params, generator, healed, drafts) -> torch.Tensor:
+        """Any round's verify and acceptance from the target's logits: sampled, a healed first token, the
+        first round (the prefill's logits stand in for the last committed token's) or a self draft's
+        (only the head is left over its hidden states). Returns sampling.verdict's tensor."""
+        k = len(proposal.tokens)
+        if proposal.hidden is not None:  # the draft ran the target's own layers: only its head is left
+            logits = head_logits(self.target, self.target.get_output_embeddings(), proposal.hidden)
+        elif prefill_logits is None:
+            logits = self.steps.forward([committed[-1]] + proposal.tokens, keep=k + 1)
+        elif k:
+            logits = torch.cat([prefill_logits, self.steps.forward(proposal.tokens, keep=k)])
+        else:
+            logits = prefill_logits
+        if healed:  # the first token: the target's distribution over the tokens that continue `healed`
+            allowed = allowed_first(self.tokenizer, healed, logits.shape[-1], logits.device)
+            logits = torch.cat([logits[:1].masked_fill(~allowed, float("-inf")), logits[1:]])
+        if params.greedy:
+            decided = accept_greedy(logits, drafts)
+        else:
+            q = proposal.q
+            if q is not None and q.shape[-1] < logits.shape[-1]:  # a draft head narrower than the target's
+                q = torch.nn.functional.pad(q, (0, logits.shape[-1] - q.shape[-1]))
+            decided = accept_sampled(probabilities(logits, params), q, drafts, generator)
+        return verdict(logits, drafts, decided)
 
     def _through_stop(self, proposal: Proposal, stop_strings: tuple[str, ...]) -> Proposal:
         """The proposal up to its first draft whose own text holds a stop string: the generation ends

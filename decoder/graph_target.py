@@ -37,6 +37,7 @@ from . import lean_forward
 from .cuda_graphs import Captured
 from .kv_cache import head_logits
 from .lean_forward import Family
+from .sampling import accept_greedy, verdict
 from .step_shapes import TappedStates, row_buckets
 
 # Rows beyond the last held token that a ring layer keeps room for: the longest eager feed (a prefill's
@@ -205,9 +206,12 @@ class GraphTarget:
         self.written = 0  # the end of the positions written since the cache was last empty, padding included
         self.ids = torch.zeros(self.extra, dtype=torch.long, device=self.device)
         self.start = torch.zeros((), dtype=torch.long, device=self.device)
+        self.drafted = torch.zeros((), dtype=torch.long, device=self.device)  # real drafts in a verdict's feed
+        # a verdict comes back through pinned memory: one copy, then one wait
+        self._verdict_host = torch.zeros(2 + self.extra, dtype=torch.float64, pin_memory=self.device.type == "cuda")
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds, in order
         self.features = TappedStates(tuple(taps)) if taps else None
-        self.graphs: dict[tuple[bool, int, int], Captured] = {}  # (logits?, rows, span) -> its graph
+        self.graphs: dict[tuple[str, int, int], Captured] = {}  # (kind, rows, span) -> its graph
 
     def keep_states(self, taps: tuple[int, ...]) -> None:
         """From now on keep the states entering layers `taps`; the cache is emptied and the graphs,
@@ -221,23 +225,41 @@ class GraphTarget:
     @torch.inference_mode()
     def warm_up(self, hidden: bool = False) -> None:
         """Record every graph now, so that no user request waits for one: every row count at every span,
-        for logits and, with `hidden` (a SelfDrafter's steps), for hidden states too."""
-        for logits in (True, False) if hidden else (True,):
+        for logits, for greedy verdicts and, with `hidden` (a SelfDrafter's steps), for hidden states."""
+        for kind in ("logits", "verdict", "hidden") if hidden else ("logits", "verdict"):
             for rows in self.buckets:
                 for span in self.spans:
-                    self._graph(logits, rows, span)
+                    self._graph(kind, rows, span)
+
+    def verify_greedy(self, ids: list[int]) -> list[float]:
+        """Append `ids` (the last committed token and the drafts after it) and decide the round greedily,
+        inside the step's graph: sampling.verdict's values, [n, token, log-probabilities...], read back
+        through pinned memory once."""
+        n = len(ids)
+        if n > self.buckets[-1]:
+            logits = self.forward(ids, keep=n)
+            drafts = torch.tensor(ids[1:], dtype=torch.long, device=self.device)
+            return verdict(logits, drafts, accept_greedy(logits, drafts)).tolist()
+        self.drafted.fill_(n - 1)
+        out, states = self._replay("verdict", ids)
+        self._keep(ids, None, None if states is None else states[:n].clone())
+        host = self._verdict_host[: out.shape[0]]
+        host.copy_(out, non_blocking=True)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        return host[: 2 + n].tolist()
 
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
-        return self._append(ids, keep, logits=True)
+        return self._append(ids, keep, "logits")
 
     def hidden(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
-        return self._append(ids, len(ids), logits=False)
+        return self._append(ids, len(ids), "hidden")
 
     def feed(self, ids: list[int]) -> None:
         """Append `ids` and compute no logits (a prefill's chunks before its last)."""
-        self._append(ids, 0, logits=False)
+        self._append(ids, 0, "hidden")
 
     def truncate(self, length: int) -> None:
         """Forget every token past the first `length`: the next feed writes over them. A ring holds the
@@ -251,29 +273,38 @@ class GraphTarget:
         if self.features is not None:
             self.features.truncate(length)
 
-    def _append(self, ids: list[int], keep: int, logits: bool) -> torch.Tensor:
-        """Feed `ids` after the held tokens; returns the rows of the last `keep` (copies: a graph's outputs
-        are overwritten by its next replay) and keeps the tapped states."""
+    def _append(self, ids: list[int], keep: int, kind: str) -> torch.Tensor:
+        """Feed `ids` after the held tokens; returns the rows ("logits" or "hidden") of the last `keep`
+        (copies: a graph's outputs are overwritten by its next replay) and keeps the tapped states."""
         n = len(ids)
-        if not ids:
-            raise ValueError("nothing to feed")
-        if len(self.tokens) + n > self.capacity:
-            raise ValueError(f"{len(self.tokens) + n} tokens do not fit a cache of {self.capacity}")
         if n > self.buckets[-1]:  # a prefill: eagerly, at its own shape, `extra` rows at a time
+            self._check_room(n)
             kept = []
             for begin in range(0, n, self.extra):
                 piece = ids[begin : begin + self.extra]
                 wanted = begin + len(piece) > n - keep  # the piece holds some of the last `keep` rows
-                out = self._eager(piece, logits and wanted)
+                out = self._eager(piece, kind == "logits" and wanted)
                 if wanted:
                     kept.append(out[max(0, n - keep - begin) :])
             return torch.cat(kept) if kept else out[:0]
+        out, states = self._replay(kind, ids)
+        return self._keep(ids, out[n - keep : n].clone(), None if states is None else states[:n].clone())
+
+    def _replay(self, kind: str, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Run the graph of `kind` on `ids` padded to a row count; returns its outputs (not yet copied)."""
+        n = len(ids)
+        self._check_room(n)
         rows = next(bucket for bucket in self.buckets if bucket >= n)
         self.ids[:rows].copy_(torch.tensor(ids + ids[-1:] * (rows - n)))  # from pageable memory: no device sync
         self.start.fill_(len(self.tokens))
         self.written = max(self.written, len(self.tokens) + rows)
-        out, states = self._graph(logits, rows, self._span(len(self.tokens) + rows))()
-        return self._keep(ids, out[n - keep : n].clone(), None if states is None else states[:n].clone())
+        return self._graph(kind, rows, self._span(len(self.tokens) + rows))()
+
+    def _check_room(self, n: int) -> None:
+        if n < 1:
+            raise ValueError("nothing to feed")
+        if len(self.tokens) + n > self.capacity:
+            raise ValueError(f"{len(self.tokens) + n} tokens do not fit a cache of {self.capacity}")
 
     def _eager(self, ids: list[int], logits: bool) -> torch.Tensor:
         self.start.fill_(len(self.tokens))
@@ -282,7 +313,7 @@ class GraphTarget:
         out, states = self._forward(ids_tensor, self._span(len(self.tokens) + len(ids)), logits)
         return self._keep(ids, out, states)
 
-    def _keep(self, ids: list[int], out: torch.Tensor, states: torch.Tensor | None) -> torch.Tensor:
+    def _keep(self, ids: list[int], out, states: torch.Tensor | None):
         self.tokens += ids
         if self.features is not None and states is not None:
             self.features.append(states)
@@ -291,12 +322,21 @@ class GraphTarget:
     def _span(self, end: int) -> int:
         return next(span for span in self.spans if span >= end)
 
-    def _graph(self, logits: bool, rows: int, span: int) -> Captured:
-        key = (logits, rows, span)
+    def _graph(self, kind: str, rows: int, span: int) -> Captured:
+        key = (kind, rows, span)
         if key not in self.graphs:
             with torch.inference_mode():
-                self.graphs[key] = Captured(lambda: self._forward(self.ids[:rows], span, logits), self.device)
+                self.graphs[key] = Captured(lambda: self._run(kind, rows, span), self.device)
         return self.graphs[key]
+
+    def _run(self, kind: str, rows: int, span: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What the graph of `kind` computes: a forward of the first `rows` ids; for a verdict, also the
+        greedy decision over its real drafts (`drafted`), as sampling.verdict's tensor."""
+        out, states = self._forward(self.ids[:rows], span, logits=kind != "hidden")
+        if kind == "verdict":
+            drafts = self.ids[1:rows]
+            out = verdict(out, drafts, accept_greedy(out, drafts, self.drafted))
+        return out, states
 
     def _forward(self, ids: torch.Tensor, span: int, logits: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Write `ids` [rows] at positions start.. into the cache; returns their logits (or final hidden

@@ -33,6 +33,7 @@ from . import graph_target
 from .graph_target import GraphTarget
 from .kv_cache import forward_hidden_tapped, forward_logits, forward_tapped, keep_first, new_cache
 from .models import STEPS
+from .sampling import accept_greedy, verdict
 from .step_shapes import TappedStates, row_buckets
 
 # Tokens a fixed-shape cache holds unless the model's context window is shorter: a long editor
@@ -47,9 +48,18 @@ def context_window(config) -> int | None:
     return None
 
 
+def verify_by_logits(steps, ids: list[int]) -> list[float]:
+    """Append `ids` (the last committed token and the drafts after it) and decide the round greedily:
+    sampling.verdict's values, [n, token, log-probabilities...], read back once."""
+    logits = steps.forward(ids, keep=len(ids))
+    drafts = torch.tensor(ids[1:], dtype=torch.long, device=logits.device)
+    return verdict(logits, drafts, accept_greedy(logits, drafts)).tolist()
+
+
 class EagerTarget:
     capacity: int | None = None  # grows as needed; the model's context window is the limit
     compiled = False
+    verify_greedy = verify_by_logits
 
     def __init__(self, model, taps: tuple[int, ...] = ()):
         self.model = model
@@ -147,6 +157,8 @@ class FixedLayer(CacheLayerMixin):
 
 
 class FixedShapeTarget:
+    verify_greedy = verify_by_logits
+
     def __init__(self, model, capacity: int, max_rows: int, compile: bool = False, taps: tuple[int, ...] = ()):
         """capacity: the tokens the cache holds at most. max_rows: the most tokens a round feeds
         (γ + 1); a longer feed (a prefill) runs eagerly at its own shape.

@@ -49,6 +49,10 @@ class HybridDrafter(Drafter):
         if self.model is not None:
             self.model.attach(steps)
 
+    def warm_up(self, max_gamma: int) -> None:
+        if self.model is not None:
+            self.model.warm_up(max_gamma)
+
     def reset(self, prompt: list[int], reused: int = 0) -> None:
         # A request starts from the middle span: the last one's may have grown on text of another kind.
         self.span, self._copied = self.lookup_tokens // 2, None

@@ -99,6 +99,8 @@ def test_speculation_on_graph_steps_is_eager_ar_token_for_token(family, tokenize
             want = generate(reference, prompt, max_new_tokens=24)
             got = generate(spec, prompt, max_new_tokens=24)
             assert got.token_ids == want.token_ids, (label, prompt)
+            # the greedy verdict, decided inside the step's graph, gives the eager round's log-probabilities
+            torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), rtol=1e-4, atol=1e-4)
             assert generate(ar, prompt, max_new_tokens=24).token_ids == want.token_ids, (label, prompt)
             drafted += got.stats.drafted
         assert drafted > 0, label
@@ -183,14 +185,15 @@ def test_graphs_are_recorded_at_warm_up_only(tokenizer):
     steps = GraphTarget(model, capacity=128, max_rows=round_rows(policy, drafter), **SMALL)
     before = cuda_graphs.recordings()
     steps.warm_up()
-    assert set(steps.graphs) == {(True, rows, span) for rows in (1, 4) for span in steps.spans}
+    kinds = ("logits", "verdict")
+    assert set(steps.graphs) == {(kind, rows, span) for kind in kinds for rows in (1, 4) for span in steps.spans}
     assert steps.spans == (16, 32, 64, 128, 136)
     recorded = cuda_graphs.recordings() - before
     assert recorded == (len(steps.graphs) if model.device.type == "cuda" else 0)
     spec = SpeculativeDecoder(model, tokenizer, drafter, policy, steps=steps)
     for prompt in PROMPTS[:3]:
         generate(spec, prompt, max_new_tokens=20)
-    assert len(steps.graphs) == 2 * len(steps.spans)  # nothing new
+    assert len(steps.graphs) == 2 * 2 * len(steps.spans)  # nothing new
     assert cuda_graphs.recordings() - before == recorded
 
 
