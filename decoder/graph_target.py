@@ -38,7 +38,7 @@ from .cuda_graphs import Captured
 from .kv_cache import head_logits
 from .lean_forward import Family
 from .sampling import accept_greedy, verdict
-from .step_shapes import TappedStates, row_buckets
+from .step_shapes import TappedStates, row_buckets, verify_by_logits
 
 # Rows beyond the last held token that a ring layer keeps room for: the longest eager feed (a prefill's
 # chunk; engine.PREFILL_CHUNK is the same) and at least a verify's rows.
@@ -237,9 +237,7 @@ class GraphTarget:
         through pinned memory once."""
         n = len(ids)
         if n > self.buckets[-1]:
-            logits = self.forward(ids, keep=n)
-            drafts = torch.tensor(ids[1:], dtype=torch.long, device=self.device)
-            return verdict(logits, drafts, accept_greedy(logits, drafts)).tolist()
+            return verify_by_logits(self, ids)
         self.drafted.fill_(n - 1)
         out, states = self._replay("verdict", ids)
         self._keep(ids, None, None if states is None else states[:n].clone())

@@ -1,9 +1,11 @@
 """What every kind of target steps shares (target_steps.py, graph_target.py): the row counts a short feed
-is padded to, and the tapped states kept beside the cache."""
+is padded to, the tapped states kept beside the cache, and a greedy round decided from logits."""
 
 from __future__ import annotations
 
 import torch
+
+from .sampling import accept_greedy, verdict
 
 
 def row_buckets(max_rows: int) -> tuple[int, ...]:
@@ -44,3 +46,11 @@ class TappedStates:
 
     def truncate(self, length: int) -> None:
         self.length = min(self.length, max(0, length))
+
+
+def verify_by_logits(steps, ids: list[int]) -> list[float]:
+    """Append `ids` (the last committed token and the drafts after it) and decide the round greedily:
+    sampling.verdict's values, [n, token, log-probabilities...], read back once."""
+    logits = steps.forward(ids, keep=len(ids))
+    drafts = torch.tensor(ids[1:], dtype=torch.long, device=logits.device)
+    return verdict(logits, drafts, accept_greedy(logits, drafts)).tolist()

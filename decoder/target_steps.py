@@ -33,8 +33,7 @@ from . import graph_target
 from .graph_target import GraphTarget
 from .kv_cache import forward_hidden_tapped, forward_logits, forward_tapped, keep_first, new_cache
 from .models import STEPS
-from .sampling import accept_greedy, verdict
-from .step_shapes import TappedStates, row_buckets
+from .step_shapes import TappedStates, row_buckets, verify_by_logits
 
 # Tokens a fixed-shape cache holds unless the model's context window is shorter: a long editor
 # prompt and its completion, in 75 MB of bf16 keys and values for Gemma-3-270M.
@@ -46,14 +45,6 @@ def context_window(config) -> int | None:
         if getattr(config, name, None):
             return int(getattr(config, name))
     return None
-
-
-def verify_by_logits(steps, ids: list[int]) -> list[float]:
-    """Append `ids` (the last committed token and the drafts after it) and decide the round greedily:
-    sampling.verdict's values, [n, token, log-probabilities...], read back once."""
-    logits = steps.forward(ids, keep=len(ids))
-    drafts = torch.tensor(ids[1:], dtype=torch.long, device=logits.device)
-    return verdict(logits, drafts, accept_greedy(logits, drafts)).tolist()
 
 
 class EagerTarget:
