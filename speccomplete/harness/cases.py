@@ -16,6 +16,7 @@ import argparse
 import json
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from speccomplete.server.language import detect_language
@@ -105,38 +106,21 @@ def sample_cases(
     `per_language` gives its files more cursors, at other rows, until it has `per_language` cases.
     """
     rng = random.Random(seed)
+    pick = partial(
+        _pick, count=per_language, rng=rng, neighbours=neighbours, mid_line=mid_line, line_end=line_end, refill=refill
+    )
     cases = []
     for listing in sorted(Path(splits_dir).glob(f"*.{split}.txt")):
         language = listing.name.split(".")[0]
         files = [p for p in listing.read_text().splitlines() if p.strip()]
         rng.shuffle(files)
-        cases += _pick(
-            files,
-            language,
-            language,
-            per_language,
-            rng,
-            neighbours=neighbours,
-            mid_line=mid_line,
-            line_end=line_end,
-            refill=refill,
-        )
+        cases += pick(files, language, language)
     if nl_roots:
         from speccomplete.decoder.training.corpus import nl_documents
 
         files = [doc.source for doc in nl_documents(nl_roots, split)]
         rng.shuffle(files)
-        cases += _pick(
-            files,
-            "nl",
-            "text",
-            per_language,
-            rng,
-            neighbours=neighbours,
-            mid_line=mid_line,
-            line_end=line_end,
-            refill=refill,
-        )
+        cases += pick(files, "nl", "text")
     return cases
 
 
