@@ -24,6 +24,7 @@ tokens held, and compiling gained nothing there (docs/benchmarks/README.md, deci
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -34,6 +35,8 @@ from .graph_target import GraphTarget
 from .kv_cache import forward_hidden_tapped, forward_logits, forward_tapped, keep_first, new_cache
 from .models import STEPS
 from .step_shapes import TappedStates, row_buckets, verify_by_logits
+
+log = logging.getLogger(__name__)
 
 # Tokens a fixed-shape cache holds unless the model's context window is shorter: a long editor
 # prompt and its completion, in 75 MB of bf16 keys and values for Gemma-3-270M.
@@ -287,16 +290,23 @@ def steps_mode(mode: str, model) -> str:
 def target_steps(model, mode: str, max_rows: int, hidden: bool = False, taps: tuple[int, ...] = ()) -> Steps:
     """mode: one of STEPS. Graph and compiled steps record or compile their graphs here, one per row count
     (graphs: and per span), and with `hidden` (a drafter feeds the target's hidden-state steps) as many more
-    for those. taps: layer ids whose input states the steps keep for an EAGLE-3 draft (Drafter.target_taps)."""
-    mode = steps_mode(mode, model)
-    if mode == "eager":
+    for those. taps: layer ids whose input states the steps keep for an EAGLE-3 draft (Drafter.target_taps).
+    Graph steps that `auto` chose and that fail to record give way to compiled ones, with a warning."""
+    resolved = steps_mode(mode, model)
+    if resolved == "eager":
         return EagerTarget(model, taps)
     capacity = min(context_window(model.config) or FIXED_CAPACITY, FIXED_CAPACITY)
-    steps: FixedShapeTarget | GraphTarget
-    if mode == "graphs":
-        steps = GraphTarget(model, capacity, max_rows, taps=taps)
-    else:
-        steps = FixedShapeTarget(model, capacity, max_rows, compile=mode == "compiled", taps=taps)
+    if resolved == "graphs":
+        try:
+            graphs = GraphTarget(model, capacity, max_rows, taps=taps)
+            graphs.warm_up(hidden)
+            return graphs
+        except Exception:
+            if mode != "auto":
+                raise
+            log.warning("graph steps failed to record; the target runs on compiled steps", exc_info=True)
+            resolved = "compiled"
+    steps = FixedShapeTarget(model, capacity, max_rows, compile=resolved == "compiled", taps=taps)
     if steps.compiled:
         steps.warm_up(hidden)
     return steps

@@ -211,3 +211,24 @@ def test_taps_keep_the_eager_steps_states(gemma3):
     assert eager.features is not None and graphs.features is not None
     assert graphs.features.length == eager.features.length == 25
     torch.testing.assert_close(graphs.features.rows(0, 25), eager.features.rows(0, 25), rtol=1e-4, atol=1e-4)
+
+
+def test_graph_steps_auto_chose_give_way_to_compiled_ones_when_they_fail(llama, monkeypatch, caplog):
+    """On CUDA `auto` picks graph steps; one that fails to record (a kernel the capture refuses) must not
+    keep the decoder from loading: it falls back to torch.compile's steps, with a warning. Asked for by
+    name, the failure is the caller's."""
+    from speccomplete.decoder import target_steps as steps_module
+
+    monkeypatch.setattr(steps_module, "steps_mode", lambda mode, model: "eager" if mode == "eager" else "graphs")
+
+    def fails(self, hidden=False):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(GraphTarget, "warm_up", fails)
+    warmed = []
+    monkeypatch.setattr(steps_module.FixedShapeTarget, "warm_up", lambda self, hidden=False: warmed.append(hidden))
+    steps = steps_module.target_steps(copy.deepcopy(llama), "auto", 5, hidden=True)
+    assert isinstance(steps, steps_module.FixedShapeTarget) and steps.compiled and warmed == [True]
+    assert "graph steps failed to record" in caplog.text
+    with pytest.raises(RuntimeError, match="capturing"):
+        steps_module.target_steps(copy.deepcopy(llama), "graphs", 5)
