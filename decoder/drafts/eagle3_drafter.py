@@ -3,6 +3,7 @@ already computed (drafts/eagle3.py has the model and its format)."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import torch
@@ -12,6 +13,8 @@ from ..sampling import draw_draft
 from .base import Drafter, Proposal
 from .eagle3 import Eagle3, KVCache
 from .eagle3_chain import GreedyChains
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..target_steps import Steps
@@ -154,14 +157,18 @@ class Eagle3Drafter(Drafter):
     def warm_up(self, max_gamma: int) -> None:
         """Record the chains of 1..max_gamma tokens now (on CUDA), so that no round waits for one; after
         `attach`, whose steps size the reserved rows. Recording runs each a few times, writing only rows
-        past those held."""
+        past those held. Chains that fail to record leave drafting to the loop, with a warning."""
         if not self.graph_chain:
             return
-        chains = self._greedy_chains()
-        chains.position.fill_(self.rows)
-        for length in range(1, max_gamma + 1):
-            if chains.fits(self.rows, length):
-                chains.graph(length)
+        try:
+            chains = self._greedy_chains()
+            chains.position.fill_(self.rows)
+            for length in range(1, max_gamma + 1):
+                if chains.fits(self.rows, length):
+                    chains.graph(length)
+        except Exception:
+            log.warning("the EAGLE-3 chain's graphs failed to record; the draft runs its loop", exc_info=True)
+            self.graph_chain, self.chains = False, None
 
     def rollback(self, valid: int) -> None:
         # Rows from real states are built only up to the last committed token, which stays committed.

@@ -197,3 +197,22 @@ def test_warm_up_makes_every_length_s_graph_once_and_keeps_the_rows(llama, token
     generate(spec, PROMPTS[1], max_new_tokens=MAX_NEW)
     assert_chain_is_the_loop(twins)
     assert chain.chains.graphs == graphs and all(chain.chains.graphs[n] is graphs[n] for n in graphs)
+
+
+def test_chains_that_fail_to_record_leave_drafting_to_the_loop(llama, tokenizer, monkeypatch, caplog):
+    from speccomplete.decoder.drafts import eagle3_chain
+
+    def refuses(self, length):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(eagle3_chain.GreedyChains, "graph", refuses)
+    drafter = Eagle3Drafter(make_draft(llama), llama, graph_chain=True)
+    steps = EagerTarget(llama, drafter.target_taps)
+    drafter.attach(steps)
+    drafter.warm_up(4)
+    assert not drafter.graph_chain and "failed to record" in caplog.text
+    spec = SpeculativeDecoder(llama, tokenizer, drafter, CycledGamma((3,)), steps=steps)
+    reference = SpeculativeDecoder(llama, tokenizer)
+    got = generate(spec, PROMPTS[0], max_new_tokens=MAX_NEW)
+    assert got.token_ids == generate(reference, PROMPTS[0], max_new_tokens=MAX_NEW).token_ids
+    assert got.stats.drafted > 0 and drafter.graph_rounds == 0 and drafter.loop_rounds > 0
