@@ -711,7 +711,7 @@ def _replace(path: str, text: str) -> None:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("bench", help="AR vs speculative vs HF assisted on the same cases")
+    p = subparsers.add_parser("bench")
     p.add_argument("--cases", required=True)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--max-prompt-tokens", type=int, default=1024)

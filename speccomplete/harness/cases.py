@@ -246,7 +246,7 @@ def _read_source(path: str, max_bytes: int) -> str | None:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("cases", help="sample completion cases from corpus split lists")
+    p = subparsers.add_parser("cases")
     p.add_argument("--splits", required=True, help="directory of <lang>.<split>.txt lists of source files")
     p.add_argument("--split", default="dev")
     p.add_argument("--per-language", type=int, default=2)

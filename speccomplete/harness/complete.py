@@ -9,7 +9,7 @@ from .model_args import add_model_args, load
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("complete", help="complete a file at a position and print the completion with its stats")
+    p = subparsers.add_parser("complete")
     p.add_argument("file")
     p.add_argument("--line", type=int, help="0-based LSP line (default: end of file)")
     p.add_argument("--character", type=int, default=0, help="UTF-16 column on that line")

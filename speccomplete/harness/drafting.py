@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 def add_corpus_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("corpus", help="build packed, language-labelled training shards for a draft")
+    p = sub.add_parser("corpus")
     p.add_argument(
         "--out", required=True, help="output directory (shards + manifest.json; with --packed, train/ and dev/)"
     )
@@ -175,7 +175,7 @@ def corpus_from_packed(args) -> int:
 
 
 def add_finetune_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("finetune", help="train a draft toward the target on a corpus")
+    p = sub.add_parser("finetune")
     p.add_argument("--data", required=True, help="corpus directory (fine-tuning phase)")
     p.add_argument("--tokens", default="1M", help="tokens to train on in the fine-tuning phase")
     p.add_argument("--pretrain", help="corpus directory for a general first phase (pretrain, then fine-tune)")

@@ -10,10 +10,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     from speccomplete.decoder.drafts.eagle3_gguf import OUTTYPES
     from speccomplete.decoder.drafts.trained import SHIPPED_DRAFTS
 
-    p = subparsers.add_parser(
-        "eagle3-gguf",
-        help="convert an EAGLE-3 draft folder to the GGUF llama.cpp drafts with (llama-server -md)",
-    )
+    p = subparsers.add_parser("eagle3-gguf")
     p.add_argument(
         "--draft",
         default=str(SHIPPED_DRAFTS / "gemma3-270m-eagle3"),

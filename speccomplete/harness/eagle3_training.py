@@ -19,7 +19,7 @@ from .drafting import _special_ids, _tokens, _use_bf16, add_training_loop_args, 
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("train-eagle3", help="train an EAGLE-3 draft on the target's hidden states")
+    p = sub.add_parser("train-eagle3")
     p.add_argument("--target", default=DEFAULT_TARGET, help="packaged alias, local directory or HF id")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16 (the target's)")

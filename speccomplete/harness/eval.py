@@ -411,7 +411,7 @@ def evaluate(
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("eval", help="drive the real language server over stdio on completion cases")
+    p = subparsers.add_parser("eval")
     p.add_argument("cases", help="CASES.jsonl in the `specdec cases` format")
     p.add_argument("--telemetry", required=True, help="write the completion events here (JSONL)")
     p.add_argument("--results", help="also write each case's completion text here (opt-in: it is source code)")

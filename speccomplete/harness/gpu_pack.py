@@ -455,7 +455,7 @@ def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging:
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("gpu-pack", help="build the carry folder for a lent GPU machine: loads of one call each")
+    p = sub.add_parser("gpu-pack")
     p.add_argument(
         "--out",
         default=".carry",

@@ -56,7 +56,7 @@ def next_line_quality(
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("nextline", help="greedy next-line exact match of a target on cases")
+    p = subparsers.add_parser("nextline")
     p.add_argument("--cases", required=True)
     p.add_argument("--target", default=DEFAULT_TARGET)
     p.add_argument("--device", default="auto")

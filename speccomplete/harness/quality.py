@@ -418,9 +418,7 @@ def run_quality(
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "quality", help="what users see on held-out cases, through the server's pipeline: shown, next line, loops"
-    )
+    p = subparsers.add_parser("quality")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--cases", help="CASES.jsonl in the `specdec cases` format")
     source.add_argument("--splits", help="sample dev-split cases from the <lang>.dev.txt file lists in this directory")

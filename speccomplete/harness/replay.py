@@ -284,9 +284,7 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "replay", help="latency while files are typed line by line, with pauses: p50/p95 single- and multi-line"
-    )
+    p = subparsers.add_parser("replay")
     p.add_argument("--files", nargs="+", required=True, help="source files to type, in any language the server knows")
     p.add_argument("--lines", type=int, default=12, help="line positions per file, spread over it (default: 12)")
     p.add_argument(

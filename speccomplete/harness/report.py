@@ -12,7 +12,7 @@ import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("report", help="tables and plots from completion events")
+    p = subparsers.add_parser("report")
     p.add_argument("events", nargs="+", help="event files, globs or directories")
     p.add_argument("--out", required=True, help="directory for report.md, report.json, CSVs and PNGs")
     p.add_argument(

@@ -6,7 +6,7 @@ import argparse
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("serve", help="run the language server (stdio unless --tcp)")
+    p = subparsers.add_parser("serve")
     p.add_argument("--tcp", action="store_true", help="listen on 127.0.0.1 instead of stdio")
     p.add_argument("--port", type=int, default=2087)
     # Also after `serve`, where an editor's server arguments put it; SUPPRESS keeps `specdec -v serve` verbose.

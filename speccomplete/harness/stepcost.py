@@ -201,7 +201,7 @@ def print_profile(name: str, report: dict[int, dict], top: int = 12) -> None:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("stepcost", help="median cost of target/draft forward passes by dtype and width")
+    p = subparsers.add_parser("stepcost")
     p.add_argument("--target", default=DEFAULT_TARGET)
     p.add_argument("--device", default="auto")
     p.add_argument(

@@ -745,7 +745,7 @@ def study_markdown(data: dict) -> str:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("study", help="issue 40's study (RQ1-RQ3) over cases, resumable: study.json and study.md")
+    p = subparsers.add_parser("study")
     p.add_argument("--cases", required=True)
     p.add_argument("--out", required=True, help="directory: events/, study.json, study.md, plots (resumes from it)")
     p.add_argument(

@@ -99,7 +99,7 @@ def run_sweep(
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("sweep", help="AR and fixed γ over temperatures on cases, written as events")
+    p = subparsers.add_parser("sweep")
     p.add_argument("--cases", required=True)
     p.add_argument("--gammas", default="1,2,4,8,16,32", help="fixed γ values; AR (γ 0) always runs too")
     p.add_argument("--temperatures", default="0,0.5,1.0")

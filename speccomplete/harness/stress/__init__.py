@@ -44,7 +44,7 @@ def format_table(results: list[CheckResult]) -> str:
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("stress", help="reliability checks against the real server (table + JSON)")
+    p = subparsers.add_parser("stress")
     p.add_argument("checks", nargs="*", metavar="CHECK", default=[], help=f"default: all of {CHECKS}")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (the fuzzer's target is 3: 0,1,2)")
     p.add_argument("--short", action="store_true", help="the short versions CI runs")
