@@ -288,13 +288,12 @@ class SpeculativeDecoder:
         proposal = self._through_stop(proposal, opts.stop_strings)
         t1 = time.perf_counter()
         k = len(proposal.tokens)
-        drafts = torch.tensor(proposal.tokens, dtype=torch.long, device=self.target.device)
         # Verify: the last committed token plus k drafts, one forward pass, k+1 rows of logits.
         if params.greedy and proposal.hidden is None and prefill_logits is None and not healed:
             # the product's usual round: the steps decide it too (on CUDA inside the step's graph)
             outcome = self.steps.verify_greedy([committed[-1]] + proposal.tokens)
         else:
-            outcome = self._verify(committed, proposal, prefill_logits, params, generator, healed, drafts).tolist()
+            outcome = self._verify(committed, proposal, prefill_logits, params, generator, healed).tolist()
         n, token, *row_logprobs = outcome
         n, token = int(n), int(token)
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
@@ -310,7 +309,7 @@ class SpeculativeDecoder:
         stats.record_round(k, n, proposal.lookup)
         return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
 
-    def _verify(self, committed, proposal, prefill_logits, params, generator, healed, drafts) -> torch.Tensor:
+    def _verify(self, committed, proposal, prefill_logits, params, generator, healed) -> torch.Tensor:
         """Any round's verify and acceptance from the target's logits: sampled, a healed first token, the
         first round (the prefill's logits stand in for the last committed token's) or a self draft's
         (only the head is left over its hidden states). Returns sampling.verdict's tensor."""
@@ -326,6 +325,7 @@ class SpeculativeDecoder:
         if healed:  # the first token: the target's distribution over the tokens that continue `healed`
             allowed = allowed_first(self.tokenizer, healed, logits.shape[-1], logits.device)
             logits = torch.cat([logits[:1].masked_fill(~allowed, float("-inf")), logits[1:]])
+        drafts = torch.tensor(proposal.tokens, dtype=torch.long, device=logits.device)
         if params.greedy:
             decided = accept_greedy(logits, drafts)
         else:
