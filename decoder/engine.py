@@ -139,7 +139,7 @@ class SpeculativeDecoder:
         self.steps = steps if steps is not None else EagerTarget(target, drafter.target_taps if drafter else ())
         if drafter is not None:
             drafter.attach(self.steps)  # a draft that runs on the target itself drafts on these (SelfDrafter)
-            if self.steps.compiled:  # recorded steps: drafting's graphs are recorded now too
+            if self.steps.records_graphs:  # recorded steps: drafting's graphs are recorded now too
                 drafter.warm_up(self.gamma.max_gamma)
         limits = [w for w in (context_window(target.config), self.steps.capacity) if w]
         self.window = min(limits) if limits else None

@@ -113,7 +113,6 @@ class _Layer:
     def __init__(self, model, layer, family: Family):
         attention = layer.self_attn
         self.attention = attention
-        self.family = family
         self.window = lean_forward.layer_window(model, family, attention)
         self.head_dim = attention.head_dim
         self.q_width = attention.q_proj.weight.shape[0]
@@ -169,7 +168,7 @@ class StaticCache:
 class GraphTarget:
     """Target steps on recorded CUDA graphs (eager elsewhere): see the module's docstring."""
 
-    compiled = True  # as compiled steps: the stock weights run, so nothing packs them (decoder/loader.py)
+    records_graphs = True  # EagerTarget.records_graphs
 
     def __init__(
         self,

@@ -78,7 +78,7 @@ def resolve_quantization(requested: str, target, steps) -> str:
     steps) on fast int8 products (VNNI or AMX: int8_full_range), else none."""
     if requested != "auto":
         return requested
-    runs = not steps.compiled and can_int8(target) and supports(target)
+    runs = not steps.records_graphs and can_int8(target) and supports(target)
     return "int8" if runs and int8_full_range() else "none"
 
 
@@ -89,11 +89,11 @@ def use_cpu_kernels(steps, *models, int8: bool = False) -> None:
     one by one, so a verify stays bit-equal to one-row steps (lean_forward.attend_row_by_row)."""
     if int8:
         target = models[0]
-        if steps.compiled or not can_int8(target) or not supports(target):
+        if steps.records_graphs or not can_int8(target) or not supports(target):
             raise ValueError(
                 "int8 weights run on the CPU, with eager steps, for float32 targets of the families in "
                 "docs/models.md (Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, StarCoder2)"
             )
         attend_row_by_row(target)
-    if not steps.compiled:
+    if not steps.records_graphs:
         pack_linear_weights(*models, int8=int8)

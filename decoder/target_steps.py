@@ -52,7 +52,9 @@ def context_window(config) -> int | None:
 
 class EagerTarget:
     capacity: int | None = None  # grows as needed; the model's context window is the limit
-    compiled = False
+    # True for compiled or recorded steps: their graphs run the stock weights, so nothing packs them
+    # (decoder/loader.py), and the drafters record their own graphs beside them (engine)
+    records_graphs = False
     verify_greedy = verify_by_logits
 
     def __init__(self, model, taps: tuple[int, ...] = ()):
@@ -172,7 +174,7 @@ class FixedShapeTarget:
             forward_logits(model, self.cache, [0], keep=1)
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds, in order
         self.features = TappedStates(tuple(taps)) if taps else None
-        self.compiled = compile
+        self.records_graphs = compile
         self._padded_logits, self._padded_hidden = self._logits_forward, self._hidden_forward
         if compile:
             graphs: dict[str, Any] = dict(mode="reduce-overhead", fullgraph=True, dynamic=False)
@@ -183,7 +185,7 @@ class FixedShapeTarget:
         """EagerTarget.keep_states; compiled steps must be built with their taps (target_steps)."""
         if self.features is not None and self.features.taps == taps:
             return
-        if self.compiled:
+        if self.records_graphs:
             raise ValueError(f"compiled target steps keep states of layers {taps} only if built with those taps")
         self.features = TappedStates(taps)
         self.truncate(0)
@@ -210,7 +212,7 @@ class FixedShapeTarget:
     def hidden(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
         taps = self.features.taps if self.features is not None else ()
-        if len(ids) > self.buckets[-1] or not self.compiled:  # eager: the feed's own shape is cheapest
+        if len(ids) > self.buckets[-1] or not self.records_graphs:  # eager: the feed's own shape is cheapest
             hidden, states = self._append_unpadded(
                 ids, lambda: forward_hidden_tapped(self.model, self.cache, ids, taps)
             )
@@ -241,7 +243,7 @@ class FixedShapeTarget:
         self._start_at_end(n)
         rows = next(b for b in self.buckets if b >= n)
         input_ids = torch.tensor([ids + ids[-1:] * (rows - n)], device=self.model.device)
-        if self.compiled:
+        if self.records_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         rows, states = padded(input_ids)
         # copies: the next replay of a captured graph overwrites its outputs
@@ -307,6 +309,6 @@ def target_steps(model, mode: str, max_rows: int, hidden: bool = False, taps: tu
             log.warning("graph steps failed to record; the target runs on compiled steps", exc_info=True)
             resolved = "compiled"
     steps = FixedShapeTarget(model, capacity, max_rows, compile=resolved == "compiled", taps=taps)
-    if steps.compiled:
+    if steps.records_graphs:
         steps.warm_up(hidden)
     return steps

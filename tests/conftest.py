@@ -309,6 +309,28 @@ def assert_greedy_matches(ar: SpeculativeDecoder, spec: SpeculativeDecoder, prom
     assert sum(g.stats.accepted for g in gens) > 0 and sum(g.stats.rejected_rounds for g in gens) > 0
 
 
+def assert_steps_match_reference(
+    reference: SpeculativeDecoder,
+    spec: SpeculativeDecoder,
+    ar: SpeculativeDecoder,
+    prompts,
+    max_new_tokens: int,
+    logprobs: bool = False,
+) -> int:
+    """`spec` and `ar`, taking turns on the steps under test, both write what `reference` writes on every
+    prompt, token for token (and with its log-probabilities if `logprobs`); returns the tokens `spec` drafted."""
+    drafted = 0
+    for prompt in prompts:
+        want = generate(reference, prompt, max_new_tokens=max_new_tokens)
+        got = generate(spec, prompt, max_new_tokens=max_new_tokens)
+        assert got.token_ids == want.token_ids, prompt
+        if logprobs:
+            torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), rtol=1e-4, atol=1e-4)
+        assert generate(ar, prompt, max_new_tokens=max_new_tokens).token_ids == want.token_ids, prompt
+        drafted += got.stats.drafted
+    return drafted
+
+
 def write_python_splits(root: Path, files: int) -> Path:
     """`root/splits` with python.train.txt and python.dev.txt, each listing `files` small Python sources
     (what `specdec corpus --splits` reads); returns the splits folder."""

@@ -305,7 +305,7 @@ def warm_up(methods: dict[str, Method], contenders: Contenders, ids: list[int], 
     our methods run twice and the steps' `warm_up` (every row count, hidden-state steps too where a
     drafter drafts on the target) runs twice; recorded steps record whatever graph is missing in it."""
     # steps with graphs (FixedShapeTarget compiled, GraphTarget), by identity: decoders share them
-    compiled: dict[int, Any] = {id(d.steps): d.steps for d in contenders.ours.values() if d.steps.compiled}
+    compiled: dict[int, Any] = {id(d.steps): d.steps for d in contenders.ours.values() if d.steps.records_graphs}
     for name, method in methods.items():
         times = 2 if compiled and name in contenders.ours else 1
         for _ in range(times):

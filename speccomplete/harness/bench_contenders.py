@@ -77,7 +77,7 @@ def build_contenders(
 
     steps = decoder.steps  # every decoder on the target runs on the product's cache (and compiled graphs)
     # the loader packs only CPU linears on eager steps (decoder/loader.py, use_cpu_kernels)
-    cpu_eager = target.device.type == "cpu" and not steps.compiled
+    cpu_eager = target.device.type == "cpu" and not steps.records_graphs
     packed = "int8" if args.quantization == "int8" else "oneDNN-packed" if cpu_eager and not args.no_pack else "plain"
     ours = {"ar": SpeculativeDecoder(target, tokenizer, steps=steps), "spec": decoder}
     doc = {

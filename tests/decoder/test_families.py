@@ -125,7 +125,7 @@ def _target_and_draft(family: str, int8: bool):
     builder, overrides = VARIANTS[family]
     target = builder(**{**overrides, **SPECULATIVE_OVERRIDES.get(family, {})})
     draft = derive_draft(target, [0])
-    use_cpu_kernels(SimpleNamespace(compiled=False), target, draft, int8=int8)
+    use_cpu_kernels(SimpleNamespace(records_graphs=False), target, draft, int8=int8)
     return target, draft
 
 

@@ -11,7 +11,7 @@ import copy
 
 import pytest
 import torch
-from conftest import generate, random_prompts, tiny_gemma3, tiny_llama
+from conftest import assert_steps_match_reference, generate, random_prompts, tiny_gemma3, tiny_llama
 from helpers.tiny_families import tiny_gemma2, tiny_mistral, tiny_qwen2, tiny_qwen3, tiny_starcoder2
 
 from speccomplete.decoder import cuda_graphs
@@ -94,15 +94,8 @@ def test_speculation_on_graph_steps_is_eager_ar_token_for_token(family, tokenize
         steps.warm_up(hidden=drafter.drafts_on_the_target)
         spec = SpeculativeDecoder(graph_model, tokenizer, drafter, policy, steps=steps)
         ar = SpeculativeDecoder(graph_model, tokenizer, steps=steps)  # takes turns on the same cache
-        drafted = 0
-        for prompt in PROMPTS:
-            want = generate(reference, prompt, max_new_tokens=24)
-            got = generate(spec, prompt, max_new_tokens=24)
-            assert got.token_ids == want.token_ids, (label, prompt)
-            # the greedy verdict, decided inside the step's graph, gives the eager round's log-probabilities
-            torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs), rtol=1e-4, atol=1e-4)
-            assert generate(ar, prompt, max_new_tokens=24).token_ids == want.token_ids, (label, prompt)
-            drafted += got.stats.drafted
+        # the greedy verdict, decided inside the step's graph, gives the eager round's log-probabilities
+        drafted = assert_steps_match_reference(reference, spec, ar, PROMPTS, max_new_tokens=24, logprobs=True)
         assert drafted > 0, label
 
 
@@ -228,7 +221,7 @@ def test_graph_steps_auto_chose_give_way_to_compiled_ones_when_they_fail(llama, 
     warmed = []
     monkeypatch.setattr(steps_module.FixedShapeTarget, "warm_up", lambda self, hidden=False: warmed.append(hidden))
     steps = steps_module.target_steps(copy.deepcopy(llama), "auto", 5, hidden=True)
-    assert isinstance(steps, steps_module.FixedShapeTarget) and steps.compiled and warmed == [True]
+    assert isinstance(steps, steps_module.FixedShapeTarget) and steps.records_graphs and warmed == [True]
     assert "graph steps failed to record" in caplog.text
     with pytest.raises(RuntimeError, match="capturing"):
         steps_module.target_steps(copy.deepcopy(llama), "graphs", 5)

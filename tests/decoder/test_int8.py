@@ -70,7 +70,7 @@ def int8_pair(model):
     """An int8 copy of `model` and a one-layer draft derived from it, quantized with it."""
     target = copy.deepcopy(model)
     draft = derive_draft(target, [0])
-    use_cpu_kernels(SimpleNamespace(compiled=False), target, draft, int8=True)
+    use_cpu_kernels(SimpleNamespace(records_graphs=False), target, draft, int8=True)
     return target, draft
 
 
@@ -105,17 +105,17 @@ def test_speculative_on_int8_matches_its_ar(family, drafting, tokenizer, request
 def test_int8_needs_cpu_float32_eager_and_our_forward(llama, gpt2):
     assert not can_int8(copy.deepcopy(llama).to(torch.bfloat16))
     with pytest.raises(ValueError, match="int8"):
-        use_cpu_kernels(SimpleNamespace(compiled=True), copy.deepcopy(llama), int8=True)
+        use_cpu_kernels(SimpleNamespace(records_graphs=True), copy.deepcopy(llama), int8=True)
     with pytest.raises(ValueError, match="int8"):
-        use_cpu_kernels(SimpleNamespace(compiled=False), copy.deepcopy(llama).to(torch.bfloat16), int8=True)
+        use_cpu_kernels(SimpleNamespace(records_graphs=False), copy.deepcopy(llama).to(torch.bfloat16), int8=True)
     with pytest.raises(ValueError, match="int8"):  # HF's forward attends batched: no bit-equal verify
-        use_cpu_kernels(SimpleNamespace(compiled=False), copy.deepcopy(gpt2), int8=True)
+        use_cpu_kernels(SimpleNamespace(records_graphs=False), copy.deepcopy(gpt2), int8=True)
 
 
 def test_without_vnni_weights_keep_seven_bits_and_auto_keeps_fp32(monkeypatch, llama):
     """Where oneDNN's int8 products saturate (no VNNI), weights stay in [-63, 63], and "auto" is fp32 (int8 is
     slower there); with VNNI or AMX, "auto" is int8 for a Llama or Gemma-3 target on eager steps."""
-    eager, compiled = SimpleNamespace(compiled=False), SimpleNamespace(compiled=True)
+    eager, compiled = SimpleNamespace(records_graphs=False), SimpleNamespace(records_graphs=True)
     monkeypatch.setattr(kernels, "int8_full_range", lambda: False)
     monkeypatch.setattr(loader, "int8_full_range", lambda: False)
     assert Int8Linear(torch.nn.Linear(64, 32)).weight_t.abs().max() == 63

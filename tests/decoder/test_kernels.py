@@ -74,7 +74,7 @@ def test_only_cpu_float32_is_packed(llama):
 def test_compiled_steps_keep_the_stock_linears(llama):
     """torch.compile packs weights itself: compiled steps get the stock linears."""
     model = copy.deepcopy(llama)
-    use_cpu_kernels(SimpleNamespace(compiled=True), model)
+    use_cpu_kernels(SimpleNamespace(records_graphs=True), model)
     assert not any(isinstance(m, PackedLinear) for m in model.modules())
-    use_cpu_kernels(SimpleNamespace(compiled=False), model)
+    use_cpu_kernels(SimpleNamespace(records_graphs=False), model)
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())

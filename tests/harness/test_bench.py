@@ -179,7 +179,7 @@ def test_the_warm_up_calls_every_row_count_of_compiled_steps_twice(tokenizer):
 
     target = tiny_llama(seed=3)
     steps = FixedShapeTarget(target, capacity=128, max_rows=3)
-    steps.compiled = True
+    steps.records_graphs = True
     calls: list[int] = []
     padded = steps._padded_logits
 

@@ -190,7 +190,7 @@ def cpu_kernels_eagle3(model, vocab: str, int8: bool = True):
     packed in the same call as the target, as the loader does."""
     target = copy.deepcopy(model)
     drafter = Eagle3Drafter(make_draft(target, vocab), target)
-    use_cpu_kernels(SimpleNamespace(compiled=False), target, *drafter.own_modules, int8=int8)
+    use_cpu_kernels(SimpleNamespace(records_graphs=False), target, *drafter.own_modules, int8=int8)
     return target, drafter
 
 
