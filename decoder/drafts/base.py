@@ -6,6 +6,7 @@ The drafters subclass `Drafter` for its defaults: `attach` does nothing, `lookup
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,6 +25,10 @@ class Proposal:
     # [len(tokens) + 1, hidden]: the target's own final hidden states at the last committed token
     # and each draft, already in its cache (SelfDrafter); the verify is then only its head over them
     hidden: torch.Tensor | None = None
+
+
+# Given a round's drafts so far, the tokens a prompt lookup copies after them ([] where none match).
+Lookup = Callable[[list[int]], list[int]]
 
 
 class Drafter(Protocol):
@@ -71,9 +76,14 @@ class Drafter(Protocol):
         params: SamplingParams,
         generator: torch.Generator | None,
         min_confidence: float = 0.0,
+        lookup: Lookup | None = None,
     ) -> Proposal:
         """Up to `gamma` drafts (up to `lookup_tokens` for a copy) after `committed`; a model draft
-        stops early where its own top probability is under `min_confidence`."""
+        stops early where its own top probability is under `min_confidence`.
+
+        lookup: a prompt lookup the drafter may ask after each of its drafts (HybridDrafter passes one).
+        A drafter that drafts one at a time on the target (SelfDrafter) ends its round in the copy it
+        returns; the others decide a round's drafts together and ignore it."""
         ...
 
     def rollback(self, valid: int) -> None:

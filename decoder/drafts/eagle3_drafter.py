@@ -81,7 +81,7 @@ class Eagle3Drafter(Drafter):
         self.cache.truncate(rows)
 
     @torch.inference_mode()
-    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0) -> Proposal:
+    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
         steps = self.steps
         assert steps is not None and steps.features is not None, "the decoder attaches the target's steps first"
         held = steps.features.length

@@ -17,7 +17,8 @@ class HybridDrafter(Drafter):
     more than was accepted. Long copies pay where code repeats itself, and a copy that keeps
     missing shrinks to one token, whose verify costs about a plain step. With no model
     (`ngram+none`) a round without a match drafts nothing: a plain target step. Behind a
-    SelfDrafter, the lookup is asked again after each of its drafts, and a copy ends that round.
+    drafter that asks it (a SelfDrafter), the lookup is asked again after each of its drafts, and a
+    copy ends that round (Drafter.propose's `lookup`).
     """
 
     def __init__(
@@ -60,7 +61,7 @@ class HybridDrafter(Drafter):
         if self.model is not None:
             self.model.reset(prompt, reused)
 
-    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0) -> Proposal:
+    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
         found = self.lookup.propose(committed, self.span, params, generator)
         if found.tokens:
             self._copied = (len(committed), len(found.tokens))
@@ -68,16 +69,11 @@ class HybridDrafter(Drafter):
         self._copied = None
         if self.model is None:
             return Proposal([], None)
-        if isinstance(self.model, SelfDrafter):  # a round of the target's own drafts ends in a copy where one matches
-            return self.model.propose(
-                committed,
-                gamma,
-                params,
-                generator,
-                min_confidence,
-                lookup=lambda drafts: self._copy(committed, drafts, params, generator),
-            )
-        return self.model.propose(committed, gamma, params, generator, min_confidence)
+
+        def copy(drafts: list[int]) -> list[int]:
+            return self._copy(committed, drafts, params, generator)
+
+        return self.model.propose(committed, gamma, params, generator, min_confidence, lookup=copy)
 
     def _copy(self, committed, drafts, params, generator) -> list[int]:
         """A lookup after `drafts`, within one round's rows (lookup_tokens in all)."""

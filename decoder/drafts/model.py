@@ -10,7 +10,7 @@ import torch
 
 from ..kv_cache import forward_logits, keep_first, new_cache
 from ..sampling import SamplingParams, probabilities, sample
-from .base import Drafter, Proposal
+from .base import Drafter, Lookup, Proposal
 
 
 class ModelDrafter(Drafter):
@@ -31,7 +31,13 @@ class ModelDrafter(Drafter):
             forward_logits(self.model, self.cache, prompt[keep:-1], keep=1)
 
     def propose(
-        self, committed: list[int], gamma: int, params: SamplingParams, generator, min_confidence: float = 0.0
+        self,
+        committed: list[int],
+        gamma: int,
+        params: SamplingParams,
+        generator,
+        min_confidence: float = 0.0,
+        lookup: Lookup | None = None,
     ) -> Proposal:
         """Draft up to `gamma` tokens; stop early where the draft's own top probability < min_confidence.
 

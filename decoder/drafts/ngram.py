@@ -28,7 +28,7 @@ class NgramDrafter(Drafter):
         self._truncate(min(max(reused, 0), len(self._tokens)))
         self._index(prompt)  # here rather than in the first round: the request's prefill pays for it
 
-    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0) -> Proposal:
+    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
         if gamma == 0:
             return Proposal([], None)
         self._index(committed)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -10,7 +9,7 @@ import torch
 from ..kernels import PackedLinear
 from ..kv_cache import head_logits
 from ..sampling import draw_draft
-from .base import Drafter, Proposal
+from .base import Drafter, Lookup, Proposal
 from .derived import head_rows
 
 if TYPE_CHECKING:
@@ -68,7 +67,7 @@ class SelfDrafter(Drafter):
         params,
         generator,
         min_confidence: float = 0.0,
-        lookup: Callable[[list[int]], list[int]] | None = None,
+        lookup: Lookup | None = None,
     ) -> Proposal:
         """Feed the last committed token and then each draft, one at a time, each chosen by the cut head.
 

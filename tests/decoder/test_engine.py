@@ -673,7 +673,7 @@ def test_hybrid_lookup_span_adapts_to_what_was_accepted():
         def reset(self, prompt, reused=0):
             pass
 
-        def propose(self, committed, gamma, params, generator, min_confidence=0.0):
+        def propose(self, committed, gamma, params, generator, min_confidence=0.0, lookup=None):
             self.calls.append(gamma)
             return Proposal([1] * gamma, None)
 
