@@ -46,10 +46,8 @@ from .text import TextStream
 
 log = logging.getLogger(__name__)
 
-# Prompt tokens fed per forward pass of a prefill; a cancel is checked before each. Measured on the
-# 2-core CPU, a 500-token Gemma-3-270M prefill with int8 weights (its default there) took what one
-# pass took in chunks of 128 or 256, 30% more in chunks of 64; in fp32, 15% more in chunks of 128.
-# A chunk of 128 is 0.1-0.2 s of work there: a cancelled prefill stops that soon.
+# Prompt tokens fed per forward pass of a prefill; a cancel is checked before each. The smallest chunk
+# that costs a prefill next to nothing, so a cancelled prefill stops soon (docs/cpu.md, "Prefill").
 PREFILL_CHUNK = 128
 
 

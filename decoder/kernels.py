@@ -104,7 +104,7 @@ class Int8Linear(torch.nn.Module):
         scale = weight.abs().amax(dim=1).clamp(min=1e-12) / levels
         weight_int8 = (weight / scale[:, None]).round().clamp(-levels, levels).to(torch.int8)
         if prepack is None:
-            # without VNNI oneDNN's blocked int8 matmul took 1.2-5.7x _int_mm's time (under ONEDNN_MAX_CPU_ISA=AVX2)
+            # without VNNI oneDNN's blocked int8 matmul is slower than _int_mm (docs/cpu.md, "Number formats")
             prepack = weight.numel() >= PREPACK_MIN_WEIGHTS and can_prepack_int8() and int8_full_range()
         # one of the two: the [in, out] view _int_mm reads, or oneDNN's blocked copy
         self.weight_t = None if prepack else weight_int8.t()

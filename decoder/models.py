@@ -24,8 +24,8 @@ from .gguf_safetensors import staged_folder
 
 log = logging.getLogger(__name__)
 
-# Chosen by measurement (docs/benchmarks/README.md): better next-line code than SmolLM2-Instruct,
-# at 0.7x its decode speed.
+# Chosen by measurement: better next-line code than SmolLM2-Instruct, though slower
+# (docs/benchmarks/README.md, "target `gemma3-270m` over `smollm2-135m`").
 DEFAULT_TARGET = "gemma3-270m"
 # Prompt lookup where the context repeats, else the target's own draft through a head cut to the
 # shipped draft's vocabulary (drafts.SelfDrafter). Chosen by measurement (docs/benchmarks/README.md):

@@ -32,8 +32,8 @@ class SelfDrafter(Drafter):
     """
 
     # The most drafts a round takes, whatever γ allows. Each costs most of a target step (its
-    # layers), and a round that overruns where the completion stops wastes them: at 8, the
-    # 64-token bench got 4-7% faster but the editor eval 3-12% slower (docs/benchmarks).
+    # layers), and a round that overruns where the completion stops wastes them: more a round
+    # helped the bench and slowed the editor (docs/benchmarks, "self drafts: at most 4 a round").
     max_drafts = 4
 
     def __init__(self, target, vocab_ids: torch.Tensor, line_ends: set[int] | frozenset[int] = frozenset()):

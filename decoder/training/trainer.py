@@ -75,7 +75,7 @@ class LoopConfig:
     lr: float = 3e-4
     warmup_tokens: int = 100_000
     weight_decay: float = 0.0
-    bf16: bool = False  # autocast; pays on GPUs, and on CPUs with AMX (measured 3-30x slower without)
+    bf16: bool = False  # autocast; pays on GPUs and on CPUs with AMX, costs elsewhere (docs/cpu.md, "Number formats")
     seed: int = 0
     eval_every: int = 200  # optimizer steps
     checkpoint_every: int = 200
