@@ -39,7 +39,7 @@
 #                  train-derived: draft:decoder/weights/gemma3-270m-code, the shipped draft (derived: the
 #                  target's layers)
 set -uo pipefail
-cd "$(dirname "$0")/.." # the repo root: docs/examples/cases.jsonl, tests/
+cd "$(dirname "$0")/.." || exit 1 # the repo root: docs/examples/cases.jsonl, tests/
 
 steps="train|cuda|bench-trained|bench|tests|eval|train-derived|bench-derived"
 step=${1:?usage: gpu/step.sh $steps [--smoke]}

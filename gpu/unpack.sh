@@ -98,7 +98,7 @@ say "checksums: $(wc -l <"$load/SHA256SUMS") files OK"
 if compgen -G "$load/whl/*.whl" >/dev/null; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$root/site" \
         "$load"/whl/*.whl || fail "installing the wheels of $load failed"
-    say "wheels: $(ls "$load"/whl | wc -l) installed into $root/site"
+    say "wheels: $(find "$load/whl" -name '*.whl' | wc -l) installed into $root/site"
 fi
 
 # 3. Our package, linked to this copy of the repo.
@@ -108,7 +108,7 @@ stage_package
 mkdir -p "$root/gguf"
 if [ -d "$load/gguf" ]; then
     cp "$load"/gguf/* "$root/gguf/"
-    say "gguf: $(ls "$load/gguf" | grep -c '\.part-') pieces of $gguf_file"
+    say "gguf: $(find "$load/gguf" -name '*.part-*' | wc -l) pieces of $gguf_file"
 fi
 if [ -f "$load/model-meta.tar.xz" ]; then
     cp "$load/model-meta.tar.xz" "$root/gguf/"
@@ -199,6 +199,7 @@ say "env: $root/env.sh"
 
 if [ "$number" -eq "$loads" ]; then
     [ -f "$model_dir/config.json" ] || fail "the last load is in but $model_dir was not converted"
+    mapfile -t wheels < <(find "$root/site" -maxdepth 1 -name '*.dist-info' -printf '%f\n' 2>/dev/null | sed 's/-[^-]*\.dist-info$//' | sort)
     facts=$(PYTHONPATH="$root/pkg:$root/site${PYTHONPATH:+:$PYTHONPATH}" "$py" -c '
 import importlib.metadata as metadata, sys
 import torch, transformers
@@ -211,7 +212,7 @@ print(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers
 for name in sys.argv[2:]:
     print(f"wheel {name} {metadata.version(name)}")
 print("device:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")
-' "$root/pkg" $(ls "$root/site" 2>/dev/null | sed -n 's/-[^-]*\.dist-info$//p')) ||
+' "$root/pkg" ${wheels[@]+"${wheels[@]}"}) ||
         fail "the package does not import with the carried wheels"
     while read -r line; do say "$line"; done <<<"$facts"
     say "done: all $loads loads in; source $root/env.sh"

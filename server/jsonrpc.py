@@ -117,7 +117,7 @@ class Frames:
         while len(self.buffer) < length and not self.eof:
             try:
                 await asyncio.wait_for(self._fill(), BODY_IDLE_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
         # Short of its Content-Length when the bytes stop: the body is what came (its parse decides).
         body = bytes(self.buffer[:length])

@@ -155,7 +155,7 @@ class TcpServer:
         frames = Frames(reader)
         try:
             first = await asyncio.wait_for(frames.next(), AUTH_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             writer.close()
             return
         if first is None:

@@ -378,7 +378,7 @@ step(':SpecdecInstall: its plan, and the finder preferring its venv', function(n
   end
   local python = install.find_python()
   if not python then
-    error('no Python 3.10+ found (tried ' .. table.concat(install.PYTHONS, ', ') .. ')')
+    error('no Python 3.11+ found (tried ' .. table.concat(install.PYTHONS, ', ') .. ')')
   end
   -- with the venv in place, its specdec is found first
   local venv = install.venv

@@ -132,7 +132,7 @@ async def stop_session(session: Session) -> None:
             await asyncio.wait_for(client.shutdown_async(None), 30)
             client.exit(None)
             await asyncio.wait_for(session.process.wait(), 30)
-        except (asyncio.TimeoutError, RuntimeError, ConnectionError) as e:
+        except (TimeoutError, RuntimeError, ConnectionError) as e:
             log.warning("server did not shut down cleanly (%s); killing it", e)
             session.process.kill()
     await client.stop()
@@ -182,7 +182,7 @@ async def run_case(session: Session, index: int, case: Case, timeout: float) -> 
         text = items[0].insert_text if items else ""
         text = text if isinstance(text, str) else text.value
         return CaseAnswer(case, language, "ok", text, note["requestId"], latency)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         if session.alive:
             client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=msg_id))
         return CaseAnswer(case, language, "timeout", detail=f"no answer in {timeout:.0f} s")

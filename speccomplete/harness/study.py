@@ -525,7 +525,7 @@ def summarize(
     rq3 = _rq3(out, groups, reps, seed)
     data = {
         **(meta or {}),
-        "made": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "made": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "cases": int(frame.block.nunique()),
         "groups": groups,
         "language_groups": {lang: group_of.get(lang) for lang in languages},

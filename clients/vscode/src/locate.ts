@@ -141,7 +141,7 @@ export function commandLine(server: Server, subcommand: string[]): { command: st
 export const NOT_FOUND =
   'specdec: the specdec server was not found (not set in specdec.server.command or specdec.server.pythonPath, ' +
   "no managed environment, not in the Python extension's interpreter, not on PATH, not in a workspace .venv). " +
-  'Set up specdec makes its own environment in VS Code\'s storage (Python 3.10 or newer, CPU torch: about 1.5 GB on disk).';
+  'Set up specdec makes its own environment in VS Code\'s storage (Python 3.11 or newer, CPU torch: about 1.5 GB on disk).';
 
 export async function offerInstall(): Promise<void> {
   const setUp = 'Set up specdec';

@@ -1,7 +1,7 @@
 // The managed server environment: a venv in the extension's global storage that the extension makes
 // and fills itself ("Set up specdec"), so the server runs without a terminal, a clone or a Python the
 // user prepared. A venv also works where the system Python refuses pip (PEP 668, "externally managed").
-// Steps: find a Python >= 3.10 with venv, make the venv, install torch (the CPU build unless nvidia-smi
+// Steps: find a Python >= 3.11 with venv, make the venv, install torch (the CPU build unless nvidia-smi
 // runs: a bare torch requirement would pull a multi-GB CUDA build on Linux), then the speccomplete
 // wheel bundled in the .vsix (dist/server/, built by `npm run package`: speccomplete is not on PyPI).
 // A marker file written last says the environment is complete; locate.ts uses it only then.
@@ -91,7 +91,7 @@ function probe(command: string, args: string[]): Promise<string | undefined> {
   );
 }
 
-// A Python >= 3.10 that can make a venv (Debian and Ubuntu ship venv's ensurepip separately, in
+// A Python >= 3.11 that can make a venv (Debian and Ubuntu ship venv's ensurepip separately, in
 // python3-venv). Tries the Python extension's interpreter first, then the usual names.
 async function findPython(output: vscode.LogOutputChannel): Promise<{ command: string; args: string[] }> {
   const code =
@@ -101,14 +101,14 @@ async function findPython(output: vscode.LogOutputChannel): Promise<{ command: s
   const interpreter = await activeInterpreter();
   if (interpreter) candidates.push([interpreter]);
   if (WINDOWS) candidates.push(['py', '-3'], ['python'], ['python3']);
-  else candidates.push(['python3'], ['python'], ...['3.13', '3.12', '3.11', '3.10'].map((v) => [`python${v}`]));
+  else candidates.push(['python3'], ['python'], ...['3.13', '3.12', '3.11'].map((v) => [`python${v}`]));
   const refused: string[] = [];
   for (const [command, ...args] of candidates) {
     const answer = await probe(command, [...args, '-c', code]);
     if (!answer) continue;
     const [major, minor, venv] = answer.split(' ').map(Number);
     const name = [command, ...args].join(' ');
-    if (major < 3 || (major === 3 && minor < 10)) refused.push(`${name} is ${major}.${minor}`);
+    if (major < 3 || (major === 3 && minor < 11)) refused.push(`${name} is ${major}.${minor}`);
     else if (!venv) refused.push(`${name} (${major}.${minor}) has no venv module (Debian, Ubuntu: apt install python3-venv)`);
     else {
       output.info(`[setup] Python: ${name} (${major}.${minor})`);
@@ -116,7 +116,7 @@ async function findPython(output: vscode.LogOutputChannel): Promise<{ command: s
     }
   }
   throw new Error(
-    `no Python 3.10 or newer with venv was found${refused.length ? `: ${refused.join('; ')}` : ' (tried python3 and python)'}. ` +
+    `no Python 3.11 or newer with venv was found${refused.length ? `: ${refused.join('; ')}` : ' (tried python3 and python)'}. ` +
       'Install one, or set specdec.server.pythonPath to an interpreter that has speccomplete.',
   );
 }

@@ -310,7 +310,7 @@ async def _ask(session: StressSession) -> tuple[bool, str]:
         started = time.monotonic()
         try:
             await asyncio.wait_for(session.client.text_document_inline_completion_async(params), ANSWER_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False, f"no answer in {ANSWER_TIMEOUT_S:.0f} s"
         except Exception as e:  # an error answer, or the process died
             return False, f"answered with {e!r} after {time.monotonic() - started:.1f} s"

@@ -115,7 +115,7 @@ async def start_server(init_options: dict, ready_timeout: float, env: dict | Non
     client.initialized(types.InitializedParams())
     try:
         await asyncio.wait_for(settled, ready_timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         await stop_session(session)
         raise RuntimeError(f"the server reported neither ready nor error in {ready_timeout:.0f} s") from None
     return session

@@ -108,7 +108,7 @@ local function check_install()
   end
   local python, version = install.find_python()
   if not python then
-    report('info', 'not set up; :SpecdecInstall needs a Python 3.10 or later on $PATH, and none is there')
+    report('info', 'not set up; :SpecdecInstall needs a Python 3.11 or later on $PATH, and none is there')
     return
   end
   report('info', string.format('not set up (%s); :SpecdecInstall makes it with Python %s (%s): PyTorch %s, then'

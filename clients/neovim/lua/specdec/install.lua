@@ -1,5 +1,5 @@
 -- :SpecdecInstall, the server without a terminal: a virtual environment of specdec's own in
--- stdpath('data')/specdec/venv, made with a Python 3.10+ found on the system (a venv, so PEP 668's
+-- stdpath('data')/specdec/venv, made with a Python 3.11+ found on the system (a venv, so PEP 668's
 -- "externally managed" system Pythons are left alone), PyTorch's CPU build from PyTorch's index unless
 -- nvidia-smi runs (PyPI's torch is the CUDA build, gigabytes a CPU has no use for), then speccomplete
 -- from the repository this plugin lives in. server.lua's finder prefers this venv's specdec.
@@ -7,7 +7,7 @@ local M = {}
 
 M.TORCH = 'torch==2.13.0'
 M.CPU_INDEX = 'https://download.pytorch.org/whl/cpu'
-M.PYTHONS = { 'python3.13', 'python3.12', 'python3.11', 'python3.10', 'python3', 'python' }
+M.PYTHONS = { 'python3.13', 'python3.12', 'python3.11', 'python3', 'python' }
 
 -- stdpath('data')/specdec: the venv and the install log.
 function M.dir()
@@ -37,7 +37,7 @@ function M.repo()
   return vim.fn.fnamemodify(require('specdec.server').plugin_dir(), ':h:h')
 end
 
--- The first Python on $PATH that is 3.10 or later: its path and version ("3.11"), or nil.
+-- The first Python on $PATH that is 3.11 or later: its path and version ("3.11"), or nil.
 function M.find_python()
   for _, name in ipairs(M.PYTHONS) do
     local path = vim.fn.exepath(name)
@@ -45,7 +45,7 @@ function M.find_python()
       local out = vim.fn.system({ path, '-c', 'import sys; print("%d.%d" % sys.version_info[:2])' })
       local major, minor = vim.trim(out):match('^(%d+)%.(%d+)$')
       major, minor = tonumber(major), tonumber(minor)
-      if vim.v.shell_error == 0 and major and (major > 3 or (major == 3 and minor >= 10)) then
+      if vim.v.shell_error == 0 and major and (major > 3 or (major == 3 and minor >= 11)) then
         return path, major .. '.' .. minor
       end
     end
@@ -160,7 +160,7 @@ end
 function M.install(done)
   local python, version = M.find_python()
   if not python then
-    notify('no Python 3.10 or later on $PATH (tried ' .. table.concat(M.PYTHONS, ', ') .. ')', vim.log.levels.ERROR)
+    notify('no Python 3.11 or later on $PATH (tried ' .. table.concat(M.PYTHONS, ', ') .. ')', vim.log.levels.ERROR)
     return false
   end
   local nvidia = M.has_nvidia()
