@@ -270,7 +270,8 @@ def cancelled(engine: Engine, options: ServerOptions, request: Request) -> Compl
 
 
 def reuse(engine: Engine, options: ServerOptions, request: Request, previous: Completion, rest: str) -> Completion:
-    """Serve the rest of an earlier completion the user is typing along (see `typed_along`): no decoding."""
+    """Serve the rest of an earlier completion the user is typing along (server/outcomes.py's `typed_along`):
+    no decoding."""
     stats = GenerationStats(finish_reason="reused")
     event = _event(engine, options, request, previous.language, previous.multiline, stats, "shown", rest)
     return Completion(rest, previous.language, previous.multiline, event, replaces=previous.replaces)
@@ -304,18 +305,3 @@ def _event(
         source=options.telemetry_source,
         text=text if options.telemetry_text and text else None,
     )
-
-
-def typed_along(previous_prefix: str, previous_suffix: str, completion: str, text: str, offset: int) -> str | None:
-    """The rest of an earlier completion if the user has typed a prefix of it since, else None.
-
-    The document must be the earlier one with some of the completion typed at the cursor: same
-    text before the old cursor, same text after the cursor.
-    """
-    prefix = text[:offset]
-    if not prefix.startswith(previous_prefix) or text[offset:] != previous_suffix:
-        return None
-    typed = prefix[len(previous_prefix) :]
-    if not typed or len(typed) >= len(completion) or not completion.startswith(typed):
-        return None
-    return completion[len(typed) :]

@@ -1,4 +1,10 @@
-"""The specdec language server: thin LSP handlers over server/completion.py.
+"""The specdec language server: the server object, its LSP handlers and the two request lanes, over
+server/completion.py's pipeline.
+
+Beside it: server/protocol_patches.py (pygls' protocol, answering what pygls leaves unanswered),
+server/loading.py (the decode worker and model loads) and server/outcomes.py (what became of each shown
+completion, and typing along one). A request's URI becomes its document key (`document_key`) once, where
+it enters; the server's tables are kept by that key.
 
 Threads: the asyncio event loop reads and answers messages; one worker thread loads the models
 and runs every decode (the models are not thread-safe), so the loop keeps reading while a decode
@@ -19,25 +25,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import queue
 import statistics
 import sys
 import threading
 import time
 import uuid
 from collections import deque
-from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol, lsp_method
 
-from speccomplete.telemetry.events import Outcome, Trigger
+from speccomplete.telemetry.events import Trigger
 from speccomplete.telemetry.log import EventLog
 
 from .completion import (
@@ -46,16 +48,16 @@ from .completion import (
     Request,
     cancelled,
     complete,
-    load_engine,
     retune,
     reuse,
-    typed_along,
 )
 from .documents import use_lsp_lines, valid_text
-from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, SERVER_NOT_INITIALIZED, Reply
+from .loading import Worker, start_loading
 from .log_limits import limit_logging
 from .options import ServerOptions, models_changed, parse_options
+from .outcomes import Outcomes
 from .positions import PositionError, offset_at, utf16_len
+from .protocol_patches import Protocol
 from .snippets import MAX_DOCUMENTS, OpenDocument
 from .transport import serve_stdio, serve_tcp
 
@@ -63,148 +65,11 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 STATUS = "specdec/status"
-SUPERSEDED_KEPT = 32  # superseded completions an accept may still name
 COMPLETED = "specdec/completed"
 ACCEPT = "specdec.accept"
 Lane = Literal["inline", "completion"]  # the two requests a client may send on every key (completion_at)
 LANES: tuple[Lane, ...] = ("inline", "completion")
 POPUPS_PER_MINUTE = 3  # a client sending bad settings in a loop must not bury the editor in popups
-
-
-class AnsweredError(JsonRpcInvalidParams):
-    """A malformed request that has already been answered with an error."""
-
-
-class Protocol(LanguageServerProtocol):
-    """pygls' LSP protocol, fed checked messages by server/transport.py, answering every request.
-
-    `receive` adds what pygls leaves out: requests before `initialize`, a second `initialize` and requests
-    after `shutdown` get LSP's errors instead of silence, and no error sent to the client carries a
-    traceback (the log has it)."""
-
-    initialized = False  # this session has received its initialize request
-
-    def reply(self, reply: Reply) -> None:
-        self._send_data(reply.payload())
-
-    def receive(self, message: dict) -> None:
-        method, msg_id = message.get("method"), message.get("id")
-        is_request = "id" in message and "method" in message
-        refusal = self.refusal(method)
-        if refusal is not None:
-            if is_request:
-                self.reply(Reply(msg_id, *refusal))
-            else:
-                log.warning("dropping %s: %s", method, refusal[1])
-            return
-        if is_request and method == types.INITIALIZE:
-            self.initialized = True
-        try:
-            structured = self.structure_message(message)
-        except AnsweredError:
-            return
-        except JsonRpcException as e:  # a notification pygls cannot read; nobody to answer
-            log.warning("dropping a malformed %s: %s", method, e.__cause__ or e)
-            return
-        try:
-            self.handle_message(structured)
-        except Exception as e:  # pygls fails on some values it let through (a dict as $/cancelRequest's id)
-            log.exception("could not handle %s", method)
-            if is_request:
-                self.reply(Reply(msg_id, INTERNAL_ERROR, f"internal error: {type(e).__name__}"))
-
-    def refusal(self, method) -> tuple[int, str] | None:
-        """Why a message with `method` is not handled now (LSP's error code and message), or None.
-        Responses to the server's own requests (no method) are always handled."""
-        if method is None or method == types.EXIT:
-            return None
-        if method == types.INITIALIZE and self.initialized:
-            return INVALID_REQUEST, "initialize was already received"
-        if not self.initialized and method != types.INITIALIZE:
-            return SERVER_NOT_INITIALIZED, "the server is not initialized"
-        if self._shutdown:
-            return INVALID_REQUEST, "the server is shutting down"
-        return None
-
-    def end_session(self) -> None:
-        """Forget the session (its client left): the next client starts with initialize."""
-        for future in self._request_futures.values():
-            future.cancel()
-        self._request_futures.clear()
-        self._workspace = None
-        self._shutdown = False
-        self.initialized = False
-        self.writer = None
-
-    @lsp_method(types.INITIALIZE)
-    def lsp_initialize(self, params: types.InitializeParams):
-        # server/positions.py counts UTF-16 code units, LSP's default; never negotiate UTF-8 or UTF-32.
-        general = params.capabilities.general
-        if general is not None and general.position_encodings:
-            general.position_encodings = [types.PositionEncodingKind.Utf16]
-        return (yield from super().lsp_initialize(params))
-
-    def structure_message(self, data):
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as e:
-            # pygls logs a request it cannot parse and never answers it, so the client would wait forever.
-            if "id" in data and "method" in data:
-                detail = str(e.__cause__ or e)[:300]
-                error = JsonRpcInvalidParams(f"malformed {data['method']} params: {detail}")
-                self._send_response(data["id"], error=error.to_response_error())
-                raise AnsweredError(error.message) from e
-            raise
-
-    def _send_response(self, msg_id, result=None, error=None):
-        if error is not None and error.data is not None:
-            log.error("error answered to request %s: %s %s", msg_id, error.message, error.data)
-            error = types.ResponseError(error.code, error.message)  # a traceback is for the log, not the client
-        if error is not None and msg_id is None:  # pygls would drop the null id (Reply.payload says why)
-            self._send_data(Reply(None, error.code, error.message).payload())
-            return
-        super()._send_response(msg_id, result, error)
-
-
-class Worker:
-    """One thread that runs jobs in order: the models are not thread-safe.
-
-    A daemon thread, unlike ThreadPoolExecutor's, so that exiting never waits for a model load.
-    """
-
-    def __init__(self):
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread: threading.Thread | None = None
-
-    def submit(self, fn, *args) -> Future:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="specdec-decode", daemon=True)
-            self.thread.start()
-        future: Future = Future()
-        self.jobs.put((future, fn, args))
-        return future
-
-    def _run(self) -> None:
-        while True:
-            future, fn, args = self.jobs.get()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args))
-                except BaseException as e:
-                    future.set_exception(e)
-
-
-@dataclass
-class Shown:
-    """The latest completion shown in a document, until the user accepts it or moves on."""
-
-    request_id: str
-    prefix: str  # the document before the cursor when it was requested
-    suffix: str  # and after it
-    completion: Completion
-    tracked: bool  # whether its outcome is recorded (options.track_outcomes)
-    outcome: Outcome | None = None  # the verdict recorded so far
-    timer: asyncio.TimerHandle | None = None  # records "rejected" when nothing happens in time
 
 
 class SpecdecServer(LanguageServer):
@@ -217,20 +82,17 @@ class SpecdecServer(LanguageServer):
         self.state, self.state_message = "loading", "waiting for initialize"
         self.worker = Worker()
         self.events: EventLog | None = None  # made by configure() at initialize
-        self.running: dict[tuple[str, Lane], threading.Event] = {}  # by URI and lane, the cancel switch of its decode
-        # by (URI, version, line, character): the lane and answer of the request in flight there
+        # by document key (document_key) and lane, the cancel switch of its decode
+        self.running: dict[tuple[str, Lane], threading.Event] = {}
+        # by (document key, version, line, character): the lane and answer of the request in flight there
         self.pending: dict[tuple, tuple[Lane, asyncio.Future]] = {}
-        self.shown: dict[str, Shown] = {}  # by document URI
-        # completions another request superseded lately, by request id: an accept can still be on its way
-        # (the other lane, or the client's own next request, replaced it a moment before the user took it)
-        self.superseded: dict[str, Shown] = {}
-        self.recent: dict[str, None] = {}  # URIs of open documents, the most recently edited or asked for last
+        self.outcomes = Outcomes(lambda: self.events)  # the shown completions and the user's verdicts
+        self.recent: dict[str, None] = {}  # keys of open documents, the most recently edited or asked for last
         self.loads = 0  # counts model loads, so a superseded load does not install its models
         self.load_progress: tuple[int, str] | None = None  # the last (percentage, message) reported
         self.load_task: asyncio.Task | None = None
         self.loaded_with: ServerOptions | None = None  # the options the engine was loaded with
         self.latencies: deque[float] = deque(maxlen=100)
-        self.verdicts: deque[bool] = deque(maxlen=100)  # accepted (or typed along) vs rejected
         self.popups: deque[float] = deque()  # when error popups were shown, within the last minute
         self.shown_errors: dict[str, float] = {}  # popup text -> when it was last shown
         self.telemetry_failed = False  # the event log could not be written (shown once per log)
@@ -250,13 +112,10 @@ class SpecdecServer(LanguageServer):
         for cancel in self.running.values():
             cancel.set()
         self.running.clear()
-        for shown in self.shown.values():
-            self.resolve(shown, "rejected")
-        self.shown.clear()
-        self.superseded.clear()  # the next client cannot accept this one's
+        self.outcomes.end_session()
         self.protocol.end_session()
 
-    # ------------------------------------------------------------------ settings and models
+    # ------------------------------------------------------------------ settings, errors and the status bar
 
     def configure(self, raw) -> ServerOptions:
         """Apply settings; report rejected keys to the user. Returns the previous options."""
@@ -293,149 +152,90 @@ class SpecdecServer(LanguageServer):
         self.shown_errors[message] = now
         self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
 
-    def start_loading(self) -> None:
-        self.loads += 1
-        self.load_progress = None
-        self.engine = None  # free the old models before loading new ones; requests answer empty meanwhile
-        for cancel in self.running.values():
-            cancel.set()  # the load waits on the worker behind them
-        self.load_task = asyncio.ensure_future(self.load(self.loads, self.options))
-
-    async def load(self, load_id: int, options: ServerOptions) -> None:
-        what = f"{options.target} with draft {options.draft}"
-        self.set_status("loading", f"loading {what}")
-        token = await self.begin_progress(f"specdec-load-{load_id}", f"loading {what}")
-        loop = asyncio.get_running_loop()
-
-        def progress(fraction: float, message: str) -> None:  # called on the worker thread
-            loop.call_soon_threadsafe(self.report_progress, load_id, token, round(fraction * 100), message)
-
-        try:
-            engine = await asyncio.wrap_future(self.worker.submit(load_engine, options, progress))
-        except Exception as e:  # any failure (missing model, OOM, bad draft spec) leaves the server up
-            log.exception("could not load %s", what)
-            if load_id == self.loads:
-                # the message first: a client that sees the error state has the reason already
-                self.show_error(f"specdec: could not load the models ({what}): {e}")
-                self.set_status("error", f"could not load {what}: {e}")
-            self.end_progress(token, "failed")
-            return
-        self.end_progress(token, "ready")
-        if load_id != self.loads:
-            return  # the settings changed while it loaded; the newer load installs its own
-        self.engine, self.loaded_with = engine, options
-        log.info("models ready: %s on %s", what, engine.device)
-        self.set_status("ready", f"{engine.target} + {engine.draft} on {engine.device}")
-
-    async def begin_progress(self, token: str, message: str) -> str | None:
-        if not getattr(self.client_capabilities.window, "work_done_progress", False):
-            return None
-        try:
-            await self.work_done_progress.create_async(token)
-        except Exception as e:  # the client refused; loading goes on without a progress bar
-            log.warning("window/workDoneProgress/create failed: %s", e)
-            return None
-        # a percentage in the begin tells the client to draw a bar that the reports fill
-        begin = types.WorkDoneProgressBegin(title="specdec", message=message, percentage=0)
-        self.work_done_progress.begin(token, begin)
-        return token
-
-    def report_progress(self, load_id: int, token: str | None, percentage: int, message: str) -> None:
-        """A load's progress, once per whole percent (the reports come twice a second)."""
-        if load_id != self.loads or (percentage, message) == self.load_progress:
-            return  # a newer load has its own bar; or nothing new to say
-        self.load_progress = (percentage, message)
-        if token is not None:
-            self.work_done_progress.report(token, types.WorkDoneProgressReport(message=message, percentage=percentage))
-        self.set_status("loading", f"{message} ({percentage}%)")
-
-    def end_progress(self, token: str | None, message: str) -> None:
-        if token is not None:
-            self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
-
     def set_status(self, state: str, message: str) -> None:
         self.state, self.state_message = state, message
         self.send_status()
 
     def send_status(self) -> None:
+        verdicts = self.outcomes.verdicts
         self.protocol.notify(
             STATUS,
             {
                 "state": self.state,
                 "message": self.state_message,
                 "percentage": self.load_progress[0] if self.state == "loading" and self.load_progress else None,
-                "acceptance": sum(self.verdicts) / len(self.verdicts) if self.verdicts else None,
+                "acceptance": sum(verdicts) / len(verdicts) if verdicts else None,
                 "p50_ms": statistics.median(self.latencies) if self.latencies else None,
             },
         )
 
     # ------------------------------------------------------------------ completions
 
-    def touch(self, uri: str) -> None:
-        self.recent.pop(uri, None)
-        self.recent[uri] = None
+    def touch(self, key: str) -> None:
+        self.recent.pop(key, None)
+        self.recent[key] = None
 
-    def other_documents(self, uri: str) -> tuple[OpenDocument, ...]:
+    def other_documents(self, key: str) -> tuple[OpenDocument, ...]:
         """The open documents but `uri`'s, the most recently edited or asked for first: the editor's other
         tabs, for context from beyond the prompt (server/snippets.py)."""
         documents = self.workspace.text_documents
         order = [u for u in reversed(self.recent) if u in documents]
         order += [u for u in documents if u not in self.recent]
-        others = [u for u in order if u != unquote(uri)][:MAX_DOCUMENTS]
+        others = [u for u in order if u != key][:MAX_DOCUMENTS]
         return tuple(OpenDocument(path_of(u), documents[u].source) for u in others)
 
-    def open_document(self, uri: str):
-        """The open document at `uri`, or None. pygls files documents under their unquoted URIs, so a
-        percent-encoded one (spaces, non-ASCII names, `file:///c%3A/...`) is looked up unquoted too."""
-        return self.workspace.text_documents.get(unquote(uri))
+    def open_document(self, key: str):
+        """The open document under `key` (document_key), or None."""
+        return self.workspace.text_documents.get(key)
 
     async def completion_at(
-        self, uri: str, position: types.Position, trigger: Trigger, lane: Lane = "inline"
+        self, uri: str, key: str, position: types.Position, trigger: Trigger, lane: Lane = "inline"
     ) -> Completion | None:
-        """The completion to show at `position`, or None. Raises JsonRpcInvalidParams for a bad position.
+        """The completion to show at `position` in the document at `uri` (whose key is `key`), or None. Raises
+        JsonRpcInvalidParams for a bad position.
 
         Lanes: inline completion and `textDocument/completion` (a completion plugin asks on every key).
         A newer request supersedes only the older one of its own lane, and a request for the very
         position and version the other lane is decoding waits for that decode instead of starting one.
         """
-        document = self.open_document(uri)
+        document = self.open_document(key)
         if document is None:
             log.warning("completion requested for %s, which is not open; empty answer", uri)
             return None
         if self.engine is None:
             log.info("completion requested while the models are %s; empty answer", self.state)
             return None
-        key = (uri, document.version, position.line, position.character)
-        other_lane, shared = self.pending.get(key, (lane, None))
+        spot = (key, document.version, position.line, position.character)
+        other_lane, shared = self.pending.get(spot, (lane, None))
         if shared is not None and other_lane != lane:
             result, answered = await asyncio.shield(shared)
             if answered:
                 return result
             # the client cancelled the other lane's request (VS Code does, as it opens its suggest widget
             # for the same spot): this one still wants an answer, so it decodes on its own
-            document = self.open_document(uri)
+            document = self.open_document(key)
             if document is None or self.engine is None:
                 return None
         ours = (lane, asyncio.get_running_loop().create_future())
-        self.pending[key] = ours
+        self.pending[spot] = ours
         result, answered = None, False
         try:
-            result = await self.complete_in_lane(uri, document, position, trigger, lane, self.engine)
+            result = await self.complete_in_lane(uri, key, document, position, trigger, lane, self.engine)
             answered = True
             return result
         finally:
-            if self.pending.get(key) is ours:
-                del self.pending[key]
+            if self.pending.get(spot) is ours:
+                del self.pending[spot]
             ours[1].set_result((result, answered))
 
     async def complete_in_lane(
-        self, uri: str, document, position: types.Position, trigger: Trigger, lane: Lane, engine: Engine
+        self, uri: str, key: str, document, position: types.Position, trigger: Trigger, lane: Lane, engine: Engine
     ) -> Completion | None:
-        superseded = self.running.pop((uri, lane), None)
+        superseded = self.running.pop((key, lane), None)
         if superseded is not None:
             superseded.set()  # its decode stops at the end of its current round
         version = document.version
-        self.touch(unquote(uri))
+        self.touch(key)
         request = Request(
             uuid.uuid4().hex,
             document.source,
@@ -445,23 +245,23 @@ class SpecdecServer(LanguageServer):
             position.character,
             trigger,
             time.perf_counter(),
-            self.other_documents(uri) if self.options.context_budget_chars else (),
+            self.other_documents(key) if self.options.context_budget_chars else (),
         )
-        rest = self.settle_shown(uri, request)
-        if rest is not None:
-            return self.deliver(
-                uri, version, request, reuse(engine, self.options, request, self.shown[uri].completion, rest)
-            )
-        cancel = self.running[uri, lane] = threading.Event()
+        place = (uri, key, version)
+        typed = self.outcomes.settle(key, request)
+        if typed is not None:
+            previous, rest = typed
+            return self.deliver(place, request, reuse(engine, self.options, request, previous, rest))
+        cancel = self.running[key, lane] = threading.Event()
         try:
             if trigger == "automatic" and self.options.debounce_ms:
                 try:
                     await asyncio.sleep(self.options.debounce_ms / 1000)
                 except asyncio.CancelledError:  # $/cancelRequest
-                    self.deliver(uri, version, request, cancelled(engine, self.options, request))
+                    self.deliver(place, request, cancelled(engine, self.options, request))
                     raise
                 if cancel.is_set() or document.version != version:  # the user typed on; a newer request follows
-                    return self.deliver(uri, version, request, cancelled(engine, self.options, request))
+                    return self.deliver(place, request, cancelled(engine, self.options, request))
                 request.received = time.perf_counter()
             if self.engine is None:
                 return None  # a reload began while waiting
@@ -472,36 +272,21 @@ class SpecdecServer(LanguageServer):
             except asyncio.CancelledError:  # $/cancelRequest
                 cancel.set()
                 if future.cancelled():  # still queued behind another decode: it never ran
-                    self.deliver(uri, version, request, cancelled(engine, options, request))
+                    self.deliver(place, request, cancelled(engine, options, request))
                 else:  # it had started: let it stop at a round or prefill chunk boundary and log it
-                    self.deliver(uri, version, request, await asyncio.wrap_future(future))
+                    self.deliver(place, request, await asyncio.wrap_future(future))
                 raise
         finally:
-            if self.running.get((uri, lane)) is cancel:
-                del self.running[uri, lane]
-        return self.deliver(uri, version, request, result)
+            if self.running.get((key, lane)) is cancel:
+                del self.running[key, lane]
+        return self.deliver(place, request, result)
 
-    def settle_shown(self, uri: str, request: Request) -> str | None:
-        """Resolve the document's previous completion as typed along or rejected; return what is left of it."""
-        previous = self.shown.get(uri)
-        if previous is None:
-            return None
-        rest = None
-        try:
-            offset = offset_at(request.text, request.line, request.character)
-            rest = typed_along(previous.prefix, previous.suffix, previous.completion.text, request.text, offset)
-        except PositionError:
-            pass
-        if rest is None:
-            self.resolve(self.shown.pop(uri), "rejected")
-        else:  # kept: the reuse serves the rest of it
-            self.resolve(previous, "partial", len(previous.completion.text) - len(rest))
-        return rest
-
-    def deliver(self, uri: str, version: int | None, request: Request, result: Completion) -> Completion | None:
-        """Record the completion's event and start tracking its outcome; None if there is nothing to show."""
+    def deliver(self, place: tuple[str, str, int | None], request: Request, result: Completion) -> Completion | None:
+        """Record the completion's event and start tracking its outcome; None if there is nothing to show.
+        `place`: the document's URI, key and version when the request came."""
+        uri, key, version = place
         event = result.event
-        document = self.open_document(uri)
+        document = self.open_document(key)
         if event.outcome == "shown" and (document is None or document.version != version):
             log.info("dropping a completion for %s version %s: the document has changed", uri, version)
             event.outcome, event.empty_reason = "cancelled", "stale"
@@ -530,35 +315,18 @@ class SpecdecServer(LanguageServer):
             raise JsonRpcInvalidParams(str(result.error))
         if event.outcome != "shown":
             return None
-        offset = offset_at(request.text, request.line, request.character)
-        shown = Shown(
-            event.request_id, request.text[:offset], request.text[offset:], result, self.options.track_outcomes
-        )
-        if shown.tracked:
-            shown.timer = asyncio.get_running_loop().call_later(
-                self.options.reject_after_s, self.resolve, shown, "rejected"
-            )
-        self.shown[uri] = shown
+        self.outcomes.show(key, request, result, self.options.track_outcomes, self.options.reject_after_s)
         return result
-
-    def resolve(self, shown: Shown, outcome: Outcome, accepted_chars: int | None = None) -> None:
-        """Record the user's verdict on a shown completion (a later verdict overrides an earlier one)."""
-        if outcome in ("rejected", "partial"):
-            self.superseded[shown.request_id] = shown
-            while len(self.superseded) > SUPERSEDED_KEPT:
-                del self.superseded[next(iter(self.superseded))]  # the oldest
-        if shown.timer is not None:
-            shown.timer.cancel()
-            shown.timer = None
-        if not shown.tracked or shown.outcome == outcome:
-            return
-        shown.outcome = outcome
-        assert self.events is not None  # configure() makes it at initialize, before any completion
-        self.events.update_outcome(shown.request_id, outcome, accepted_chars)
-        self.verdicts.append(outcome != "rejected")
 
 
 SERVER = SpecdecServer()
+
+
+def document_key(uri: str) -> str:
+    """The key of the document at `uri`, for every table the server keeps by document. pygls files documents
+    under their unquoted URIs, so a percent-encoded one (spaces, non-ASCII names, `file:///c%3A/...`) is
+    unquoted: each request's URI goes through this once, where it enters."""
+    return unquote(uri)
 
 
 def path_of(uri: str) -> str:
@@ -581,7 +349,7 @@ def initialized(ls: SpecdecServer, params: types.InitializedParams) -> None:
     if ls.engine is not None and ls.loaded_with is not None and not models_changed(ls.loaded_with, ls.options):
         ls.set_status("ready", ls.state_message)  # a TCP client came back: its models are loaded already
         return
-    ls.start_loading()
+    start_loading(ls)
 
 
 @SERVER.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -592,7 +360,7 @@ def did_change_configuration(ls: SpecdecServer, params: types.DidChangeConfigura
         return
     old = ls.configure(settings)
     if models_changed(old, ls.options):
-        ls.start_loading()
+        start_loading(ls)
     elif ls.engine is not None and (old.gamma, old.draft_confidence) != (ls.options.gamma, ls.options.draft_confidence):
         ls.engine = retune(ls.engine, ls.options)
     log.info("settings now %s", dataclasses.asdict(ls.options))
@@ -608,30 +376,29 @@ def shutdown(ls: SpecdecServer, params: None) -> None:
 def did_change(ls: SpecdecServer, params: types.DidChangeTextDocumentParams) -> None:
     """Stop the document's decodes: what they would show is for a version that is gone (`deliver` would
     drop it), and the worker is wanted for the request the typing brings next."""
-    ls.touch(unquote(params.text_document.uri))
+    key = document_key(params.text_document.uri)
+    ls.touch(key)
     for lane in LANES:
-        cancel = ls.running.get((params.text_document.uri, lane))
+        cancel = ls.running.get((key, lane))
         if cancel is not None:
             cancel.set()
 
 
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: SpecdecServer, params: types.DidCloseTextDocumentParams) -> None:
-    uri = params.text_document.uri
-    ls.recent.pop(unquote(uri), None)
+    key = document_key(params.text_document.uri)
+    ls.recent.pop(key, None)
     for lane in LANES:
-        cancel = ls.running.pop((uri, lane), None)
+        cancel = ls.running.pop((key, lane), None)
         if cancel is not None:
             cancel.set()
-    shown = ls.shown.pop(uri, None)
-    if shown is not None:
-        ls.resolve(shown, "rejected")
+    ls.outcomes.reject(key)
 
 
-def replaced_range(ls: SpecdecServer, uri: str, position: types.Position, result: Completion) -> types.Range:
+def replaced_range(ls: SpecdecServer, key: str, position: types.Position, result: Completion) -> types.Range:
     """From the cursor over the closers the completion retypes (none: an empty range at the cursor), in the
     client's UTF-16 units."""
-    document = ls.open_document(uri)
+    document = ls.open_document(key)
     if not result.replaces or document is None:
         return types.Range(position, position)
     start = offset_at(document.source, position.line, position.character)
@@ -642,12 +409,14 @@ def replaced_range(ls: SpecdecServer, uri: str, position: types.Position, result
 @SERVER.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
 async def inline_completion(ls: SpecdecServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
     invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-    result = await ls.completion_at(params.text_document.uri, params.position, "invoked" if invoked else "automatic")
+    uri = params.text_document.uri
+    key = document_key(uri)
+    result = await ls.completion_at(uri, key, params.position, "invoked" if invoked else "automatic")
     if result is None:
         return types.InlineCompletionList(items=[])
     item = types.InlineCompletionItem(
         insert_text=result.text,
-        range=replaced_range(ls, params.text_document.uri, params.position, result),
+        range=replaced_range(ls, key, params.position, result),
         command=types.Command(title="accept", command=ACCEPT, arguments=[result.event.request_id]),
     )
     return types.InlineCompletionList(items=[item])
@@ -658,7 +427,9 @@ async def completion(ls: SpecdecServer, params: types.CompletionParams) -> types
     """The fallback for clients without inline completion: one item holding the whole completion."""
     invoked = params.context is None or params.context.trigger_kind == types.CompletionTriggerKind.Invoked
     trigger: Trigger = "invoked" if invoked else "automatic"
-    result = await ls.completion_at(params.text_document.uri, params.position, trigger, lane="completion")
+    uri = params.text_document.uri
+    key = document_key(uri)
+    result = await ls.completion_at(uri, key, params.position, trigger, lane="completion")
     if result is None:
         return types.CompletionList(is_incomplete=True, items=[])
     first_line = result.text.split("\n", 1)[0].strip() or result.text.strip()
@@ -668,9 +439,7 @@ async def completion(ls: SpecdecServer, params: types.CompletionParams) -> types
         detail="specdec",
         documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=result.text),
         # The edit starts at the cursor, so the client filters on nothing the user typed before it.
-        text_edit=types.TextEdit(
-            range=replaced_range(ls, params.text_document.uri, params.position, result), new_text=result.text
-        ),
+        text_edit=types.TextEdit(range=replaced_range(ls, key, params.position, result), new_text=result.text),
         command=types.Command(title="accept", command=ACCEPT, arguments=[result.event.request_id]),
     )
     # Incomplete: the client asks again as the user types, instead of filtering this one item.
@@ -680,14 +449,7 @@ async def completion(ls: SpecdecServer, params: types.CompletionParams) -> types
 @SERVER.command(ACCEPT)
 def accept(ls: SpecdecServer, request_id: str) -> bool:
     """The client ran the item's command: the user accepted the completion. False if it is unknown."""
-    for uri, shown in ls.shown.items():
-        if shown.request_id == request_id:
-            del ls.shown[uri]
-            ls.resolve(shown, "accepted", len(shown.completion.text))
-            return True
-    late = ls.superseded.pop(request_id, None)
-    if late is not None:  # replaced a moment before the user took it: the accept overrides that verdict
-        ls.resolve(late, "accepted", len(late.completion.text))
+    if ls.outcomes.accept(request_id):
         return True
     log.info("accept for unknown or already accepted completion %s", request_id)
     return False

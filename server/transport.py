@@ -1,7 +1,7 @@
 """How messages reach the server: stdio, or TCP on loopback for one authenticated client at a time.
 
-Both read frames with server/jsonrpc.py and hand each checked message to the protocol (server/lsp.py's
-`Protocol.receive`); every malformed one is answered there, not dropped.
+Both read frames with server/jsonrpc.py and hand each checked message to the protocol
+(server/protocol_patches.py's `Protocol.receive`); every malformed one is answered there, not dropped.
 
 TCP: any local user can reach a loopback port, so a connection must open with `initialize` carrying
 `initializationOptions.token`, the token of this launch: `$SPECDEC_TOKEN` when the client that starts the
@@ -35,7 +35,7 @@ AUTH_TIMEOUT_S = 10.0  # a connection that has not sent its initialize by then i
 
 
 class Receiver(TypingProtocol):
-    """What the transport hands messages to: server/lsp.py's Protocol."""
+    """What the transport hands messages to: server/protocol_patches.py's Protocol."""
 
     def reply(self, reply: Reply) -> None: ...
 

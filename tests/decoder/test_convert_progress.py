@@ -1,5 +1,5 @@
 """A first run converts the packaged GGUF (decoder/models.py, convert_gguf) and says how far it got: the
-editor's progress bar (server/lsp.py) draws what these reports say."""
+editor's progress bar (server/loading.py) draws what these reports say."""
 
 from __future__ import annotations
 
