@@ -13,7 +13,7 @@
 # Each step sources $GPU_ROOT/env.sh (PYTHONPATH to the staged site, SPECDEC_TARGET to the converted
 # target) and runs one command under its own `timeout`, so that it ends inside the device tool's
 # 10 minutes. The command writes its own results under $OUT, the machine's facts inside its summary
-# (speccomplete/harness/returns.py): train.json or train-derived.json and the draft in draft/, in parts
+# (harness/returns.py): train.json or train-derived.json and the draft in draft/, in parts
 # of 15 MiB; bench.json and bench.txt (bench-trained.*, bench-derived.*); tests.json and tests.xml;
 # eval.json, eval-events.jsonl. Its output goes to STEP.log (eval: eval.txt). The tool returns at most
 # 8 files, of 16 MiB each: train's are its log, its summary, the draft's config.json, README.md and its
@@ -130,7 +130,7 @@ find_corpus() { # sets corpus and dev (the training steps), or exits
   [ -f "$corpus/manifest.json" ] || corpus=$corpus/train
   [ -f "$corpus/manifest.json" ] || {
     echo "no training corpus in ${SPECDEC_CORPUS:-$GPU_ROOT/corpus}: the pack holds one only when" \
-      "specdec gpu-pack was given --splits (.carry/PLAN.md says 'Corpus: ...')" >&2
+      "python -m tools.gpu_pack was given --splits (.carry/PLAN.md says 'Corpus: ...')" >&2
     exit 2
   }
   dev=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Unpack one load of the GPU carry (`specdec gpu-pack`, speccomplete/harness/gpu_pack.py; docs/gpu.md).
+# Unpack one load of the GPU carry (`python -m tools.gpu_pack`, tools/gpu_pack.py; docs/gpu.md).
 #
 #   bash gpu/unpack.sh LOAD      LOAD: a load folder (.carry/load-1) or its name (load-1, under .carry/)
 #
@@ -11,7 +11,7 @@
 #   models/<name>    the converted safetensors folder: written from the GGUF and the carried model-meta.tar.xz
 #                    (decoder/gguf_safetensors.py, seconds), else by transformers (decoder/models.py, convert_gguf)
 #   cases.jsonl      the dev cases, when the pack has them
-#   packed/          the training corpus as packed source text (gpu-pack --splits), gathered from its loads
+#   packed/          the training corpus as packed source text (tools.gpu_pack --splits), gathered from its loads
 #   corpus/          its train/ and dev/ shard folders: tokenized on every core (`specdec corpus --packed`) once
 #                    packed.json (in the corpus's last load) and the model's tokenizer are here
 #   env.sh           what later steps source (from the repo root): PYTHONPATH, PYTHONSAFEPATH,
@@ -68,7 +68,7 @@ if [ "$1" = --stage ]; then
 fi
 load=$1
 [ -d "$load" ] || load=.carry/$1
-[ -f "$load/load.json" ] || fail "$1: not a load of the carry (no load.json); build one with specdec gpu-pack"
+[ -f "$load/load.json" ] || fail "$1: not a load of the carry (no load.json); build one with python -m tools.gpu_pack"
 load=$(cd "$load" && pwd)
 read -r pack number loads name gguf_file < <("$py" -c '
 import json, sys
@@ -157,7 +157,7 @@ if [ -f "$load/cases.jsonl" ]; then
     say "cases: $(wc -l <"$root/cases.jsonl") into $root/cases.jsonl"
 fi
 if [ -d "$load/corpus" ]; then
-    # the corpus may span loads (gpu-pack --corpus-loads): each brings some of its compressed files
+    # the corpus may span loads (tools.gpu_pack --corpus-loads): each brings some of its compressed files
     mkdir -p "$root/packed"
     cp -r "$load"/corpus/. "$root/packed/"
     say "corpus: $(find "$load/corpus" -type f | wc -l) files; $(du -sh "$root/packed" | cut -f1) in $root/packed"

@@ -6,7 +6,7 @@ here at install time (pyproject.toml, [tool.setuptools.package-dir]):
 - speccomplete.decoder    <- decoder/     the speculative decoder (runtime), drafts, training
 - speccomplete.server     <- server/      the language server and the completion pipeline
 - speccomplete.telemetry  <- telemetry/   completion events, the event log, the offline analysis
-- speccomplete.harness    <- speccomplete/harness/  benchmarks, evaluation, sweeps, cases
+- speccomplete.harness    <- harness/  benchmarks, evaluation, sweeps, cases
 - speccomplete.cli        the `specdec` command (also `python -m speccomplete`)
 """
 

@@ -65,7 +65,6 @@ SUBCOMMANDS = (
         "quality", "quality", "what users see on held-out cases, through the server's pipeline: shown, next line, loops"
     ),
     Subcommand("stress", "stress", "reliability checks against the real server (table + JSON)"),
-    Subcommand("gpu-pack", "gpu_pack", "build the carry folder for a lent GPU machine: loads of one call each"),
 )
 
 

@@ -26,7 +26,7 @@ xllamacpp wheel; checked against the wheel's strings):
   leaves the head out (`head_from_target`): llama.cpp would borrow the target's full 262k head,
   which does not fit a 32k draft vocabulary, so the head is rebuilt from the target's rows.
 
-`write_eagle3_gguf` converts; `specdec eagle3-gguf` (speccomplete/harness/eagle3_gguf.py) is the command.
+`write_eagle3_gguf` converts; `specdec eagle3-gguf` (harness/eagle3_gguf.py) is the command.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ verifies every token. Draft logits are then over `vocab_ids`, which map back to 
 On disk a draft is a folder, no optimizer state, no pickle:
 - `draft.json`: a `DraftMeta`, what the draft was built from and for;
 - `model.safetensors`: the owned weights (`owned_parameters`) plus `vocab_ids` where the head is cut.
-Training one is decoder/training/ (`specdec finetune`, speccomplete/harness/drafting.py).
+Training one is decoder/training/ (`specdec finetune`, harness/drafting.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ and the stream of each language cut into fixed-length sequences, so a sequence b
 language (documents may continue across sequences). Shards are safetensors (`tokens` [N, L]
 int32, `language` [N] int16) plus `manifest.json`. The output depends only on the inputs and the seed.
 
-A corpus can also travel as packed source text (`specdec gpu-pack --splits`): per split and language, chunks
+A corpus can also travel as packed source text (`python -m tools.gpu_pack --splits`): per split and language, chunks
 `<split>/<lang>.<NNNN>.jsonl.xz` (JSON lines with "text" and "source"; concatenated, a language's chunks are one
 valid .xz stream) and `packed.json`, the index. `tokenize_packed` turns it into the shard folders `train/` and
 `dev/` on the machine that trains, tokenizing chunks in parallel; the output does not depend on the workers.
@@ -445,7 +445,9 @@ def read_packed_index(packed_dir: str | Path) -> dict:
     packed_dir = Path(packed_dir)
     index_path = packed_dir / PACKED_INDEX
     if not index_path.exists():
-        raise CorpusError(f"{packed_dir} has no {PACKED_INDEX}: not a packed text corpus (specdec gpu-pack --splits)")
+        raise CorpusError(
+            f"{packed_dir} has no {PACKED_INDEX}: not a packed text corpus (python -m tools.gpu_pack --splits)"
+        )
     index = json.loads(index_path.read_text())
     if index.get("format") != PACKED_FORMAT:
         raise CorpusError(f"{index_path} is not a {PACKED_FORMAT} index")

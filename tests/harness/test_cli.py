@@ -32,7 +32,6 @@ NAMES = [
     "replay",
     "quality",
     "stress",
-    "gpu-pack",
 ]
 
 

@@ -1,4 +1,4 @@
-"""Bad settings, at initialize and later (speccomplete/harness/stress/configs.py)."""
+"""Bad settings, at initialize and later (harness/stress/configs.py)."""
 
 from __future__ import annotations
 

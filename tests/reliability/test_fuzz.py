@@ -1,4 +1,4 @@
-"""The short seeded protocol fuzz (speccomplete/harness/stress/fuzz.py) against the real server."""
+"""The short seeded protocol fuzz (harness/stress/fuzz.py) against the real server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""kill -9 during telemetry writes (speccomplete/harness/stress/kill.py)."""
+"""kill -9 during telemetry writes (harness/stress/kill.py)."""
 
 from __future__ import annotations
 

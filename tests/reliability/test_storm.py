@@ -1,4 +1,4 @@
-"""A typing storm against the real server, with a tiny random model (speccomplete/harness/stress/storm.py)."""
+"""A typing storm against the real server, with a tiny random model (harness/stress/storm.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TCP mode with a second local client (speccomplete/harness/stress/tcp.py)."""
+"""TCP mode with a second local client (harness/stress/tcp.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tiny GGUF (speccomplete/harness/tiny_gguf.py) runs in llama.cpp through xllamacpp; transformers reads it
+"""The tiny GGUF (harness/tiny_gguf.py) runs in llama.cpp through xllamacpp; transformers reads it
 alike.
 
 xllamacpp's in-process `handle_completions` answers in the OpenAI text_completion form, which leaves out

@@ -1,5 +1,5 @@
 """decoder/drafts/eagle3_gguf.py: an EAGLE-3 draft folder as llama.cpp's eagle3 GGUF, read back with gguf's
-reader and run by llama.cpp itself (xllamacpp) as the draft of the tiny llama GGUF (speccomplete/harness/
+reader and run by llama.cpp itself (xllamacpp) as the draft of the tiny llama GGUF (harness/
 tiny_gguf.py), whose greedy output it must leave unchanged.
 
 The packaged Gemma-3 target cannot run it yet: the wheel's llama.cpp aborts in its Gemma-3 graph, which has

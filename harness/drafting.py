@@ -43,7 +43,7 @@ def add_corpus_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--splits", help="directory of <lang>.<split>.txt lists of source files")
     p.add_argument(
         "--packed",
-        help="a packed text corpus (specdec gpu-pack --splits; packed.json and <split>/<lang>.NNNN.jsonl.xz): "
+        help="a packed text corpus (python -m tools.gpu_pack --splits; packed.json and <split>/<lang>.NNNN.jsonl.xz): "
         "every split of it is tokenized, into OUT/train and OUT/dev",
     )
     p.add_argument(

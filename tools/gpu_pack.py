@@ -1,4 +1,5 @@
-"""`specdec gpu-pack`: the carry folder a lent GPU machine needs, cut into loads of one device call each.
+"""`python -m tools.gpu_pack` (from the repo root): the carry folder a lent GPU machine needs, cut into loads of
+one device call each.
 
 The GPU machine has no network and lacks some of our dependencies and the packaged target. Each call
 to it carries the working tree plus a few git-ignored folders, 64 MiB in all, and what a call leaves
@@ -33,8 +34,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .returns import sha256_file
-from .tiny_gguf import write_tiny_gguf
+from speccomplete.harness.returns import sha256_file
+from speccomplete.harness.tiny_gguf import write_tiny_gguf
 
 CALL_BYTES = 64 * 2**20  # what one device call may carry: the working tree and the carried folders
 MARGIN_BYTES = 3 * 2**20  # room for the tree to grow between packing and the GPU session
@@ -454,8 +455,11 @@ def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging:
 # --------------------------------------------------------------------------- the command
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("gpu-pack")
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tools.gpu_pack",
+        description="the carry folder a lent GPU machine needs, in loads of one call each",
+    )
     p.add_argument(
         "--out",
         default=".carry",
@@ -506,7 +510,7 @@ def run(args) -> int:
     from speccomplete.decoder.models import DEFAULT_TARGET, convert_gguf, resolve
 
     out = Path(args.out).resolve()
-    repo = Path(__file__).resolve().parents[2]  # speccomplete/harness/ sits in the repo root's speccomplete/
+    repo = Path(__file__).resolve().parents[1]  # tools/ sits in the repo root
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob("load-*"), out / "PLAN.md", out / "plan.json"]:  # only what a pack writes
         if old.is_dir():
@@ -659,3 +663,11 @@ def plan_markdown(plan: dict) -> str:
             f"{len(corpus['languages'])} languages: {languages}."
         )
     return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

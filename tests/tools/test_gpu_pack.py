@@ -1,4 +1,4 @@
-"""The GPU carry's CPU rehearsal: `specdec gpu-pack --smoke`, then gpu/unpack.sh for every load, in order.
+"""The GPU carry's CPU rehearsal: `python -m tools.gpu_pack --smoke`, then gpu/unpack.sh for every load, in order.
 
 The smoke pack carries a tiny random llama GGUF (no downloads), cut into several loads, its meta (the
 metadata files and tensor map of its conversion here), the dev cases and a small corpus; unpacking must
@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 from conftest import make_byte_tokenizer, tiny_llama
 
-from speccomplete.cli import main
 from speccomplete.decoder.gguf_safetensors import differing_tensors
 from speccomplete.decoder.models import load_model
 from speccomplete.decoder.training.corpus import Shards
-from speccomplete.harness.gpu_pack import Part, plan_loads, wheel_requirements
+from tools.gpu_pack import Part, main, plan_loads, wheel_requirements
 
 REPO = Path(__file__).resolve().parents[2]
 UNPACK = REPO / "gpu" / "unpack.sh"
@@ -56,7 +55,6 @@ def smoke_gpu_pack(tmp: Path, out: Path) -> None:
         make_byte_tokenizer().save_pretrained(tokenizer_dir)
     splits = tmp / "splits" if (tmp / "splits").exists() else smoke_splits(tmp)
     argv = [
-        "gpu-pack",
         "--smoke",
         "--out",
         str(out),
@@ -179,7 +177,7 @@ def test_the_packed_corpus_is_deterministic(smoke_pack, tmp_path):
 
 def test_without_the_meta_unpack_converts_through_transformers(tmp_path):
     out = tmp_path / "carry"
-    assert main(["gpu-pack", "--smoke", "--no-meta", "--out", str(out)]) == 0
+    assert main(["--smoke", "--no-meta", "--out", str(out)]) == 0
     plan = json.loads((out / "plan.json").read_text())
     assert not any(row["meta"] for row in plan["loads"]) and not list(out.glob("load-*/model-meta.tar.xz"))
     root, report = tmp_path / "gpu", tmp_path / "out"

@@ -2,12 +2,12 @@
 stale: the server's from server/options.py (`ServerOptions`: name, type, default; `HELP`: what it does), the
 VS Code extension's from its package.json. Each table sits in its page between two markers:
 
-    <!-- generated: server-settings (python -m speccomplete.harness.settings_doc) -->
+    <!-- generated: server-settings (python -m tools.settings_doc) -->
     ...
     <!-- end generated: server-settings -->
 
-    python -m speccomplete.harness.settings_doc           # rewrite the tables
-    python -m speccomplete.harness.settings_doc --check   # exit 1 if a table is stale (tests/harness)
+    python -m tools.settings_doc           # rewrite the tables
+    python -m tools.settings_doc --check   # exit 1 if a table is stale (tests/tools)
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Annotated, Literal, get_args, get_origin
 
 from speccomplete.server.options import HELP, Range, ServerOptions, field_types, snake_to_camel
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 VSCODE_PACKAGE = REPO / "clients" / "vscode" / "package.json"
 VSCODE_SETTINGS = REPO / "clients" / "vscode" / "src" / "settings.ts"
 # which table goes into which page

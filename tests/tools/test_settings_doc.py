@@ -1,4 +1,4 @@
-"""The settings tables are generated (speccomplete/harness/settings_doc.py): the committed pages must hold
+"""The settings tables are generated (tools/settings_doc.py): the committed pages must hold
 what the definitions say now, and every server option must be reachable from VS Code."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from speccomplete.harness import settings_doc
 from speccomplete.server.options import HELP, ServerOptions, snake_to_camel
+from tools import settings_doc
 
 # what the editor never sets: the harness's own bookkeeping
 NOT_FOR_EDITORS = {"telemetrySource", "trackOutcomes"}
@@ -16,7 +16,7 @@ NOT_FOR_EDITORS = {"telemetrySource", "trackOutcomes"}
 
 def test_the_committed_tables_are_current(capsys):
     stale = settings_doc.main(["--check"])
-    assert stale == 0, capsys.readouterr().err + " (rewrite: python -m speccomplete.harness.settings_doc)"
+    assert stale == 0, capsys.readouterr().err + " (rewrite: python -m tools.settings_doc)"
 
 
 def test_every_server_option_has_help_and_a_vscode_setting():
