@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from speccomplete.decoder.engine import Generation
 
-# The default `minConfidence`: on the dev split (docs/quality.md) the highest threshold that still shows a
-# completion for 70% of requests; it raised exact next lines among those shown from 9% to 12%.
+# The default `minConfidence`: on the dev split, the highest threshold that still shows a completion for
+# most requests (docs/quality.md, "The confidence gate", has the curve and what it buys).
 DEFAULT_MIN_CONFIDENCE = 0.35
 
 

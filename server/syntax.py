@@ -19,7 +19,8 @@ from speccomplete.languages import language_named
 
 log = logging.getLogger(__name__)
 
-# A parse costs about 70 ms per MB here; past this size documents get indentation rules instead.
+# Past this size a parse costs more than a keystroke can wait (docs/cpu.md, "Beside the decoder"), so documents get
+# indentation rules instead.
 MAX_PARSE_CHARS = 300_000
 
 # Nodes whose children are statements or declarations, one after another (the root is one too).
