@@ -54,7 +54,7 @@ from .completion import (
 from .documents import use_lsp_lines, valid_text
 from .loading import Worker, start_loading
 from .log_limits import limit_logging
-from .options import ServerOptions, models_changed, parse_options
+from .options import EVENT_LOG_FIELDS, ServerOptions, models_changed, parse_options
 from .outcomes import Outcomes
 from .positions import PositionError, offset_at, utf16_len
 from .protocol_patches import Protocol
@@ -126,8 +126,7 @@ class SpecdecServer(LanguageServer):
             log.error("%s", message)
             self.show_error(message)
         new = self.options
-        log_fields = ("telemetry", "telemetry_path", "telemetry_retention_days", "telemetry_max_megabytes")
-        if self.events is None or any(getattr(old, f) != getattr(new, f) for f in log_fields):
+        if self.events is None or any(getattr(old, f) != getattr(new, f) for f in EVENT_LOG_FIELDS):
             if self.events is not None:
                 self.events.close()
             self.events = EventLog(

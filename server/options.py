@@ -12,6 +12,10 @@ that is reported as a probable typo, since it would otherwise do nothing without
 checked against its field's type below (with `Range` bounds and validator functions in `Annotated`);
 a value of the wrong type or out of range is reported back as an error naming the key and what it
 expects, and that one key keeps its previous value.
+
+Each field's other facts sit in its metadata (`option`): what it does for people (`HELP`), whether a change
+reloads the models (`MODEL_FIELDS`) or reopens the event log (`EVENT_LOG_FIELDS`), and whether events record
+it (`ServerOptions.settings`).
 """
 
 from __future__ import annotations
@@ -39,21 +43,6 @@ from .snippets import DEFAULT_CONTEXT_CHARS
 
 log = logging.getLogger(__name__)
 
-# Fields whose change needs the models reloaded (or the backend rebuilt); the rest apply to the next request.
-MODEL_FIELDS = (
-    "backend",
-    "target",
-    "draft",
-    "device",
-    "dtype",
-    "quantization",
-    "gguf",
-    "llamacpp_speculative",
-    "openai_url",
-    "openai_model",
-    "openai_api_key_env",
-)
-
 
 @dataclass(frozen=True)
 class Range:
@@ -79,114 +68,201 @@ def _check_speculative(name: str) -> None:
         raise ValueError(f"expected one of {', '.join(LLAMACPP_SPECULATIVE)}")
 
 
+def option(default: Any, help: str, *, reloads: bool = False, recorded: bool = False, event_log: bool = False) -> Any:
+    """A ServerOptions field with its facts: `help`, what it does for people (the README's settings table);
+    `reloads`, a change needs the models reloaded; `recorded`, every event records its value (`settings`);
+    `event_log`, a change needs the event log reopened."""
+    metadata = {"help": help, "reloads": reloads, "recorded": recorded, "event_log": event_log}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     # What decodes (decoder/backends/__init__.py): our decoder (target, draft, gamma, device, dtype and
     # quantization apply), llama.cpp in-process on a GGUF (gguf, llamacpp_speculative), or an
     # OpenAI-compatible server (openai_*).
-    backend: Literal["local", "llamacpp", "openai"] = "local"
-    target: str = DEFAULT_TARGET  # packaged alias, local directory or HF id
-    draft: Annotated[str, parse_draft_spec] = DEFAULT_DRAFT  # a draft spec: syntax in decoder/drafts/spec.py
-    device: str = "auto"
-    dtype: str = "auto"
+    backend: Literal["local", "llamacpp", "openai"] = option(
+        "local",
+        "What decodes: `local` (our speculative decoder), `llamacpp` (llama.cpp in-process on a GGUF) or "
+        "`openai` (an OpenAI-compatible server); docs/backends.md.",
+        reloads=True,
+    )
+    target: str = option(
+        DEFAULT_TARGET,
+        "The model that writes the completion: a packaged alias (`gemma3-270m`, `smollm2-135m`), a local "
+        "directory of safetensors, a `.gguf` file or a Hugging Face id.",
+        reloads=True,
+    )
+    draft: Annotated[str, parse_draft_spec] = option(
+        DEFAULT_DRAFT,
+        "What proposes tokens for the target to verify: `ngram+self` (prompt lookup, else the target drafting "
+        "for itself), `ngram`, `auto` (the shipped trained draft), `eagle3`, `layers:0,1`, `none`, a draft "
+        "folder or a model; the syntax is in decoder/drafts/spec.py.",
+        reloads=True,
+    )
+    device: str = option(
+        "auto",
+        "`auto` (CUDA where there is a GPU), `cpu`, `cuda`, `cuda:1`, ...",
+        reloads=True,
+    )
+    dtype: str = option(
+        "auto",
+        "`auto` (bfloat16 on CUDA, float32 on the CPU), `float32`, `bfloat16`, `float16`.",
+        reloads=True,
+    )
     # the target's linear weights: int8 (decoder/kernels.py), none (fp32), auto (int8 where it runs: the CPU)
-    quantization: Literal["auto", "none", "int8"] = "auto"
-    gguf: str | None = None  # llamacpp: the GGUF file; None: the packaged target's own GGUF
-    llamacpp_speculative: Annotated[str, _check_speculative] = "none"  # llama.cpp's draftless methods
-    openai_url: str = "http://127.0.0.1:8080/v1"  # the server's base URL, up to /v1
-    openai_model: str | None = None  # the model name the server knows; None: its default
-    openai_api_key_env: str = "OPENAI_API_KEY"  # the environment variable holding the API key, if any
-    gamma: Annotated[str, parse_gamma_policy] = "heuristic"  # an integer >= 0, heuristic[:START:MAX] or cost[:C:V]
-    draft_confidence: Annotated[float, Range(0, 1)] = 0.0
-    max_tokens_single_line: TokenLimit = 32
-    max_tokens_multi_line: TokenLimit = 128
-    temperature: Annotated[float, Range(0, 10)] = 0.0
+    quantization: Literal["auto", "none", "int8"] = option(
+        "auto",
+        "The target's linear weights: `auto` (int8 on the CPU), `none`, `int8`.",
+        reloads=True,
+    )
+    gguf: str | None = option(
+        None,
+        "`llamacpp` backend: the GGUF file (default: the packaged target's own).",
+        reloads=True,
+    )
+    llamacpp_speculative: Annotated[str, _check_speculative] = option(
+        "none",
+        "`llamacpp` backend: llama.cpp's draftless speculation (`none`, `ngram-simple`, `ngram-map-k`, "
+        "`ngram-map-k4v`, `ngram-mod`, `ngram-cache`).",
+        reloads=True,
+    )
+    openai_url: str = option(
+        "http://127.0.0.1:8080/v1",
+        "`openai` backend: the server's base URL, up to `/v1`.",
+        reloads=True,
+    )
+    openai_model: str | None = option(
+        None,
+        "`openai` backend: the model name the server knows (default: its default).",
+        reloads=True,
+    )
+    openai_api_key_env: str = option(
+        "OPENAI_API_KEY",
+        "`openai` backend: the environment variable that holds the API key, if any.",
+        reloads=True,
+    )
+    gamma: Annotated[str, parse_gamma_policy] = option(
+        "heuristic",
+        "Drafted tokens per round: an integer, `heuristic[:START:MAX]` (adapts per language) or `cost[:C:V]`.",
+        recorded=True,
+    )
+    draft_confidence: Annotated[float, Range(0, 1)] = option(
+        0.0,
+        "A model draft stops proposing when its own probability falls below this.",
+        recorded=True,
+    )
+    max_tokens_single_line: TokenLimit = option(
+        32,
+        "Token limit for a completion of the rest of a line.",
+        recorded=True,
+    )
+    max_tokens_multi_line: TokenLimit = option(
+        128,
+        "Token limit for a multi-line completion (at an empty line or after a block opener).",
+        recorded=True,
+    )
+    temperature: Annotated[float, Range(0, 10)] = option(
+        0.0,
+        "0: greedy (the target's own choice); above 0: sampled, still lossless.",
+        recorded=True,
+    )
     # completions the target was less sure of are not shown (server/gate.py); 0 shows every completion
-    min_confidence: Annotated[float, Range(0, 1)] = DEFAULT_MIN_CONFIDENCE
+    min_confidence: Annotated[float, Range(0, 1)] = option(
+        DEFAULT_MIN_CONFIDENCE,
+        "Completions the target was less sure of are not shown: the geometric mean of its probabilities for the "
+        "shown tokens (0 shows every completion); docs/quality.md.",
+        recorded=True,
+    )
     # for automatic triggers; an invoked completion starts at once. Bounded: a request waits this long.
-    debounce_ms: Annotated[int, Range(0, 5000)] = 150
-    telemetry: bool = True
-    telemetry_path: str | None = None  # None: telemetry.log.default_path()
-    telemetry_text: bool = False  # store completion text in events (opt-in: it is source code)
+    debounce_ms: Annotated[int, Range(0, 5000)] = option(
+        150,
+        "Automatic requests wait this long for more typing before decoding; invoked ones start at once.",
+    )
+    telemetry: bool = option(
+        True,
+        "Record one event per completion on this machine (no source text unless `telemetryText`).",
+        event_log=True,
+    )
+    # None: telemetry.log.default_path()
+    telemetry_path: str | None = option(
+        None,
+        "The event file (default: `~/.local/share/specdec/events.jsonl`).",
+        event_log=True,
+    )
+    telemetry_text: bool = option(
+        False,
+        "Also store the completion text in events (opt-in: it is your source code).",
+    )
     # retention (telemetry/log.py): rotated files older than this are deleted; 0 keeps them whatever their age
-    telemetry_retention_days: Annotated[float, Range(0, 36500)] = DEFAULT_KEEP_DAYS
-    telemetry_max_megabytes: Annotated[int, Range(1, 1_000_000)] = DEFAULT_KEEP_BYTES // 2**20  # all files together
-    telemetry_source: Literal["editor", "eval"] = "editor"  # what produced the events: the editor, or the harness
-    track_outcomes: bool = True  # record accepted/rejected; off for headless runs where nobody accepts
-    # a shown completion not accepted within this is recorded rejected
-    reject_after_s: Annotated[float, Range(0, 86400)] = 10.0
-    enabled_languages: tuple[str, ...] | None = None  # speccomplete/languages.py names; None: every language
-    prompt_budget_chars: Count = DEFAULT_BUDGET_CHARS
+    telemetry_retention_days: Annotated[float, Range(0, 36500)] = option(
+        DEFAULT_KEEP_DAYS,
+        "Rotated event files older than this are deleted (0: kept whatever their age).",
+        event_log=True,
+    )
+    telemetry_max_megabytes: Annotated[int, Range(1, 1_000_000)] = option(
+        DEFAULT_KEEP_BYTES // 2**20,
+        "The event files together stay under this; the oldest rotated ones go first.",
+        event_log=True,
+    )
+    telemetry_source: Literal["editor", "eval"] = option(
+        "editor",
+        "What produced the events: `editor`, or `eval` for the harness.",
+    )
+    track_outcomes: bool = option(
+        True,
+        "Record accepted and rejected outcomes (off for headless runs where nobody accepts).",
+    )
+    reject_after_s: Annotated[float, Range(0, 86400)] = option(
+        10.0,
+        "A shown completion not accepted within this many seconds is recorded as rejected.",
+    )
+    enabled_languages: tuple[str, ...] | None = option(
+        None,
+        "Only these languages get completions (names as in speccomplete/languages.py); null: every language.",
+    )
+    prompt_budget_chars: Count = option(
+        DEFAULT_BUDGET_CHARS,
+        "Characters of the document around the cursor that go into the prompt.",
+        recorded=True,
+    )
     # definitions this file names and windows of other open documents, before the prompt (server/snippets.py)
-    context_budget_chars: Annotated[int, Range(0, 100_000)] = DEFAULT_CONTEXT_CHARS
-    max_document_chars: Count = 1_000_000  # larger documents get no completion (and are not tokenized)
-    token_healing: bool = True  # the prompt's last token is written again by the model (decoder/healing.py)
+    context_budget_chars: Annotated[int, Range(0, 100_000)] = option(
+        DEFAULT_CONTEXT_CHARS,
+        "Characters, over `promptBudgetChars`, for context from beyond the prompt: signatures of definitions in "
+        "this file that the code above the cursor names, and the most similar lines of other open documents in "
+        "the same language (0: none; off by default, as it did not improve the default target's completions: "
+        "docs/quality.md).",
+        recorded=True,
+    )
+    max_document_chars: Count = option(
+        1_000_000,
+        "Larger documents get no completion (and are not tokenized).",
+    )
+    # the prompt's last token is written again by the model (decoder/healing.py)
+    token_healing: bool = option(
+        True,
+        "The model writes the prompt's last token again, choosing among the tokens that start with its text, so "
+        "a prompt cut after `= ` or a comment's ` ` ends where its tokenizer would cut (`local` backend); "
+        "docs/quality.md.",
+        recorded=True,
+    )
 
     def language_enabled(self, language: str) -> bool:
         return self.enabled_languages is None or language in self.enabled_languages
 
     def settings(self) -> dict:
-        """The decoding settings an event records."""
-        return {
-            "gamma": self.gamma,
-            "draft_confidence": self.draft_confidence,
-            "temperature": self.temperature,
-            "min_confidence": self.min_confidence,
-            "max_tokens_single_line": self.max_tokens_single_line,
-            "max_tokens_multi_line": self.max_tokens_multi_line,
-            "prompt_budget_chars": self.prompt_budget_chars,
-            "context_budget_chars": self.context_budget_chars,
-            "token_healing": self.token_healing,
-        }
+        """The decoding settings an event records (the fields marked `recorded`)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["recorded"]}
 
 
-# What each setting does, for people: the settings tables in README.md are generated from these and the
-# fields' types and defaults (speccomplete/harness/settings_doc.py), so they cannot go stale.
-HELP = {
-    "backend": "What decodes: `local` (our speculative decoder), `llamacpp` (llama.cpp in-process on a GGUF) or "
-    "`openai` (an OpenAI-compatible server); docs/backends.md.",
-    "target": "The model that writes the completion: a packaged alias (`gemma3-270m`, `smollm2-135m`), a local "
-    "directory of safetensors, a `.gguf` file or a Hugging Face id.",
-    "draft": "What proposes tokens for the target to verify: `ngram+self` (prompt lookup, else the target "
-    "drafting for itself), `ngram`, `auto` (the shipped trained draft), `eagle3`, `layers:0,1`, `none`, a draft "
-    "folder or a model; the syntax is in decoder/drafts/spec.py.",
-    "device": "`auto` (CUDA where there is a GPU), `cpu`, `cuda`, `cuda:1`, ...",
-    "dtype": "`auto` (bfloat16 on CUDA, float32 on the CPU), `float32`, `bfloat16`, `float16`.",
-    "quantization": "The target's linear weights: `auto` (int8 on the CPU), `none`, `int8`.",
-    "gguf": "`llamacpp` backend: the GGUF file (default: the packaged target's own).",
-    "llamacpp_speculative": "`llamacpp` backend: llama.cpp's draftless speculation (`none`, `ngram-simple`, "
-    "`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, `ngram-cache`).",
-    "openai_url": "`openai` backend: the server's base URL, up to `/v1`.",
-    "openai_model": "`openai` backend: the model name the server knows (default: its default).",
-    "openai_api_key_env": "`openai` backend: the environment variable that holds the API key, if any.",
-    "gamma": "Drafted tokens per round: an integer, `heuristic[:START:MAX]` (adapts per language) or `cost[:C:V]`.",
-    "draft_confidence": "A model draft stops proposing when its own probability falls below this.",
-    "max_tokens_single_line": "Token limit for a completion of the rest of a line.",
-    "max_tokens_multi_line": "Token limit for a multi-line completion (at an empty line or after a block opener).",
-    "temperature": "0: greedy (the target's own choice); above 0: sampled, still lossless.",
-    "min_confidence": "Completions the target was less sure of are not shown: the geometric mean of its "
-    "probabilities for the shown tokens (0 shows every completion); docs/quality.md.",
-    "debounce_ms": "Automatic requests wait this long for more typing before decoding; invoked ones start at once.",
-    "telemetry": "Record one event per completion on this machine (no source text unless `telemetryText`).",
-    "telemetry_path": "The event file (default: `~/.local/share/specdec/events.jsonl`).",
-    "telemetry_text": "Also store the completion text in events (opt-in: it is your source code).",
-    "telemetry_retention_days": "Rotated event files older than this are deleted (0: kept whatever their age).",
-    "telemetry_max_megabytes": "The event files together stay under this; the oldest rotated ones go first.",
-    "telemetry_source": "What produced the events: `editor`, or `eval` for the harness.",
-    "track_outcomes": "Record accepted and rejected outcomes (off for headless runs where nobody accepts).",
-    "reject_after_s": "A shown completion not accepted within this many seconds is recorded as rejected.",
-    "enabled_languages": "Only these languages get completions (names as in speccomplete/languages.py); "
-    "null: every language.",
-    "prompt_budget_chars": "Characters of the document around the cursor that go into the prompt.",
-    "context_budget_chars": "Characters, over `promptBudgetChars`, for context from beyond the prompt: "
-    "signatures of definitions in this file that the code above the cursor names, and the most similar "
-    "lines of other open documents in the same language (0: none; off by default, as it did not improve the "
-    "default target's completions: docs/quality.md).",
-    "max_document_chars": "Larger documents get no completion (and are not tokenized).",
-    "token_healing": "The model writes the prompt's last token again, choosing among the tokens that start with "
-    "its text, so a prompt cut after `= ` or a comment's ` ` ends where its tokenizer would cut (`local` "
-    "backend); docs/quality.md.",
-}
+# Derived from the fields' metadata (`option`). The settings tables in README.md are generated from HELP and
+# the fields' types and defaults (tools/settings_doc.py), so they cannot go stale.
+HELP = {f.name: f.metadata["help"] for f in dataclasses.fields(ServerOptions)}  # what each setting does, for people
+# fields whose change needs the models reloaded (or the backend rebuilt); the rest apply to the next request
+MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ServerOptions) if f.metadata["reloads"])
+# fields whose change needs the event log reopened (server/lsp.py's configure)
+EVENT_LOG_FIELDS = tuple(f.name for f in dataclasses.fields(ServerOptions) if f.metadata["event_log"])
 
 
 def _camel_to_snake(key: str) -> str:
