@@ -14,6 +14,7 @@ import time
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.sampling import SamplingParams
+from speccomplete.decoder.target_steps import EagerTarget
 from speccomplete.telemetry.events import CompletionEvent
 from speccomplete.telemetry.log import EventLog
 
@@ -56,10 +57,16 @@ def run_sweep(
     """Decode every case at every grid point and write one event per run; returns the number of runs."""
     if drafter is None and any(gammas):
         raise ValueError("a γ sweep needs a draft (--draft is 'none')")
-    decoders = {0: SpeculativeDecoder(target, tokenizer)}
+    # One cache the decoders take turns on: a drafter attaches to the steps of the decoder built with it, and a
+    # SelfDrafter drafts only on those, so decoders with steps of their own would leave every γ but the last
+    # undrafted.
+    steps = EagerTarget(target, drafter.target_taps if drafter is not None else ())
+    decoders = {0: SpeculativeDecoder(target, tokenizer, steps=steps)}
     for gamma in gammas:
         if gamma:
-            decoders[gamma] = SpeculativeDecoder(target, tokenizer, drafter, parse_gamma_policy(str(gamma)))
+            decoders[gamma] = SpeculativeDecoder(
+                target, tokenizer, drafter, parse_gamma_policy(str(gamma)), steps=steps
+            )
     grid = grid_settings(gammas, temperatures)
     ar = decoders[0]
     prompts = [ar.fit_prompt(ar.encode(c.prefix), max_new_tokens, max_prompt_tokens)[0] for c in cases]
@@ -69,6 +76,7 @@ def run_sweep(
     for i, (case, ids) in enumerate(zip(cases, prompts)):
         for gamma, temperature in grid[i % len(grid) :] + grid[: i % len(grid)]:
             options = DecodeOptions(max_new_tokens=max_new_tokens, sampling=SamplingParams(temperature), seed=seed)
+            steps.truncate(0)  # cold: no run reuses the prompt another one prefilled
             start = time.perf_counter()
             generation = decoders[gamma].generate(ids, options)
             latency_ms = 1000 * (time.perf_counter() - start)

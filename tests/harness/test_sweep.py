@@ -1,8 +1,11 @@
 """`specdec sweep` on a tiny random model: the expected grid of events, and the report over them."""
 
+import json
+
+import torch
 from conftest import tiny_llama
 
-from speccomplete.decoder.drafts import ModelDrafter, derive_draft
+from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, derive_draft
 from speccomplete.harness.cases import Case
 from speccomplete.harness.sweep import grid_settings, run_sweep
 from speccomplete.telemetry.analysis.read import read_events
@@ -51,3 +54,29 @@ def test_sweep_writes_the_grid_and_reports_it(tokenizer, tmp_path):
     rq3 = {(r["temperature"], r["gamma"]) for r in data["rq3"]}
     assert rq3 == {(0.0, 1), (0.0, 4), (1.0, 1), (1.0, 4)}
     assert all(r["speedup"] > 0 for r in data["rq3"])
+
+
+def test_a_self_draft_drafts_at_every_gamma_of_the_grid(tokenizer, tmp_path):
+    """A SelfDrafter drafts on the steps it was attached to: every γ's decoder must run on those."""
+    target = tiny_llama(seed=3)
+    vocabulary = torch.arange(target.get_output_embeddings().out_features)
+    path = tmp_path / "sweep.jsonl"
+    with EventLog(path) as log:
+        run_sweep(
+            CASES,
+            target,
+            tokenizer,
+            HybridDrafter(SelfDrafter(target, vocabulary)),
+            log,
+            gammas=[1, 2, 4],
+            temperatures=[0.0],
+            max_new_tokens=6,
+            max_prompt_tokens=64,
+            target_name="tiny",
+            draft_name="ngram+self",
+            device="cpu",
+        )
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    for gamma in ("1", "2", "4"):
+        ran = [e for e in events if e["settings"]["gamma"] == gamma]
+        assert sum(e["drafted"] - e["lookup_drafted"] for e in ran) > 0, gamma
