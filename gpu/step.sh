@@ -234,7 +234,7 @@ bench)
   run_bench "$step" --compare-drafts ngram
   ;;
 tests)
-  # The decoder tests on the device (tests/conftest.py: SPECDEC_TEST_DEVICE): greedy identity of eager,
+  # The decoder tests on the device (SPECDEC_TEST_DEVICE, tests/helpers/tiny_models.py): greedy identity of eager,
   # fixed, compiled and recorded steps, the sampling test, no recompiles. Not -x: one failure must not
   # hide the rest. The target's steps and the engine first: the second session's 200 s ran the first 85
   # tests of the other order (all passed) and stopped inside test_target_steps.py (docs/gpu.md).

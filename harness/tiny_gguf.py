@@ -3,7 +3,7 @@ read GGUF files, and of the GPU pack's rehearsal (tools/gpu_pack.py).
 
 The model is two llama layers (d_model 64, 4 heads, 2 KV heads, FFN 128, context 512) with seeded random
 f32 weights, about 430 KB; writing it takes milliseconds. Its tokenizer is GPT-2-style byte-level BPE
-laid out like the tokenizer in conftest.py: token id i is byte i (0..255, spelled in GPT-2's
+laid out like the byte tokenizer in tests/helpers/tokenizers.py: token id i is byte i (0..255, spelled in GPT-2's
 byte-to-unicode form), then <s> (256), <|endoftext|> (257, the EOS) and one merge token, two spaces (258).
 
 The model never generates 256..258 (their output rows are zero), so every generated token is one byte and

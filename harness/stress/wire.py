@@ -19,7 +19,7 @@ SERVER_COMMAND = [sys.executable, "-m", "speccomplete", "serve"]
 
 def save_tiny_model(path: Path, seed: int = 0) -> Path:
     """A random two-layer Llama with a byte-level tokenizer (token i is byte i, then <s> and </s>), as
-    tests/lsp_support.py's save_random_model builds it: garbage completions, but it loads in a second."""
+    tests/helpers/lsp.py's save_random_model builds it: garbage completions, but it loads in a second."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast

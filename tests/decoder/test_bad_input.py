@@ -10,7 +10,9 @@ import huggingface_hub.constants
 import pytest
 import torch
 import transformers
-from conftest import BOS, EOS, generate, make_byte_tokenizer, tiny_gpt2, tiny_llama
+from helpers.decoding import generate
+from helpers.tiny_models import tiny_gpt2, tiny_llama
+from helpers.tokenizers import BOS, EOS, make_byte_tokenizer
 
 import speccomplete.decoder.models as models
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, build_drafter, derive_draft

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import generate
+from helpers.decoding import generate
 
 from speccomplete.decoder import cpu_threads
 from speccomplete.decoder.cpu_threads import IdleCores

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 import torch
-from conftest import EOS, byte_ids, check_stats, generate, random_prompts
+from helpers.decoding import check_stats, generate, random_prompts
+from helpers.tokenizers import EOS, byte_ids
 from transformers import DynamicCache
 
 import speccomplete.decoder.target_steps as target_steps

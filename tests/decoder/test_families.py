@@ -1,6 +1,6 @@
 """The lean forward (decoder/lean_forward.py) and int8 (decoder/kernels.py) for Qwen2, Qwen3, Mistral, Gemma,
 Gemma 2 and StarCoder2 (issue 41): the lean forward's logits equal HF's, and greedy speculative output equals
-the family's own AR, in fp32 and in int8. Tiny random models from tests/helpers/tiny_families.py."""
+the family's own AR, in fp32 and in int8. Tiny random models from tests/helpers/tiny_models.py."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import TEST_DEVICE, assert_greedy_matches, generate, random_prompts
+from helpers.decoding import assert_greedy_matches, generate, random_prompts
 from helpers.steps import rollback_feeds, verify_and_steps
-from helpers.tiny_families import (
+from helpers.tiny_models import (
     FAMILY_BUILDERS,
+    TEST_DEVICE,
     tiny_gemma,
     tiny_gemma2,
     tiny_mistral,

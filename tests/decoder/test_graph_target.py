@@ -11,8 +11,16 @@ import copy
 
 import pytest
 import torch
-from conftest import assert_steps_match_reference, generate, random_prompts, tiny_gemma3, tiny_llama
-from helpers.tiny_families import tiny_gemma2, tiny_mistral, tiny_qwen2, tiny_qwen3, tiny_starcoder2
+from helpers.decoding import assert_steps_match_reference, generate, random_prompts
+from helpers.tiny_models import (
+    tiny_gemma2,
+    tiny_gemma3,
+    tiny_llama,
+    tiny_mistral,
+    tiny_qwen2,
+    tiny_qwen3,
+    tiny_starcoder2,
+)
 
 from speccomplete.decoder import cuda_graphs
 from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter, SelfDrafter

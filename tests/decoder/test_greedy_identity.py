@@ -10,7 +10,8 @@ import copy
 
 import pytest
 import torch
-from conftest import EOS, check_stats, generate, random_prompts
+from helpers.decoding import check_stats, generate, random_prompts
+from helpers.tokenizers import EOS
 
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, build_drafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import make_byte_tokenizer, random_prompts, tiny_llama
+from helpers.decoding import random_prompts
+from helpers.tiny_models import tiny_llama
+from helpers.tokenizers import make_byte_tokenizer
 from scipy import stats
 
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter

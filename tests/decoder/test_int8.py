@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import assert_greedy_matches, random_prompts
+from helpers.decoding import assert_greedy_matches, random_prompts
 from helpers.steps import verify_and_steps
 
 from speccomplete.decoder import kernels, loader

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import assert_greedy_matches, random_prompts
+from helpers.decoding import assert_greedy_matches, random_prompts
 
 from speccomplete.decoder.drafts import ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder

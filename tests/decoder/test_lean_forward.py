@@ -7,8 +7,8 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny_gemma3, tiny_llama
 from helpers.steps import rollback_feeds
+from helpers.tiny_models import tiny_gemma3, tiny_llama
 from transformers import DynamicCache
 
 from speccomplete.decoder import lean_forward

@@ -4,7 +4,7 @@ and chunking changes no token."""
 from __future__ import annotations
 
 import pytest
-from conftest import generate, random_prompts
+from helpers.decoding import generate, random_prompts
 
 import speccomplete.decoder.engine as engine
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import make_byte_tokenizer, tiny_llama
+from helpers.tiny_models import tiny_llama
+from helpers.tokenizers import make_byte_tokenizer
 from scipy import stats
 from torch.utils._python_dispatch import TorchDispatchMode
 

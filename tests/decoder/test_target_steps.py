@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch._dynamo.utils
-from conftest import assert_steps_match_reference, generate, random_prompts, tiny_llama
+from helpers.decoding import assert_steps_match_reference, generate, random_prompts
+from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, NgramDrafter, SelfDrafter
 from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
@@ -97,7 +98,7 @@ def test_a_follow_up_request_reuses_the_fixed_cache(llama, tokenizer):
 
 def test_auto_steps_are_eager_on_the_cpu_graphs_on_cuda(llama, gpt2):
     auto = target_steps(llama, "auto", 5)
-    if llama.device.type == "cuda":  # SPECDEC_TEST_DEVICE=cuda (tests/conftest.py)
+    if llama.device.type == "cuda":  # SPECDEC_TEST_DEVICE=cuda (tests/helpers/tiny_models.py)
         assert isinstance(auto, GraphTarget)
         assert isinstance(target_steps(gpt2, "auto", 5), FixedShapeTarget)  # a family graphs do not run
     else:

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
@@ -226,7 +226,7 @@ def test_recordings_count_the_cudagraph_trees_recording_trigger():
 
 def test_specdec_bench_writes_its_tables_after_every_case(tmp_path, monkeypatch):
     """A bench stopped between cases (a time cap) leaves the report of the cases it finished."""
-    from lsp_support import save_random_model
+    from helpers.lsp import save_random_model
 
     from speccomplete.cli import main
     from speccomplete.harness import bench

@@ -3,7 +3,7 @@
 import argparse
 import copy
 
-from conftest import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.drafts import build_drafter
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder

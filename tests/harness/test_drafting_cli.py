@@ -6,14 +6,14 @@ import json
 
 import pytest
 import torch
-from conftest import write_python_splits
+from helpers.corpus import write_python_splits
+from helpers.lsp import save_random_model
 from safetensors.torch import load_file
 
 from speccomplete.cli import main
 from speccomplete.decoder.drafts import build_drafter
 from speccomplete.decoder.drafts.trained import DraftMeta
 from speccomplete.decoder.models import load_model
-from tests.lsp_support import save_random_model
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ import json
 
 import pytest
 import torch
-from conftest import write_python_splits
+from helpers.corpus import write_python_splits
+from helpers.lsp import save_random_model
 from safetensors.torch import load_file
 
 from speccomplete.cli import main
 from speccomplete.decoder.drafts.eagle3 import WEIGHTS, load_eagle3, read_config
 from speccomplete.decoder.models import load_model
 from speccomplete.decoder.training.eagle3 import FeatureShards
-from tests.lsp_support import save_random_model
 
 
 @pytest.fixture(scope="module")

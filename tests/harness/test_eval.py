@@ -8,8 +8,8 @@ import subprocess
 import sys
 from collections import Counter
 
-from conftest import CODE_LANGUAGES
-from lsp_support import EXAMPLES, REPO, SERVER_COMMAND, records, save_random_model
+from helpers.languages import CODE_LANGUAGES
+from helpers.lsp import EXAMPLES, REPO, SERVER_COMMAND, records, save_random_model
 
 from speccomplete.harness.cases import Case, read_cases, write_cases
 from speccomplete.harness.eval import CaseAnswer, run_eval, summarize_answers

@@ -18,11 +18,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import write_python_splits
+from helpers.corpus import write_python_splits
+from helpers.lsp import save_random_model
 
 from speccomplete.cli import main
 from speccomplete.harness.returns import PART_BYTES, join_parts, sha256_file
-from tests.lsp_support import save_random_model
 
 REPO = Path(__file__).resolve().parents[2]
 STEP = REPO / "gpu" / "step.sh"

@@ -1,6 +1,6 @@
 """`specdec nextline`: greedy next-line quality of a target, per language."""
 
-from conftest import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.harness.cases import Case

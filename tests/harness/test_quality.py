@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.lsp import EXAMPLES, save_random_model
 
 from speccomplete.cli import main
 from speccomplete.harness import quality
@@ -25,7 +26,6 @@ from speccomplete.server.completion import Completion
 from speccomplete.server.options import parse_options
 from speccomplete.server.snippets import OpenDocument
 from speccomplete.telemetry.events import CompletionEvent
-from tests.lsp_support import EXAMPLES, save_random_model
 
 LOOPING = [  # (completion, the rule that catches it)
     ("foo()\nfoo()\nfoo()", "line"),  # a line three times

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.lsp import save_random_model
 
 from speccomplete.cli import build_parser, main
 from speccomplete.harness.replay import (
@@ -20,7 +21,6 @@ from speccomplete.harness.replay import (
     utf16_length,
 )
 from speccomplete.server.completion import load_engine
-from tests.lsp_support import save_random_model
 
 PYTHON = """import os
 

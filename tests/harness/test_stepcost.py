@@ -1,6 +1,6 @@
 """`specdec stepcost`: the cost of target and draft forwards, by width."""
 
-from conftest import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 from speccomplete.harness.stepcost import WEIGHT_PRODUCTS, profile_passes, step_costs
 

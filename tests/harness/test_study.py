@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import TEST_DEVICE, tiny_llama
+from helpers.lsp import save_random_model
+from helpers.tiny_models import TEST_DEVICE, tiny_llama
 
 from speccomplete.cli import main
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
@@ -14,7 +15,6 @@ from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.harness import study
 from speccomplete.harness.cases import Case, write_cases
-from tests.lsp_support import save_random_model
 
 PY = "def add(x, y):\n    return x + y\n\n\ndef twice(x):\n    return add(x, add(x, x))\n"
 RS = "fn add(x: i32, y: i32) -> i32 {\n    x + y\n}\n\nfn twice(x: i32) -> i32 {\n    add(x, add(x, x))\n}\n"

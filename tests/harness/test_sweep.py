@@ -3,7 +3,7 @@
 import json
 
 import torch
-from conftest import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, derive_draft
 from speccomplete.harness.cases import Case

@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 import torch
-from conftest import check_stats
+from helpers.decoding import check_stats
 
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder

@@ -7,7 +7,7 @@ The first use converts the packaged GGUF once into ~/.cache/specdec (about 90 s)
 from __future__ import annotations
 
 import pytest
-from conftest import check_stats
+from helpers.decoding import check_stats
 
 from speccomplete.decoder.drafts import SHIPPED_DRAFTS, build_drafter, default_draft_for, draft_label
 from speccomplete.decoder.drafts.spec import TrainedDraft

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import pytest_lsp
-from lsp_support import SERVER_COMMAND, initialize, inline, latest_event, make_client, open_document, save_random_model
+from helpers.lsp import SERVER_COMMAND, initialize, inline, latest_event, make_client, open_document, save_random_model
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from speccomplete.decoder.backends.llamacpp import LlamaCppDecoder

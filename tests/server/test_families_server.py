@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import make_byte_tokenizer, noisy_copy, tiny_llama
-from helpers.family_tokenizers import FAMILY_TOKENIZERS
-from helpers.tiny_families import FAMILY_BUILDERS
-from lsp_support import SERVER_COMMAND, close_document, inline, latest_event, make_client, open_document, wait_for_state
+from helpers.lsp import SERVER_COMMAND, close_document, inline, latest_event, make_client, open_document, wait_for_state
+from helpers.tiny_models import FAMILY_BUILDERS, noisy_copy, tiny_llama
+from helpers.tokenizers import FAMILY_TOKENIZERS, make_byte_tokenizer
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, client_capabilities
 
@@ -71,7 +70,7 @@ PAIRS = {
     "llama-codellama": Pair(_llama, FAMILY_TOKENIZERS["codellama"]),
     "llama-deepseek-coder": Pair(_llama, FAMILY_TOKENIZERS["deepseek-coder"]),
 }
-assert {name.split("-")[0] for name in PAIRS} >= set(FAMILY_BUILDERS), "a family of tiny_families is not served here"
+assert {name.split("-")[0] for name in PAIRS} >= set(FAMILY_BUILDERS), "a family of tiny_models is not served here"
 
 SOURCE = "def total(values):\n    result = 0\n    for value in values:\n        result += value\n    return result\n"
 # (line, character): the end of a line (one line), an empty line in a block (several), the middle of a line

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CODE_LANGUAGES
+from helpers.languages import CODE_LANGUAGES
 
 from speccomplete.server import filters, syntax
 from speccomplete.server.filters import TrimContext, scope_closed, stop_strings, trim

@@ -1,5 +1,5 @@
 """Fill-in-the-middle prompts for each code-model family, on tokenizers laid out like the real ones
-(tests/helpers/family_tokenizers.py): the markers are found in the tokenizer's vocabulary, each encodes to its
+(tests/helpers/tokenizers.py): the markers are found in the tokenizer's vocabulary, each encodes to its
 own single token, the prompt is the family's layout token for token, healing leaves the middle marker alone,
 and a decode stops at the token that ends the middle.
 """
@@ -10,8 +10,8 @@ import threading
 import time
 
 import pytest
-from helpers.family_tokenizers import FAMILY_TOKENIZERS
-from lsp_support import always_writing
+from helpers.lsp import always_writing
+from helpers.tokenizers import FAMILY_TOKENIZERS
 
 from speccomplete.decoder.healing import heal
 from speccomplete.server.completion import Request, complete, load_engine

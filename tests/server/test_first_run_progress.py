@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 import pytest_lsp
-from lsp_support import SERVER_COMMAND, initialize, make_client
+from helpers.lsp import SERVER_COMMAND, initialize, make_client
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 

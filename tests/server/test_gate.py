@@ -9,8 +9,8 @@ import threading
 import time
 
 import pytest
-from conftest import make_byte_tokenizer
-from lsp_support import save_random_model
+from helpers.lsp import save_random_model
+from helpers.tokenizers import make_byte_tokenizer
 
 from speccomplete.decoder.engine import Generation
 from speccomplete.decoder.stats import GenerationStats

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 import pytest_lsp
-from lsp_support import (
+from helpers.lsp import (
     SERVER_COMMAND,
     close_document,
     configure,

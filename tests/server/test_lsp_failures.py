@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
-from lsp_support import (
+from helpers.lsp import (
     SERVER_COMMAND,
     close_document,
     initialize,

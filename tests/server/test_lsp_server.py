@@ -13,7 +13,7 @@ from concurrent.futures import Future
 
 import pytest
 import pytest_lsp
-from lsp_support import (
+from helpers.lsp import (
     EXAMPLES,
     SERVER_COMMAND,
     close_document,

@@ -4,7 +4,7 @@ while the user types, FIM formatting."""
 from __future__ import annotations
 
 import pytest
-from conftest import CODE_LANGUAGES
+from helpers.languages import CODE_LANGUAGES
 
 from speccomplete.server import syntax
 from speccomplete.server.prompt import (

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_byte_tokenizer, tiny_llama
+from helpers.tiny_models import tiny_llama
+from helpers.tokenizers import make_byte_tokenizer
 
 from speccomplete.decoder.gguf_safetensors import differing_tensors
 from speccomplete.decoder.models import load_model

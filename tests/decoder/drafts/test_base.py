@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from conftest import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.drafts import Drafter, HybridDrafter, ModelDrafter, NgramDrafter, SelfDrafter, derive_draft
 from speccomplete.decoder.engine import round_rows

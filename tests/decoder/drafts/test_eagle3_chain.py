@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import generate, random_prompts
+from helpers.decoding import generate, random_prompts
 
 from speccomplete.decoder.drafts import Eagle3Drafter
 from speccomplete.decoder.drafts.base import Drafter, Proposal

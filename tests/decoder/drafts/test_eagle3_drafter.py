@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TEST_DEVICE, generate, random_prompts
+from helpers.decoding import generate, random_prompts
+from helpers.tiny_models import TEST_DEVICE
 
 import speccomplete.decoder.sampling as sampling
 from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter, build_drafter, parse_draft_spec

@@ -11,7 +11,8 @@ import json
 
 import pytest
 import torch
-from conftest import BYTE_VOCAB, tiny_llama
+from helpers.tiny_models import tiny_llama
+from helpers.tokenizers import BYTE_VOCAB
 from safetensors.torch import load_file
 
 from speccomplete.decoder.drafts.eagle3 import (

@@ -11,7 +11,7 @@ import random
 
 import pytest
 import torch
-from conftest import generate, random_prompts
+from helpers.decoding import generate, random_prompts
 
 from speccomplete.decoder.drafts import HybridDrafter, NgramDrafter, SelfDrafter
 from speccomplete.decoder.engine import SpeculativeDecoder

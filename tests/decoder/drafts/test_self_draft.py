@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import generate, random_prompts, tiny_llama
+from helpers.decoding import generate, random_prompts
+from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.drafts import DraftLoadError, HybridDrafter, ModelDrafter, SelfDrafter, build_drafter
 from speccomplete.decoder.engine import SpeculativeDecoder, round_rows

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import tiny_llama
+from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.drafts import DraftLoadError, draft_label, parse_draft_spec
 from speccomplete.decoder.drafts.spec import (

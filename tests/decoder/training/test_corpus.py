@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from helpers.tokenizers import BOS, EOS, make_byte_tokenizer
 
 from speccomplete.decoder.training.corpus import (
     PACKED_INDEX,
@@ -28,7 +29,6 @@ from speccomplete.decoder.training.corpus import (
     tokenize_packed,
     write_packed,
 )
-from tests.conftest import BOS, EOS, make_byte_tokenizer
 
 TOKENIZER = make_byte_tokenizer()
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_llama
-from helpers.tiny_families import FAMILY_BUILDERS
+from helpers.tiny_models import FAMILY_BUILDERS, tiny_llama
 
 from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, default_aux_layers, init_from_target
 from speccomplete.decoder.kv_cache import forward_tapped, new_cache

@@ -8,6 +8,8 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.tiny_models import tiny_llama
+from helpers.tokenizers import BOS, EOS, make_byte_tokenizer
 
 from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, KVCache, init_from_target
 from speccomplete.decoder.kv_cache import forward_tapped, new_cache
@@ -24,7 +26,6 @@ from speccomplete.decoder.training.eagle3 import (
     ttt_forward,
     ttt_loss,
 )
-from tests.conftest import BOS, EOS, make_byte_tokenizer, tiny_llama
 
 TOKENIZER = make_byte_tokenizer()
 SOURCES = {

@@ -6,6 +6,9 @@ import json
 
 import pytest
 import torch
+from helpers.decoding import check_stats, random_prompts
+from helpers.tiny_models import tiny_llama
+from helpers.tokenizers import BOS, EOS, make_byte_tokenizer
 
 from speccomplete.decoder.drafts import ModelDrafter, build_drafter
 from speccomplete.decoder.drafts.trained import (
@@ -24,7 +27,6 @@ from speccomplete.decoder.training.derived import Phase, TrainConfig, train
 from speccomplete.decoder.training.draft import build_draft, frequent_token_ids
 from speccomplete.decoder.training.fitness import fitness_from_logits
 from speccomplete.decoder.training.trainer import BatchSampler
-from tests.conftest import BOS, EOS, check_stats, make_byte_tokenizer, random_prompts, tiny_llama
 
 TOKENIZER = make_byte_tokenizer()
 SOURCES = {

@@ -2,24 +2,25 @@
 status notifications, and readers for the server's telemetry file.
 
 The server runs as a real subprocess (`python -m speccomplete serve`), so its models must be on disk:
-a tiny random Llama with the byte tokenizer from conftest, saved as safetensors.
+a tiny random Llama with the byte tokenizer (helpers.tiny_models, helpers.tokenizers), saved as safetensors.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import torch
-from conftest import make_byte_tokenizer, tiny_llama
 from lsprotocol import types
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import make_test_lsp_client
 
-SERVER_COMMAND = [sys.executable, "-m", "speccomplete", "serve"]
-REPO = Path(__file__).resolve().parent.parent
+from helpers.tiny_models import tiny_llama
+from helpers.tokenizers import make_byte_tokenizer
+from speccomplete.harness.stress.wire import SERVER_COMMAND as SERVER_COMMAND  # one command, the stress checks' too
+
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "docs" / "examples" / "cases.jsonl"
 
 

@@ -1,8 +1,12 @@
-"""Tokenizers laid out like the code-model families' real ones, built in-process: their fill-in-the-middle
-markers, begin and end tokens, at the places and with the flags the published tokenizer files give them.
+"""Tokenizers built in-process (there is no model hub here).
 
-There is no model hub here, so each is small: every byte as a token (byte-level or SentencePiece byte fallback,
-as the family does), no merges, and the family's markers. Where the family's tokenizer class is in
+The byte tokenizer, which the tiny models share: a byte-level BPE with no merges, token id i is byte i (0..255),
+then <s> (256) and </s> (257).
+
+The families' tokenizers, laid out like the code-model families' real ones: their fill-in-the-middle markers,
+begin and end tokens, at the places and with the flags the published tokenizer files give them. Each is small:
+every byte as a token (byte-level or SentencePiece byte fallback, as the family does), no merges, and the
+family's markers. Where the family's tokenizer class is in
 transformers (CodeLlama, Gemma, Qwen2, GPT-2), that class builds it, so its own rules for spaces and added
 tokens apply. What each mirrors:
 
@@ -34,6 +38,47 @@ from transformers import (
 )
 
 from speccomplete.harness.tiny_gguf import bytes_to_unicode
+
+# --------------------------------------------------------------------------- the byte tokenizer
+
+BOS, EOS = 256, 257
+BYTE_VOCAB = 258  # 256 bytes + <s> + </s>
+
+
+def make_byte_tokenizer(
+    bos: bool = True, eos: bool = True, eos_name: str = "</s>", merges: tuple[tuple[str, str], ...] = ()
+) -> PreTrainedTokenizerFast:
+    """Byte-level BPE, 256 byte tokens (id == byte value), no merges; specials appended after them.
+    merges: pairs of texts that become one token each (ids from 256, before the specials; e.g. (" ", "*"))."""
+    byte_char = bytes_to_unicode()
+    vocab = {byte_char[b]: b for b in range(256)}
+
+    def piece(text: str) -> str:
+        return "".join(byte_char[b] for b in text.encode("utf-8"))
+
+    for left, right in merges:
+        vocab[piece(left + right)] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(piece(left), piece(right)) for left, right in merges]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    kwargs = {}
+    if bos:
+        kwargs["bos_token"] = "<s>"
+    if eos:
+        kwargs["eos_token"] = eos_name
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
+    if bos and not merges:
+        assert out.bos_token_id == BOS
+    if eos and not merges:
+        assert out.eos_token_id == (EOS if bos else BOS)
+    return out
+
+
+def byte_ids(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+# --------------------------------------------------------------------------- the families' tokenizers
 
 BYTE_PIECES = [bytes_to_unicode()[b] for b in range(256)]
 BYTE_FALLBACK = [f"<0x{b:02X}>" for b in range(256)]
