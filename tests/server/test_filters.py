@@ -1,12 +1,13 @@
-"""Golden cases for each trimming filter (tests/server/golden/filters/<filter>/*.json), then the pipeline and the
-decoder stop predicate. A golden case: the document around the cursor (prefix, suffix), the language, the
-raw completion and the expected result; strings may be lists of lines."""
+"""Golden cases for each trimming filter (tests/server/golden/filters/<filter>/*.toml), then the pipeline and the
+decoder stop predicate. A golden case: the language, the document with █ at the cursor, the raw completion and
+the expected result (multi-line TOML strings, so they read as the editor shows them), and a description; the
+tests below write their documents with █ too."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -17,20 +18,17 @@ from speccomplete.server.filters import TrimContext, scope_closed, stop_strings,
 from speccomplete.server.prompt import build_prompt
 
 GOLDEN = Path(__file__).parent / "golden" / "filters"
-CASES = sorted(GOLDEN.glob("*/*.json"))
+CASES = sorted(GOLDEN.glob("*/*.toml"))
 
 
-def _text(value) -> str:
-    return "\n".join(value) if isinstance(value, list) else value
+def _context(doc: str, language: str) -> TrimContext:
+    prefix, suffix = doc.split("█")
+    return TrimContext.from_prompt(build_prompt(prefix + suffix, len(prefix), language))
 
 
 def _load(path: Path) -> tuple[dict, TrimContext]:
-    case = {
-        k: _text(v) if k in ("prefix", "suffix", "completion", "expected") else v
-        for k, v in json.loads(path.read_text()).items()
-    }
-    prompt = build_prompt(case["prefix"] + case["suffix"], len(case["prefix"]), case["language"])
-    ctx = TrimContext.from_prompt(prompt)
+    case = tomllib.loads(path.read_text())
+    ctx = _context(case["document"], case["language"])
     if "multiline" in case:
         ctx = dataclasses.replace(ctx, multiline=case["multiline"])
     return case, ctx
@@ -53,11 +51,11 @@ def test_every_filter_has_golden_cases():
     names = {f.__name__.rsplit(".", 1)[1] for f in filters.FILTERS}
     assert names | {"trim"} == {p.name for p in GOLDEN.iterdir()}
     for name in names | {"trim"}:
-        assert len(list((GOLDEN / name).glob("*.json"))) >= 3, name
+        assert len(list((GOLDEN / name).glob("*.toml"))) >= 3, name
 
 
 def test_syntax_scope_covers_every_language():
-    covered = {json.loads(p.read_text())["language"] for p in (GOLDEN / "syntax_scope").glob("*.json")}
+    covered = {tomllib.loads(p.read_text())["language"] for p in (GOLDEN / "syntax_scope").glob("*.toml")}
     assert CODE_LANGUAGES <= covered
 
 
@@ -68,11 +66,6 @@ def test_stop_strings():
     assert stop_strings("text", True) == ("\n\n\n",)
     for language in CODE_LANGUAGES:
         assert all(s.startswith("\n") for s in stop_strings(language, True)), language
-
-
-def _context(doc: str, language: str) -> TrimContext:
-    prefix, suffix = doc.split("█")
-    return TrimContext.from_prompt(build_prompt(prefix + suffix, len(prefix), language))
 
 
 def _stop_point(ctx: TrimContext, completion: str) -> int | None:
