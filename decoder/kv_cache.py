@@ -113,15 +113,11 @@ def forward_tapped(
     return out.logits[0, -keep:], features
 
 
-def forward_hidden(model, cache: Cache, ids: list[int] | torch.Tensor) -> torch.Tensor:
-    """forward_logits without the head: the final hidden states of `ids`, [len(ids), hidden]."""
-    return forward_hidden_tapped(model, cache, ids, ())[0]
-
-
 def forward_hidden_tapped(
     model, cache: Cache, ids: list[int] | torch.Tensor, taps: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """forward_hidden that also returns the states entering layers `taps`, as forward_tapped does."""
+    """forward_logits without the head: the final hidden states of `ids`, [len(ids), hidden], and the states
+    entering layers `taps`, as forward_tapped returns them (None without taps)."""
     input_ids = _input_ids(model, ids)
     if _runs_lean(model, cache):
         tapped: list[torch.Tensor] = []

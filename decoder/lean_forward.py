@@ -5,7 +5,7 @@ masks and rotary embeddings through layers of helpers, each module call goes thr
 keyword plumbing, and each RMSNorm is six operations. This forward runs the same modules'
 weights, and the packed products of kernels.py where they are packed, through a few calls a
 layer: `F.rms_norm`, rotary tables made once a forward, one mask per window for a multi-token
-feed, and SDPA over grouped keys and values. Its logits equal HF's (tests/test_lean_forward.py;
+feed, and SDPA over grouped keys and values. Its logits equal HF's (tests/decoder/test_lean_forward.py;
 max |Δ| 0.0 on both packaged models). On the 2-core EPYC of docs/benchmarks a 1-9 token step got
 1.04-1.07x faster on Gemma-3-270M (18 layers) and 1.11-1.28x on SmolLM2-135M (30 layers).
 

@@ -11,15 +11,6 @@ from __future__ import annotations
 import torch
 
 
-@torch.inference_mode()
-def draft_fitness(target, draft, ids: list[int]) -> dict[str, float]:
-    input_ids = torch.tensor([ids], device=target.device)
-    p_logits = target(input_ids=input_ids, use_cache=False).logits[0]
-    # no cache: a draft made of non-adjacent layers would index a config-sized cache out of range
-    q_logits = draft(input_ids=input_ids, use_cache=False).logits[0]
-    return fitness_from_logits(p_logits, q_logits, getattr(draft, "vocab_ids", None))
-
-
 def fitness_from_logits(
     p_logits: torch.Tensor, q_logits: torch.Tensor, vocab_ids: torch.Tensor | None = None
 ) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Read event files into DuckDB (for the report's aggregations) or a pandas DataFrame.
+"""Read event files into DuckDB, for the report's aggregations.
 
 Many files and globs are read in one pass by DuckDB's JSON reader. A line that is not a
 complete JSON object (a line torn by a crash) becomes a row of NULLs, which is dropped with
@@ -13,12 +13,8 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 from ..log import rotated_paths
 
@@ -164,8 +160,3 @@ def connect(
 
 def _select(column: str) -> str:
     return f"coalesce({column}, {DEFAULTS[column]}) AS {column}" if column in DEFAULTS else column
-
-
-def read_events(paths: Sequence[str | Path]) -> pd.DataFrame:
-    """All completion events as a pandas DataFrame, latest outcome joined (see `connect`)."""
-    return connect(paths).execute("SELECT * FROM events").df()

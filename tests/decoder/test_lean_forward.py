@@ -7,14 +7,14 @@ import copy
 
 import pytest
 import torch
-from helpers.steps import rollback_feeds
+from helpers.steps import forward_hidden, rollback_feeds
 from helpers.tiny_models import tiny_gemma3, tiny_llama
 from transformers import DynamicCache
 
 from speccomplete.decoder import lean_forward
 from speccomplete.decoder.drafts import derive_draft
 from speccomplete.decoder.kernels import pack_linear_weights
-from speccomplete.decoder.kv_cache import forward_hidden, forward_logits, new_cache
+from speccomplete.decoder.kv_cache import forward_logits, new_cache
 
 
 def _uneven_norms(model):

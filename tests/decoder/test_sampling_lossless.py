@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.decoding import draft_fitness
 from helpers.tiny_models import tiny_llama
 from helpers.tokenizers import make_byte_tokenizer
 from scipy import stats
@@ -241,8 +242,6 @@ FITNESS_IDS = [1, 5, 3, 9, 2, 14, 7, 7, 0, 11, 4, 15]
 
 
 def test_draft_fitness_same_width(target, draft):
-    from speccomplete.decoder.training.fitness import draft_fitness
-
     same = draft_fitness(target, target, FITNESS_IDS)
     assert same["expected_acceptance"] == pytest.approx(1.0, abs=1e-5) and same["top1_agreement"] == 1.0
     alpha, p, q = _alpha_by_definition(target, draft, FITNESS_IDS)
@@ -253,8 +252,6 @@ def test_draft_fitness_same_width(target, draft):
 
 
 def test_draft_fitness_narrower_draft_head(target):
-    from speccomplete.decoder.training.fitness import draft_fitness
-
     narrow = _narrow_draft()
     alpha, p, _ = _alpha_by_definition(target, narrow, FITNESS_IDS)
     assert float(p[:, 12:].sum(-1).mean()) > 0.05  # the target puts real mass outside the draft's head

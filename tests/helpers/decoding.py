@@ -1,5 +1,5 @@
-"""Decoding under test: prompts to decode, a generation's invariants, and the checks that one decoder writes
-what another does."""
+"""Decoding under test: prompts to decode, a generation's invariants, the checks that one decoder writes what
+another does, and how well a draft fits its target."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import random
 import torch
 
 from speccomplete.decoder.engine import DecodeOptions, Generation, SpeculativeDecoder
+from speccomplete.decoder.training.fitness import fitness_from_logits
 
 CODE_SNIPPETS = [
     "def add(a, b):\n    return a + b\n",
@@ -88,3 +89,13 @@ def assert_steps_match_reference(
         assert generate(ar, prompt, max_new_tokens=max_new_tokens).token_ids == want.token_ids, prompt
         drafted += got.stats.drafted
     return drafted
+
+
+@torch.inference_mode()
+def draft_fitness(target, draft, ids: list[int]) -> dict[str, float]:
+    """fitness_from_logits of `draft` against `target` on `ids`, teacher-forced in one pass each."""
+    input_ids = torch.tensor([ids], device=target.device)
+    p_logits = target(input_ids=input_ids, use_cache=False).logits[0]
+    # no cache: a draft made of non-adjacent layers would index a config-sized cache out of range
+    q_logits = draft(input_ids=input_ids, use_cache=False).logits[0]
+    return fitness_from_logits(p_logits, q_logits, getattr(draft, "vocab_ids", None))

@@ -1,10 +1,17 @@
-"""Feeds that exercise a target's cache the way decoding does, shared by the forward and int8 tests."""
+"""Feeds that exercise a target's cache the way decoding does, shared by the forward and int8 tests, and the
+forward without the head."""
 
 from __future__ import annotations
 
 import torch
 
+from speccomplete.decoder.kv_cache import Cache, forward_hidden_tapped
 from speccomplete.decoder.target_steps import EagerTarget
+
+
+def forward_hidden(model, cache: Cache, ids: list[int] | torch.Tensor) -> torch.Tensor:
+    """forward_logits without the head: the final hidden states of `ids`, [len(ids), hidden]."""
+    return forward_hidden_tapped(model, cache, ids, ())[0]
 
 
 def rollback_feeds(ids: list[int]) -> list[tuple[list[int], int]]:

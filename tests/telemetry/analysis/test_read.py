@@ -4,8 +4,9 @@ older files without the fields added since."""
 import json
 
 import pytest
+from helpers.events import read_events
 
-from speccomplete.telemetry.analysis.read import UnreadableLineWarning, connect, expand_paths, read_events
+from speccomplete.telemetry.analysis.read import UnreadableLineWarning, connect, expand_paths
 from speccomplete.telemetry.events import CompletionEvent
 from speccomplete.telemetry.log import EventLog
 
