@@ -222,7 +222,15 @@ def test_the_tests_summary_is_written_when_sigint_stops_pytest(tmp_path):
     command = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q"]
     command += [f"--summary-json={summary}", f"--junitxml={tmp_path / 'tests.xml'}", "test_capped.py"]
     env = os.environ | {"PYTHONPATH": str(REPO / "tests")}
-    pytest_run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # SIGINT as a terminal delivers it, even where this run inherited it ignored (a job started in the background)
+    pytest_run = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
         while not started.exists() and pytest_run.poll() is None and time.monotonic() < deadline:
