@@ -10,6 +10,9 @@ here, as it arrives, and one bad message never breaks the document's later reque
   the document opens and its language comes from its path, as for an unknown id;
 - text with lone UTF-16 surrogates (JSON's "\\ud800" escapes) is not text the tokenizer can encode; each
   becomes U+FFFD, one UTF-16 code unit like the surrogate, so the editor's positions still fit.
+
+A request's URI becomes its document key (`document_key`) once, where it enters: the server's tables are
+kept by that key.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from urllib.parse import unquote, urlparse
 
 import attrs
 from lsprotocol import types
@@ -31,6 +35,19 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins valid pairs:
 def valid_text(text: str) -> str:
     """`text` with each lone surrogate replaced by U+FFFD: encodable as UTF-8, and as long in UTF-16."""
     return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def document_key(uri: str) -> str:
+    """The key of the document at `uri`, for every table the server keeps by document. pygls files documents
+    under their unquoted URIs, so a percent-encoded one (spaces, non-ASCII names, `file:///c%3A/...`) is
+    unquoted."""
+    return unquote(uri)
+
+
+def path_of(uri: str) -> str:
+    """The file path in a URI: for language detection, and snippets name it in the prompt (so it is made
+    valid text: a lone surrogate in it would fail the tokenizer)."""
+    return valid_text(unquote(urlparse(uri).path))
 
 
 def lsp_lines(text: str) -> list[str]:

@@ -1,14 +1,22 @@
-"""Log each kind of message a few times a minute, not thousands: a misbehaving client must not flood the log.
+"""Log each kind of message a few times a minute, not thousands, and show the user fewer still: a misbehaving
+client must not flood the log, nor a failing backend the editor.
 
-A kind is the logger and the message's format string, so "framing error: %s" is one kind whatever the
-reason. Past `burst` records of a kind in a window, the rest are counted, and the first record of that
-kind in a later window says how many were left out.
+Log records: a kind is the logger and the message's format string, so "framing error: %s" is one kind
+whatever the reason. Past `burst` records of a kind in a window, the rest are counted, and the first record
+of that kind in a later window says how many were left out.
+
+Error popups (`PopupLimit`): at most POPUPS_PER_MINUTE, and the same text at most once in ten minutes (a
+failing backend fails every completion alike). The log has every one.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
+
+POPUPS_PER_MINUTE = 3  # a client sending bad settings in a loop must not bury the editor in popups
+SAME_POPUP_AFTER_S = 600.0
 
 
 class RateLimit(logging.Filter):
@@ -36,3 +44,22 @@ def limit_logging(burst: int = 5, window_s: float = 60.0) -> None:
         handler.addFilter(limit)
     # pygls logs every message whole at INFO: with -v the log would hold each document's text, each keystroke
     logging.getLogger("pygls.protocol.json_rpc").setLevel(logging.WARNING)
+
+
+class PopupLimit:
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.shown: deque[float] = deque()  # when popups were shown, within the last minute
+        self.last_shown: dict[str, float] = {}  # popup text -> when it was last shown
+
+    def allows(self, message: str) -> bool:
+        """Whether `message` may be shown now; if so, it counts as shown."""
+        now = self.clock()
+        while self.shown and now - self.shown[0] > 60:
+            self.shown.popleft()
+        repeated = now - self.last_shown.get(message, -SAME_POPUP_AFTER_S) < SAME_POPUP_AFTER_S
+        if len(self.shown) >= POPUPS_PER_MINUTE or repeated:
+            return False
+        self.shown.append(now)
+        self.last_shown[message] = now
+        return True

@@ -2,9 +2,9 @@
 server/completion.py's pipeline.
 
 Beside it: server/protocol_patches.py (pygls' protocol, answering what pygls leaves unanswered),
-server/loading.py (the decode worker and model loads) and server/outcomes.py (what became of each shown
-completion, and typing along one). A request's URI becomes its document key (`document_key`) once, where
-it enters; the server's tables are kept by that key.
+server/loading.py (the decode worker and model loads), server/outcomes.py (what became of each shown
+completion, and typing along one) and server/documents.py (open documents, and the key each request's URI
+becomes once, where it enters).
 
 Threads: the asyncio event loop reads and answers messages; one worker thread loads the models
 and runs every decode (the models are not thread-safe), so the loop keeps reading while a decode
@@ -32,7 +32,6 @@ import time
 import uuid
 from collections import deque
 from typing import Literal
-from urllib.parse import unquote, urlparse
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -51,9 +50,9 @@ from .completion import (
     retune,
     reuse,
 )
-from .documents import use_lsp_lines, valid_text
+from .documents import document_key, path_of, use_lsp_lines
 from .loading import Worker, start_loading
-from .log_limits import limit_logging
+from .log_limits import PopupLimit, limit_logging
 from .options import EVENT_LOG_FIELDS, ServerOptions, models_changed, parse_options
 from .outcomes import Outcomes
 from .positions import PositionError, offset_at, utf16_len
@@ -69,7 +68,6 @@ COMPLETED = "specdec/completed"
 ACCEPT = "specdec.accept"
 Lane = Literal["inline", "completion"]  # the two requests a client may send on every key (completion_at)
 LANES: tuple[Lane, ...] = ("inline", "completion")
-POPUPS_PER_MINUTE = 3  # a client sending bad settings in a loop must not bury the editor in popups
 
 
 class SpecdecServer(LanguageServer):
@@ -93,8 +91,7 @@ class SpecdecServer(LanguageServer):
         self.load_task: asyncio.Task | None = None
         self.loaded_with: ServerOptions | None = None  # the options the engine was loaded with
         self.latencies: deque[float] = deque(maxlen=100)
-        self.popups: deque[float] = deque()  # when error popups were shown, within the last minute
-        self.shown_errors: dict[str, float] = {}  # popup text -> when it was last shown
+        self.popup_limit = PopupLimit()
         self.telemetry_failed = False  # the event log could not be written (shown once per log)
 
     def report_server_error(self, error, source):
@@ -139,16 +136,10 @@ class SpecdecServer(LanguageServer):
         return old
 
     def show_error(self, message: str) -> None:
-        """An error popup in the editor: at most POPUPS_PER_MINUTE, and the same text at most once in
-        ten minutes (a failing backend fails every completion alike). The log has every one."""
-        now = time.monotonic()
-        while self.popups and now - self.popups[0] > 60:
-            self.popups.popleft()
-        if len(self.popups) >= POPUPS_PER_MINUTE or now - self.shown_errors.get(message, -600.0) < 600:
+        """An error popup in the editor, as often as log_limits.PopupLimit allows; the log has every one."""
+        if not self.popup_limit.allows(message):
             log.warning("not shown again: %s", message)
             return
-        self.popups.append(now)
-        self.shown_errors[message] = now
         self.window_show_message(types.ShowMessageParams(type=types.MessageType.Error, message=message))
 
     def set_status(self, state: str, message: str) -> None:
@@ -319,19 +310,6 @@ class SpecdecServer(LanguageServer):
 
 
 SERVER = SpecdecServer()
-
-
-def document_key(uri: str) -> str:
-    """The key of the document at `uri`, for every table the server keeps by document. pygls files documents
-    under their unquoted URIs, so a percent-encoded one (spaces, non-ASCII names, `file:///c%3A/...`) is
-    unquoted: each request's URI goes through this once, where it enters."""
-    return unquote(uri)
-
-
-def path_of(uri: str) -> str:
-    """The file path in a URI: for language detection, and snippets name it in the prompt (so it is made
-    valid text: a lone surrogate in it would fail the tokenizer)."""
-    return valid_text(unquote(urlparse(uri).path))
 
 
 @SERVER.feature(types.INITIALIZE)

@@ -12,10 +12,10 @@ naming it; an unknown key is logged and ignored (a newer client may send more); 
 message and the "error" status. A telemetry file the server cannot write is expected to be reported too, and numbers
 too large for the model must not make completions fail.
 
-server/lsp.py shows at most POPUPS_PER_MINUTE messages a minute (the log has the rest), so a case due a message runs
-on a fresh server when the current one has shown that many. The short version runs every case due no message and
-SHORT_DUE of the others, picked by the seed; the full version runs every case, and one initialize whose options are
-not an object (the server then loads the default model).
+The server shows at most POPUPS_PER_MINUTE messages a minute (server/log_limits.py; the log has the rest), so a
+case due a message runs on a fresh server when the current one has shown that many. The short version runs every
+case due no message and SHORT_DUE of the others, picked by the seed; the full version runs every case, and one
+initialize whose options are not an object (the server then loads the default model).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 from lsprotocol import types
 
 from speccomplete.harness.eval import stop_session
-from speccomplete.server.lsp import POPUPS_PER_MINUTE
+from speccomplete.server.log_limits import POPUPS_PER_MINUTE
 from speccomplete.server.options import ServerOptions
 
 from .check import CheckResult
