@@ -168,7 +168,10 @@ class StaticCache:
 class GraphTarget:
     """Target steps on recorded CUDA graphs (eager elsewhere): see the module's docstring."""
 
-    records_graphs = True  # EagerTarget.records_graphs
+    # True, on the CPU too (its graphs run eagerly there): its own forward runs each layer's concatenated weights
+    # (the modules' are views into them), so nothing packs them (decoder/loader.py), and the drafters record
+    # their own graphs beside it (engine)
+    records_graphs = True
 
     def __init__(
         self,

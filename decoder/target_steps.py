@@ -52,8 +52,8 @@ def context_window(config) -> int | None:
 
 class EagerTarget:
     capacity: int | None = None  # grows as needed; the model's context window is the limit
-    # True for compiled or recorded steps: their graphs run the stock weights, so nothing packs them
-    # (decoder/loader.py), and the drafters record their own graphs beside them (engine)
+    # False: eager steps run the model's own modules, so use_cpu_kernels packs their linears and int8 may run
+    # (decoder/loader.py), and the drafters record no graphs for them (engine)
     records_graphs = False
     verify_greedy = verify_by_logits
 
@@ -174,6 +174,8 @@ class FixedShapeTarget:
             forward_logits(model, self.cache, [0], keep=1)
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds, in order
         self.features = TappedStates(tuple(taps)) if taps else None
+        # compiled: the graphs run the stock weights, so nothing packs them (decoder/loader.py), and the drafters
+        # record their own graphs beside them (engine); not compiled: as EagerTarget
         self.records_graphs = compile
         self._padded_logits, self._padded_hidden = self._logits_forward, self._hidden_forward
         if compile:

@@ -10,7 +10,7 @@ import shutil
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -244,6 +244,26 @@ def add_training_loop_args(
     )
 
 
+def loop_settings(args: argparse.Namespace, device) -> dict[str, Any]:
+    """The training-loop settings that add_training_loop_args' options give, as keywords for a LoopConfig
+    subclass that also has eval_sequences and eval_tokens (TrainConfig, Eagle3TrainConfig)."""
+    return dict(
+        balance=args.balance,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        warmup_tokens=_tokens(args.warmup_tokens),
+        bf16=_use_bf16(args.precision, device),
+        seed=args.seed,
+        eval_every=args.eval_every,
+        eval_sequences=args.eval_sequences,
+        eval_tokens=args.eval_tokens,
+        checkpoint_every=args.checkpoint_every,
+        max_seconds=args.max_minutes * 60 if args.max_minutes is not None else None,
+        log_every=args.log_every,
+    )
+
+
 def cmd_finetune(args) -> int:
     from speccomplete.decoder.drafts.trained import (
         DraftMeta,
@@ -303,19 +323,7 @@ def cmd_finetune(args) -> int:
         ce_weight=objective[0],
         kd_weight=objective[1],
         kd_topk=args.kd_topk,
-        balance=args.balance,
-        batch_size=args.batch_size,
-        grad_accum=args.grad_accum,
-        lr=args.lr,
-        warmup_tokens=_tokens(args.warmup_tokens),
-        bf16=_use_bf16(args.precision, target.device),
-        seed=args.seed,
-        eval_every=args.eval_every,
-        eval_sequences=args.eval_sequences,
-        eval_tokens=args.eval_tokens,
-        checkpoint_every=args.checkpoint_every,
-        max_seconds=args.max_minutes * 60 if args.max_minutes is not None else None,
-        log_every=args.log_every,
+        **loop_settings(args, target.device),
     )
     bar = tqdm(total=sum(p.tokens for p in phases), unit="tok", unit_scale=True, desc="finetune")
 

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from speccomplete.decoder.models import DEFAULT_TARGET
 
-from .drafting import _special_ids, _tokens, _use_bf16, add_training_loop_args, return_training_run
+from .drafting import _special_ids, _tokens, add_training_loop_args, loop_settings, return_training_run
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -133,19 +133,7 @@ def run(args) -> int:
         steps=args.ttt_steps,
         decay=args.decay,
         softcap=softcap_of(target),
-        balance=args.balance,
-        batch_size=args.batch_size,
-        grad_accum=args.grad_accum,
-        lr=args.lr,
-        warmup_tokens=_tokens(args.warmup_tokens),
-        bf16=_use_bf16(args.precision, target.device),
-        seed=args.seed,
-        eval_every=args.eval_every,
-        eval_sequences=args.eval_sequences,
-        eval_tokens=args.eval_tokens,
-        checkpoint_every=args.checkpoint_every,
-        max_seconds=args.max_minutes * 60 if args.max_minutes is not None else None,
-        log_every=args.log_every,
+        **loop_settings(args, target.device),
     )
     bar = tqdm(total=cfg.tokens, unit="tok", unit_scale=True, desc="train-eagle3")
 
