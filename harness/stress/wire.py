@@ -17,25 +17,44 @@ from ..tiny_gguf import bytes_to_unicode
 SERVER_COMMAND = [sys.executable, "-m", "speccomplete", "serve"]
 
 
-def save_tiny_model(path: Path, seed: int = 0) -> Path:
-    """A random two-layer Llama with a byte-level tokenizer (token i is byte i, then <s> and </s>), as
-    tests/helpers/lsp.py's save_random_model builds it: garbage completions, but it loads in a second."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+def tiny_llama_config(
+    vocab: int = 258,
+    layers: int = 2,
+    hidden: int = 32,
+    init: float = 0.02,
+    max_pos: int = 4096,
+    eos: int | None = 257,
+    bos: int | None = 256,
+):
+    """The tiny Llama's config, its one definition (tests/helpers/tiny_models.py builds its tiny_llama from
+    it): 4 heads over 2 key-value heads, an MLP twice the hidden width. The defaults are save_tiny_model's:
+    the byte vocabulary (token i is byte i, then <s> and </s>)."""
+    from transformers import LlamaConfig
 
-    config = LlamaConfig(
-        vocab_size=258,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=4096,
-        bos_token_id=256,
-        eos_token_id=257,
+        max_position_embeddings=max_pos,
+        bos_token_id=bos,
+        eos_token_id=eos,
         pad_token_id=None,
+        initializer_range=init,
     )
+
+
+def save_tiny_model(path: Path, seed: int = 0) -> Path:
+    """A random two-layer Llama (tiny_llama_config) with a byte-level tokenizer (token i is byte i, then <s>
+    and </s>), as tests/helpers/lsp.py's save_random_model builds it: garbage completions, but it loads in a
+    second."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    config = tiny_llama_config()
     torch.manual_seed(seed)
     AutoModelForCausalLM.from_config(config).save_pretrained(path, safe_serialization=True)
     spelled = bytes_to_unicode()

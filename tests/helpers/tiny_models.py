@@ -3,10 +3,11 @@ few-thousand-parameter random network made from a config, over the byte vocabula
 fp32, in eval mode, on TEST_DEVICE. Everything is seeded.
 
 Llama, GPT-2 and Gemma-3 (tiny_llama, tiny_gpt2, tiny_gemma3) take their sizes as arguments and keep HF's
-initialization. The other families' builders are `tiny_<family>(seed=0, **overrides)`: a config of the family at
-test size (hidden 32, 4 heads over 2 key-value heads), any field overridden by keyword. HF initializes biases to
-zero and norms to their identity, which would hide a bias or a norm applied the wrong way, so these builders then
-draw them at random (seeded) too.
+initialization. The Llama's config is the installed harness's (harness/stress/wire.py's tiny_llama_config), whose
+stress checks save the same tiny Llama for `specdec stress`. The other families' builders are
+`tiny_<family>(seed=0, **overrides)`: a config of the family at test size (hidden 32, 4 heads over 2 key-value
+heads), any field overridden by keyword. HF initializes biases to zero and norms to their identity, which would hide
+a bias or a norm applied the wrong way, so these builders then draw them at random (seeded) too.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from transformers import (
     Gemma3TextConfig,
     GemmaConfig,
     GPT2Config,
-    LlamaConfig,
     MistralConfig,
     PretrainedConfig,
     Qwen2Config,
@@ -30,6 +30,7 @@ from transformers import (
 )
 
 from helpers.tokenizers import BOS, BYTE_VOCAB, EOS
+from speccomplete.harness.stress.wire import tiny_llama_config
 
 # Where the tiny models live: the CPU, or `SPECDEC_TEST_DEVICE=cuda` for the decoder tests' CUDA run
 # (gpu/step.sh tests). Models built here carry their device, so decoders on them follow it.
@@ -52,19 +53,7 @@ def tiny_llama(
     eos: int | None = EOS,
     bos: int | None = BOS,
 ):
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_pos,
-        bos_token_id=bos,
-        eos_token_id=eos,
-        pad_token_id=None,
-        initializer_range=init,
-    )
+    config = tiny_llama_config(vocab=vocab, layers=layers, hidden=hidden, init=init, max_pos=max_pos, eos=eos, bos=bos)
     return _build(config, seed)
 
 
