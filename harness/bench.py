@@ -624,7 +624,7 @@ def format_table(data: dict) -> str:
     if data.get("bandwidth_bound"):
         b = data["bandwidth_bound"]
         lines.append(
-            f"{'bandwidth bound':>22} {b['bound_tokens_per_s']:7.1f} {'':8} {'':6} {'':5}  "
+            f"{'bandwidth bound':>22} {b['bound_tokens_per_s']:7.1f} {'':8} {'':6} {'':7} {'':5}  "
             f"{b['weight_bytes_per_token'] / 1e6:.0f} MB of weights per token at {b['bandwidth_gb_per_s']:.1f} GB/s; "
             f"our AR decodes at {b['ar_fraction_of_bound']:.2f} of it"
         )
