@@ -516,7 +516,7 @@ def summarize(
             entry["disparity"] = {
                 row["group"]: {
                     key: _plain(row.get(key))
-                    for key in ("languages", "U", "U_lo", "U_hi", "U_std", "U_std_lo", "U_std_hi")
+                    for key in ("languages", "U", "U_lo", "U_hi", "U_p", "U_std", "U_std_lo", "U_std_hi")
                     + ("speedup_min", "speedup_max", "speedup_cv", "speedup_cv_lo", "speedup_cv_hi")
                     + ("slowest", "fastest")
                 }
@@ -704,12 +704,13 @@ def study_markdown(data: dict) -> str:
         )
         md += ["### Unfairness U (of the draft's own α̂)", ""]
         md += table(
-            ["group", "langs", "U", "CV speedup", "slowest", "fastest"],
+            ["group", "langs", "U", "U_p", "CV speedup", "slowest", "fastest"],
             [
                 [
                     g,
                     str(row["languages"]),
                     cell({"value": row["U"], "lo": row["U_lo"], "hi": row["U_hi"]}),
+                    cell({"value": row.get("U_p")}),
                     cell({"value": row["speedup_cv"], "lo": row["speedup_cv_lo"], "hi": row["speedup_cv_hi"]}),
                     str(row["slowest"] or "–"),
                     str(row["fastest"] or "–"),

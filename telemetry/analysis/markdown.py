@@ -85,7 +85,7 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
         rows = disp[disp.config == config]
         if len(rows):
             if config not in with_rounds:
-                rows = _mark(rows, ["U", "U_std", "alpha_min", "alpha_max"], pd.Series(True, index=rows.index))
+                rows = _mark(rows, ["U", "U_p", "U_std", "alpha_min", "alpha_max"], pd.Series(True, index=rows.index))
             md += [
                 f"### {config}",
                 "",
@@ -95,6 +95,7 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
                         ("group", "group"),
                         ("languages", "langs"),
                         ("U", "U (MAD of α̂)"),
+                        ("U_p", "U_p"),
                         ("U_std", "U_std"),
                         ("alpha_min", "min α̂"),
                         ("alpha_max", "max α̂"),

@@ -1,5 +1,6 @@
 """The report's statistics: a Poisson bootstrap of cases within each language, 95% intervals, and
-the disparity across the languages of a group (U, the spread of speedup), base vs tuned draft.
+the disparity across the languages of a group (U, its test against noise U_p, the spread of speedup), base vs
+tuned draft.
 
 α̂ of a replicate and the interval bounds are speccomplete.metrics's acceptance_rate and percentile.
 α̂'s sums (queries.prepare) hold only events that recorded every drafting round, so a backend that
@@ -27,7 +28,12 @@ U_DEFINITION = (
     "falls as the draft fits the target worse. The mean absolute deviation is in α's own units "
     "(U = 0.05 means a typical language sits 5 points of acceptance away from the group mean) and "
     "is less dominated by a single outlier language than the standard deviation, which is also "
-    "given (U_std, population form)."
+    "given (U_std, population form). Sampling noise alone spreads the languages' α̂, so U is above 0 even "
+    "where every language has the same α, and U's bootstrap interval can lie above U itself (each "
+    "replicate adds its own noise). U_p says whether the spread is more than noise: the share of "
+    "bootstrap replicates, each language's re-centred on its own α̂ (so no language truly differs), "
+    "whose U is at least the observed U (a bootstrap test of equal acceptance, Hall & Wilson 1991). "
+    "U_p below 0.05: the languages' acceptance differs."
 )
 
 
@@ -107,6 +113,7 @@ def disparity(langs: pd.DataFrame, replicates: dict[str, Replicates], groups: di
                 "language_list": ",".join(members),
             }
             row |= _stat("U", mean_abs_dev, with_alpha, point_alpha, reps.alpha)
+            row["U_p"] = u_p_value(with_alpha, point_alpha, reps.alpha, row["U"])
             row |= _stat("U_std", np.std, with_alpha, point_alpha, reps.alpha)
             row |= _stat("alpha_min", np.min, with_alpha, point_alpha, reps.alpha, minimum=1)
             row |= _stat("alpha_max", np.max, with_alpha, point_alpha, reps.alpha, minimum=1)
@@ -118,6 +125,16 @@ def disparity(langs: pd.DataFrame, replicates: dict[str, Replicates], groups: di
                 row["fastest"] = max(with_speedup, key=lambda m: point_speedup[m])
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def u_p_value(members, point, replicates, observed: float | None) -> float | None:
+    """The share of null replicates whose U is at least `observed`: each language's replicates re-centred on its
+    own point α̂ (U is a dispersion, so the shared centre does not matter) give U's spread from noise alone."""
+    if observed is None or len(members) < 2:
+        return None
+    null = mean_abs_dev(np.stack([replicates[m] - point[m] for m in members], axis=-1), axis=-1)
+    null = null[np.isfinite(null)]
+    return float(np.mean(null >= observed)) if len(null) else None
 
 
 def _stat(name, fn, members, point, replicates, minimum: int = 2) -> dict:

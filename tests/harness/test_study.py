@@ -110,7 +110,7 @@ def test_study_writes_the_schema_and_a_rerun_decodes_nothing(target, tokenizer, 
             assert 0 <= row["alpha"]["value"] <= 1 and row["line_latency_p50_ms"] > 0
         assert entry["groups"]["all code"]["n"] == 6
         u = entry["disparity"]["all code"]
-        assert u["languages"] == 2 and 0 <= u["U_lo"] <= u["U"] <= u["U_hi"] <= 0.5
+        assert u["languages"] == 2 and 0 <= u["U_lo"] <= u["U"] <= u["U_hi"] <= 0.5 and 0 <= u["U_p"] <= 1
         # U over the two languages is half their α̂ gap
         alphas = [entry["languages"][lang]["alpha"]["value"] for lang in ("python", "rust")]
         assert u["U"] == pytest.approx(abs(alphas[0] - alphas[1]) / 2)

@@ -113,6 +113,7 @@ def test_unfairness_and_speedup_dispersion_by_group(disparity_report):
     assert everything["speedup_min"] == pytest.approx(0.8) and everything["slowest"] == "zig"
     assert everything["speedup_cv"] == pytest.approx(0.31879, abs=1e-5)
     assert everything["U_lo"] <= everything["U"] <= everything["U_hi"]
+    assert 0 <= everything["U_p"] <= 1  # its test: test_statistics.py
 
 
 def test_delta_disparity_and_rq1_compare_base_and_tuned(disparity_report):

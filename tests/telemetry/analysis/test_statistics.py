@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speccomplete.metrics import percentile
-from speccomplete.telemetry.analysis.statistics import bootstrap, ci
+from speccomplete.metrics import acceptance_rate, percentile
+from speccomplete.telemetry.analysis.statistics import bootstrap, ci, mean_abs_dev, u_p_value
 
 
 @pytest.mark.parametrize("q", [2.5, 50, 95, 97.5])
@@ -45,3 +45,43 @@ def test_a_replicate_that_drew_no_case_has_no_alpha():
     drawn = np.isfinite(alpha)
     assert 0 < drawn.sum() < 200  # Poisson(1) weights are 0 about a third of the time
     assert np.all(alpha[drawn] == 0.75)
+
+
+LANGUAGES = ("python", "rust", "lua", "zig")
+
+
+def _drafting_blocks(alphas: dict[str, float], cases: int, rng: np.random.Generator) -> pd.DataFrame:
+    """A case per block: 10 rounds of up to 4 drafted tokens, each accepted with its language's α."""
+    rows = []
+    for language, alpha in alphas.items():
+        for i in range(cases):
+            accepted = np.cumprod(rng.random((10, 4)) < alpha, axis=1).sum(axis=1)
+            rows.append(
+                {
+                    "config": "c",
+                    "language": language,
+                    "block": f"{language}-{i}",
+                    "acc": float(accepted.sum()),
+                    "rej": float((accepted < 4).sum()),
+                    **dict.fromkeys(["sp_tokens", "sp_ms", "ar_tokens", "ar_ms"], 1.0),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _u_p(blocks: pd.DataFrame, seed: int) -> float | None:
+    sums = blocks.groupby("language")[["acc", "rej"]].sum()
+    point = {language: acceptance_rate(row.acc, row.rej) for language, row in sums.iterrows()}
+    members = sorted(point)
+    observed = float(mean_abs_dev(np.array([point[m] for m in members])))
+    return u_p_value(members, point, bootstrap(blocks, reps=400, seed=seed)["c"].alpha, observed)
+
+
+def test_u_p_tells_languages_that_differ_from_noise():
+    """Equal acceptance: U > 0 from noise alone, and U_p about uniform (rarely below 0.05). Acceptance 0.65 to
+    0.9: U_p near 0 every time."""
+    rng = np.random.default_rng(0)
+    equal = np.array([_u_p(_drafting_blocks(dict.fromkeys(LANGUAGES, 0.8), 20, rng), seed) for seed in range(40)])
+    differ = [_u_p(_drafting_blocks(dict(zip(LANGUAGES, (0.65, 0.75, 0.85, 0.9))), 20, rng), s) for s in range(10)]
+    assert np.mean(equal < 0.05) <= 0.15 and 0.3 < np.mean(equal) < 0.7
+    assert max(differ) < 0.01
