@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 DEFAULT_DRAFTS = ("ngram", "ngram+self", "layers:0,1", "auto", "eagle3")
 PARTS = ("block", "line", "rq3")  # the event files under DIR/events/
 AR = "none"  # the draft label of AR runs, as events name it
+LOOKUP = "ngram"  # prompt lookup alone: what a trained draft must beat, so every draft is paired against it
 EVENT_LOG_BYTES = 1 << 40  # the study's event files never rotate: a restart reads one file per part
 
 
@@ -434,6 +435,41 @@ def _pooled(frame, sums: dict, config: str, languages: list[str]):
     return point, np.sum([sums[(config, lang)] for lang in members], axis=0)
 
 
+def _paired(frame, sums: dict, base: str, configs: list[str], domains: dict[str, list[str]]) -> dict:
+    """Per draft and group, its speedup over `base`'s on the same cases (the ratio of their tokens/s), prefill
+    included and left out, with 95% intervals. Paired: a replicate weighs a case alike for both drafts
+    (telemetry.analysis.statistics.resampled_sums), so the interval leaves out the cases' own spread."""
+    import numpy as np
+
+    from speccomplete.telemetry.analysis.statistics import ci
+
+    out: dict[str, dict] = {}
+    for config in configs:
+        for domain, members in domains.items():
+            point, replicates = _pooled(frame, sums, config, members)
+            base_point, base_replicates = _pooled(frame, sums, base, members)
+            if point is None or base_point is None:
+                continue
+            row = out.setdefault(config, {}).setdefault(domain, {})
+            for name in ("speedup", "decode_speedup"):
+                formula = METRICS[name][0]
+                value, base_value = formula(point), formula(base_point)
+                ratios = [
+                    a / b if a is not None and b else np.nan
+                    for a, b in zip(
+                        (formula(dict(zip(SUMS, r))) for r in replicates.tolist()),
+                        (formula(dict(zip(SUMS, r))) for r in base_replicates.tolist()),
+                    )
+                ]
+                lo, hi = ci(np.array(ratios, dtype=float)) if value is not None and base_value else (None, None)
+                row[name] = {
+                    "value": value / base_value if value is not None and base_value else None,
+                    "lo": lo,
+                    "hi": hi,
+                }
+    return out
+
+
 def summarize(
     out: str | Path,
     *,
@@ -441,6 +477,7 @@ def summarize(
     reps: int = 1000,
     seed: int = 0,
     meta: dict | None = None,
+    paired_base: str = LOOKUP,
 ) -> dict:
     """study.json, study.md and the plots in `out`, from its events; returns study.json's content."""
     import pandas as pd
@@ -535,9 +572,17 @@ def summarize(
             "ci": f"95% percentile intervals over {reps} Poisson-bootstrap resamples of cases within each language "
             "(a group's resamples its languages apart)",
             "line_latency_p50_ms": "the median single-line request's wall time (no interval)",
+            "paired": "a draft's speedup over the paired base's (the lookup alone, ngram): their tokens/s on the "
+            "same cases, with a paired bootstrap interval; above 1 where the interval is, the draft is faster",
         },
         "drafts": {k: v for k, v in drafts.items() if k != AR},
         "ar": drafts.get(AR),
+        "paired": {
+            "base": paired_base,
+            "drafts": _paired(frame, sums, paired_base, [c for c in configs if c not in (AR, paired_base)], domains)
+            if paired_base in configs
+            else {},
+        },
         "rq3": rq3,
     }
     latencies: dict[tuple[str, str], list[float]] = {}
@@ -659,7 +704,7 @@ def _plots(out: Path, data: dict) -> list[str]:
 
 
 def study_markdown(data: dict) -> str:
-    """study.md: the per-language, per-group, U and RQ3 tables of study.json, with n and CIs."""
+    """study.md: the per-language, per-group, U, paired and RQ3 tables of study.json, with n and CIs."""
 
     def cell(estimate: dict | None) -> str:
         from speccomplete.telemetry.analysis.markdown import fmt
@@ -716,6 +761,17 @@ def study_markdown(data: dict) -> str:
                     str(row["fastest"] or "–"),
                 ]
                 for g, row in entry.get("disparity", {}).items()
+            ],
+        )
+    paired = data.get("paired", {})
+    if paired.get("drafts"):
+        md += [f"## Each draft against `{paired['base']}`, paired", ""]
+        md += table(
+            ["draft", "group", f"speedup over {paired['base']}", "decode speedup"],
+            [
+                [config, group, cell(row["speedup"]), cell(row["decode_speedup"])]
+                for config, by_group in paired["drafts"].items()
+                for group, row in by_group.items()
             ],
         )
     if data.get("ar"):

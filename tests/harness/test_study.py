@@ -96,7 +96,7 @@ def test_study_writes_the_schema_and_a_rerun_decodes_nothing(target, tokenizer, 
     assert all(e["gammas"][0] == 4 for e in block_events if e["draft"] == "layers:0")
     assert all(e["generated_tokens"] <= 6 and "\n" not in (e["text"] or "") for e in line_events)
 
-    data = study.summarize(tmp_path, reps=200, seed=1, meta={"target": "tiny"})
+    data = study.summarize(tmp_path, reps=200, seed=1, meta={"target": "tiny"}, paired_base="layers:0")
     assert data == json.loads((tmp_path / "study.json").read_text())
     assert set(data["drafts"]) == {"layers:0", "ngram+layers:0"}
     assert data["language_groups"] == {"python": "high", "rust": "medium"} and data["cases"] == len(CASES)
@@ -114,6 +114,13 @@ def test_study_writes_the_schema_and_a_rerun_decodes_nothing(target, tokenizer, 
         # U over the two languages is half their α̂ gap
         alphas = [entry["languages"][lang]["alpha"]["value"] for lang in ("python", "rust")]
         assert u["U"] == pytest.approx(abs(alphas[0] - alphas[1]) / 2)
+    # paired: ngram+layers:0's speedup over layers:0's on the same cases is the ratio of their speedups over AR
+    assert data["paired"]["base"] == "layers:0" and set(data["paired"]["drafts"]) == {"ngram+layers:0"}
+    for group, row in data["paired"]["drafts"]["ngram+layers:0"].items():
+        speedups = [data["drafts"][d]["groups"][group]["speedup"]["value"] for d in ("ngram+layers:0", "layers:0")]
+        assert row["speedup"]["value"] == pytest.approx(speedups[0] / speedups[1])
+        assert row["speedup"]["lo"] <= row["speedup"]["value"] <= row["speedup"]["hi"]
+    assert "against `layers:0`, paired" in (tmp_path / "study.md").read_text()
     # the model-drafted α̂ leaves the lookup's copies out: with the model alone, the two agree
     model_only = data["drafts"]["layers:0"]["languages"]["python"]
     assert model_only["alpha"]["value"] == model_only["alpha_all"]["value"]
