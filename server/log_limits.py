@@ -47,6 +47,8 @@ def limit_logging(burst: int = 5, window_s: float = 60.0) -> None:
 
 
 class PopupLimit:
+    """At most POPUPS_PER_MINUTE error popups a minute, and the same text once in SAME_POPUP_AFTER_S."""
+
     def __init__(self, clock=time.monotonic):
         self.clock = clock
         self.shown: deque[float] = deque()  # when popups were shown, within the last minute
