@@ -406,7 +406,6 @@ def _rq3_sums(out: Path):
 
 def _estimates(point: dict, replicates, names: Iterable[str]) -> dict:
     """Each metric's point value and 95% bootstrap interval (telemetry.analysis.statistics.ci)."""
-    import numpy as np
 
     from speccomplete.telemetry.analysis.statistics import ci
 
@@ -414,11 +413,7 @@ def _estimates(point: dict, replicates, names: Iterable[str]) -> dict:
     for name in names:
         formula = METRICS[name][0]
         value = formula(point)
-        samples = np.array(
-            [v if (v := formula(dict(zip(SUMS, rep)))) is not None else np.nan for rep in replicates.tolist()],
-            dtype=float,
-        )
-        lo, hi = ci(samples) if value is not None else (None, None)
+        lo, hi = ci(_series(formula, _rows(replicates))) if value is not None else (None, None)
         out[name] = {"value": value, "lo": lo, "hi": hi}
     return out
 
@@ -454,19 +449,13 @@ def _paired(frame, sums: dict, base: str, configs: list[str], domains: dict[str,
             for name in ("speedup", "decode_speedup"):
                 formula = METRICS[name][0]
                 value, base_value = formula(point), formula(base_point)
-                ratios = [
-                    a / b if a is not None and b else np.nan
-                    for a, b in zip(
-                        (formula(dict(zip(SUMS, r))) for r in replicates.tolist()),
-                        (formula(dict(zip(SUMS, r))) for r in base_replicates.tolist()),
-                    )
-                ]
-                lo, hi = ci(np.array(ratios, dtype=float)) if value is not None and base_value else (None, None)
-                row[name] = {
-                    "value": value / base_value if value is not None and base_value else None,
-                    "lo": lo,
-                    "hi": hi,
-                }
+                if value is None or not base_value:
+                    row[name] = {"value": None, "lo": None, "hi": None}
+                    continue
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratios = _series(formula, _rows(replicates)) / _series(formula, _rows(base_replicates))
+                lo, hi = ci(ratios)
+                row[name] = {"value": value / base_value, "lo": lo, "hi": hi}
     return out
 
 
@@ -545,8 +534,7 @@ def summarize(
             )
             replicate = Replicates({}, {})
             for lang in entry["languages"]:
-                rep = sums[(config, lang)]
-                columns = [dict(zip(SUMS, r)) for r in rep.tolist()]
+                columns = _rows(sums[(config, lang)])
                 replicate.alpha[lang] = _series(METRICS["alpha"][0], columns)
                 replicate.speedup[lang] = _series(METRICS["speedup"][0], columns)
             disp = disparity(langs, {config: replicate}, groups)
@@ -572,8 +560,9 @@ def summarize(
             "ci": f"95% percentile intervals over {reps} Poisson-bootstrap resamples of cases within each language "
             "(a group's resamples its languages apart)",
             "line_latency_p50_ms": "the median single-line request's wall time (no interval)",
-            "paired": "a draft's speedup over the paired base's (the lookup alone, ngram): their tokens/s on the "
-            "same cases, with a paired bootstrap interval; above 1 where the interval is, the draft is faster",
+            "paired": "a draft's speedup over paired.base's (the lookup alone, ngram, unless told otherwise): their "
+            "tokens/s on the same cases, with a paired bootstrap interval; where the interval is above 1, the draft "
+            "is faster",
         },
         "drafts": {k: v for k, v in drafts.items() if k != AR},
         "ar": drafts.get(AR),
@@ -595,6 +584,11 @@ def summarize(
     (out / "study.json").write_text(json.dumps(data, indent=1, ensure_ascii=False, default=_plain))
     (out / "study.md").write_text(study_markdown(data))
     return data
+
+
+def _rows(replicates) -> list[dict]:
+    """Replicate sums, (reps, len(SUMS)), as one dict of SUMS each: what METRICS' formulas read."""
+    return [dict(zip(SUMS, r)) for r in replicates.tolist()]
 
 
 def _series(formula, columns: list[dict]):
