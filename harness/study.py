@@ -651,29 +651,22 @@ def _plots(out: Path, data: dict) -> list[str]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from speccomplete.telemetry.analysis.plots import speedup_heatmap
+    from speccomplete.telemetry.analysis.plots import language_bars, speedup_heatmap
 
     written = []
     drafts = data["drafts"]
     languages = list(data["language_groups"])
     if drafts and languages:
         fig, axes = plt.subplots(2, 1, figsize=(max(6, 0.5 * len(languages) * max(1, len(drafts))), 7))
-        width = 0.8 / len(drafts)
         for ax, metric, label in ((axes[0], "alpha", "the draft's own α̂"), (axes[1], "speedup", "speedup vs AR")):
-            for i, (draft, entry) in enumerate(drafts.items()):
+            bars = {}
+            for draft, entry in drafts.items():
                 rows = [entry["languages"].get(lang, {}).get(metric, {}) for lang in languages]
                 values = np.array([r.get("value") if r.get("value") is not None else np.nan for r in rows], float)
                 lo = np.array([r.get("lo") if r.get("lo") is not None else np.nan for r in rows], float)
                 hi = np.array([r.get("hi") if r.get("hi") is not None else np.nan for r in rows], float)
-                errors = np.nan_to_num(np.stack([values - lo, hi - values]), nan=0.0)
-                x = np.arange(len(languages)) + i * width - 0.4 + width / 2
-                ax.bar(x, values, width, yerr=errors, capsize=2, label=draft)
-            ax.set_xticks(np.arange(len(languages)))
-            ax.set_xticklabels([f"{lang}\n({data['language_groups'][lang] or '-'})" for lang in languages], fontsize=8)
-            ax.set_ylabel(label)
-            if metric == "speedup":
-                ax.axhline(1.0, color="black", linewidth=0.8)
-            ax.legend(fontsize=7)
+                bars[draft] = (values, np.nan_to_num(np.stack([values - lo, hi - values]), nan=0.0))
+            language_bars(ax, languages, bars, data["language_groups"], label, at_one=metric == "speedup")
         fig.tight_layout()
         fig.savefig(out / "study_by_language.png", dpi=110)
         plt.close(fig)

@@ -15,6 +15,24 @@ from .queries import RQ3_GAMMAS
 from .read import LONG_BURST
 
 
+def language_bars(ax, languages: list[str], bars: dict, group_of: dict, ylabel: str, at_one: bool) -> None:
+    """Bars grouped by language (its resource group under its name), one per label of `bars`: label -> (values,
+    error bars as matplotlib's yerr, or None); `at_one` draws the line at 1 (a speedup's break-even)."""
+    width = 0.8 / len(bars)
+    for i, (label, (values, errors)) in enumerate(bars.items()):
+        x = np.arange(len(languages)) + i * width - 0.4 + width / 2
+        if errors is None:
+            ax.bar(x, values, width, label=label)
+        else:
+            ax.bar(x, values, width, yerr=errors, capsize=2, label=label)
+    ax.set_xticks(np.arange(len(languages)))
+    ax.set_xticklabels([f"{lang}\n({group_of.get(lang) or '-'})" for lang in languages], fontsize=8)
+    ax.set_ylabel(ylabel)
+    if at_one:
+        ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.legend(fontsize=7)
+
+
 def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups: dict, max_configs: int) -> list[str]:
     """Write the PNGs into `out`; return their file names."""
     import matplotlib
@@ -36,16 +54,11 @@ def write_plots(out: Path, langs: pd.DataFrame, rq3_table: pd.DataFrame, groups:
             continue
         languages = sorted(set(data.language), key=lambda x: (order.index(x) if x in order else len(order), x))
         fig, ax = plt.subplots(figsize=(min(16, max(6, 0.35 * len(languages) * len(configs))), 4.5))
-        width = 0.8 / len(configs)
-        for i, config in enumerate(configs):
-            rows = data[data.config == config].set_index("language").reindex(languages)
-            ax.bar(np.arange(len(languages)) + i * width - 0.4 + width / 2, rows[column], width, label=config)
-        ax.set_xticks(np.arange(len(languages)))
-        ax.set_xticklabels([f"{lang}\n({group_of.get(lang, '-')})" for lang in languages], fontsize=8)
-        ax.set_ylabel(ylabel)
-        if column == "speedup":
-            ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.legend(fontsize=7)
+        bars = {
+            config: (data[data.config == config].set_index("language").reindex(languages)[column], None)
+            for config in configs
+        }
+        language_bars(ax, languages, bars, group_of, ylabel, at_one=column == "speedup")
         ax.set_title(f"{ylabel} by language")
         fig.tight_layout()
         fig.savefig(out / name, dpi=110)
