@@ -70,3 +70,11 @@ class IdleCores:
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         return threads
+
+    def assume_idle(self) -> None:
+        """Take every core now, and count the next look's window from here: for a caller that knows the other
+        work just ended (the bench, whose previous contender ran in another process) and that it was not
+        a load to make room for."""
+        self._last = _sample()
+        if torch.get_num_threads() != self.ceiling:
+            torch.set_num_threads(self.ceiling)

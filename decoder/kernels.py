@@ -33,7 +33,9 @@ rows. Both sum integer products exactly in int32, so the two give the same numbe
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
+import weakref
 from collections.abc import Callable
 from typing import cast
 
@@ -47,6 +49,31 @@ log = logging.getLogger(__name__)
 _ROWS_HINT = 8
 
 
+# Weights in oneDNN's blocked layouts are opaque to torch.compile (they have no strides to trace). A compiled
+# step (decoder/compiled_step.py) reaches each through `specdec::opaque_linear`, which names the module by a
+# key made from its weights: the same in every process that loads the same model, so the compile caches hit.
+_OPAQUE: weakref.WeakValueDictionary[int, torch.nn.Module] = weakref.WeakValueDictionary()
+
+
+def _opaque_key(module: torch.nn.Module, weight: torch.Tensor) -> int:
+    sample = weight.flatten()[:: max(1, weight.numel() // 4096)].tolist()
+    digest = hashlib.blake2b(repr((type(module).__name__, tuple(weight.shape), sample)).encode(), digest_size=7)
+    key = int.from_bytes(digest.digest(), "little")
+    _OPAQUE[key] = module
+    return key
+
+
+@torch.library.custom_op("specdec::opaque_linear", mutates_args=())
+def opaque_linear(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
+    """The eager product of the packed linear `key` names (PackedLinear's, or Int8Linear's sums)."""
+    return _OPAQUE[key].opaque_product(x).to(torch.float32)
+
+
+@opaque_linear.register_fake
+def _(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], out_features)
+
+
 class PackedLinear(torch.nn.Module):
     def __init__(self, *linears: torch.nn.Linear):
         """One linear, or several over the same input fused into one (outputs concatenated)."""
@@ -54,6 +81,7 @@ class PackedLinear(torch.nn.Module):
         self.in_features, self.out_features = linears[0].in_features, sum(m.out_features for m in linears)
         weight = torch.cat([m.weight.detach() for m in linears])
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
+        self.key = _opaque_key(self, weight)
         biases = [m.bias for m in linears]
         self.bias = (
             None
@@ -64,6 +92,11 @@ class PackedLinear(torch.nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return opaque_linear(x, self.key, self.out_features)
+        return self.opaque_product(x)
+
+    def opaque_product(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
     def extra_repr(self) -> str:
@@ -113,6 +146,7 @@ class Int8Linear(torch.nn.Module):
         )
         self._unit_scales = weight.new_ones(self.out_features) if prepack else None
         self._zero_points = torch.zeros(self.out_features, dtype=torch.long) if prepack else None
+        self.key = _opaque_key(self, weight_int8)
         self.weight_scale = scale
         biases = [m.bias for m in linears]
         self.bias = (
@@ -139,6 +173,12 @@ class Int8Linear(torch.nn.Module):
 
     def _int_products(self, quantized: torch.Tensor) -> torch.Tensor:
         """The exact int32 sums of products of int8 activations (as floats, [rows, in]) and weights."""
+        if torch.compiler.is_compiling():  # compiled, the weights are read as they lie, not copied to a layout
+            return opaque_linear(quantized, self.key, self.out_features)
+        return self.opaque_product(quantized)
+
+    def opaque_product(self, quantized: torch.Tensor) -> torch.Tensor:
+        """The sums as int32 (`_int_mm`) or as float32 (oneDNN's blocked matmul), both exact."""
         if self.weight_t is not None:
             return torch._int_mm(quantized.to(torch.int8), self.weight_t)
         # oneDNN's int8 matmul takes unsigned activations: shifted by 128, with 128 as their zero point. With unit

@@ -32,6 +32,12 @@ class PreallocatedLayer(DynamicLayer):
         self._key_buffer = self._bigger(self._key_buffer, key_states, capacity)
         self._value_buffer = self._bigger(self._value_buffer, value_states, capacity)
 
+    def reserve(self, tokens: int) -> None:
+        """Room for `tokens` in all (initialized layers only: a buffer's shape comes from its first write)."""
+        if self.is_initialized and tokens > self._key_buffer.shape[-2]:
+            capacity = max(2 * self._key_buffer.shape[-2], tokens)
+            self._grow(self._key_buffer, self._value_buffer, capacity)
+
     def _bigger(self, old: torch.Tensor | None, like: torch.Tensor, capacity: int) -> torch.Tensor:
         """A buffer of `capacity` tokens shaped like `like`, holding `old`'s filled part if there is one."""
         new = like.new_empty(*like.shape[:2], capacity, like.shape[3])
@@ -98,10 +104,7 @@ def forward_tapped(
     The same pass: nothing is computed twice."""
     input_ids = _input_ids(model, ids)
     if _runs_lean(model, cache):
-        tapped: list[torch.Tensor] = []
-        hidden = lean_forward.lean_hidden(model, cache, input_ids, taps, tapped)
-        logits = head_logits(model, model.get_output_embeddings(), hidden[-keep:])
-        return logits, (torch.cat(tapped, dim=-1) if taps else None)
+        return lean_logits_tapped(model, cache, input_ids, keep, taps)
     out = model(
         input_ids=input_ids,
         past_key_values=cache,
@@ -120,12 +123,33 @@ def forward_hidden_tapped(
     entering layers `taps`, as forward_tapped returns them (None without taps)."""
     input_ids = _input_ids(model, ids)
     if _runs_lean(model, cache):
-        tapped: list[torch.Tensor] = []
-        hidden = lean_forward.lean_hidden(model, cache, input_ids, taps, tapped)
-        return hidden, (torch.cat(tapped, dim=-1) if taps else None)
+        return lean_hidden_tapped(model, cache, input_ids, taps)
     out = model.base_model(input_ids=input_ids, past_key_values=cache, use_cache=True, output_hidden_states=bool(taps))
     features = torch.cat([out.hidden_states[k][0] for k in taps], dim=-1) if taps else None
     return out.last_hidden_state[0], features
+
+
+def lean_logits_tapped(
+    model, cache: Cache, input_ids: torch.Tensor, keep: int, taps: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """forward_tapped on the lean forward: what compiled_step.py compiles."""
+    hidden, tapped = lean_hidden_tapped(model, cache, input_ids, taps)
+    return head_logits(model, model.get_output_embeddings(), hidden[-keep:]), tapped
+
+
+def lean_hidden_tapped(
+    model, cache: Cache, input_ids: torch.Tensor, taps: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    tapped: list[torch.Tensor] = []
+    hidden = lean_forward.lean_hidden(model, cache, input_ids, taps, tapped)
+    return hidden, (torch.cat(tapped, dim=-1) if taps else None)
+
+
+def reserve(cache: Cache, tokens: int) -> None:
+    """Grow every layer's buffers of `cache` (initialized) to hold `tokens` now, before a compiled step."""
+    for layer in cache.layers:
+        if isinstance(layer, PreallocatedLayer):
+            layer.reserve(tokens)
 
 
 def _input_ids(model, ids: list[int] | torch.Tensor) -> torch.Tensor:
@@ -134,13 +158,10 @@ def _input_ids(model, ids: list[int] | torch.Tensor) -> torch.Tensor:
 
 
 def _runs_lean(model, cache: Cache) -> bool:
-    """The lean forward needs layers that hold only real tokens (ours), and eager execution:
-    compiled graphs get HF's forward, whose overhead compiling removes anyway."""
-    return (
-        getattr(cache, "layer_class_to_replicate", None) is PreallocatedLayer
-        and not torch.compiler.is_compiling()
-        and lean_forward.supports(model)
-    )
+    """The lean forward needs layers that hold only real tokens (ours): fixed-shape caches (target_steps.py)
+    get HF's forward, whose overhead torch.compile removes there. Not a question of whether torch is
+    compiling: that flag is global, and a build in another thread (compiled_step.py) sets it."""
+    return getattr(cache, "layer_class_to_replicate", None) is PreallocatedLayer and lean_forward.supports(model)
 
 
 def head_logits(model, head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:

@@ -247,28 +247,62 @@ def _attention(
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
     keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], attention.layer_idx)
     queries = q.transpose(0, 1)[None]
-    if mask is EACH_ROW:  # each row as the one-row step at its position: its own keys, no mask
-        out = torch.cat(
-            [
-                _attend(attention, queries[:, :, row : row + 1], keys, values, None, window, end - rows + row + 1)
-                for row in range(rows)
-            ],
-            dim=2,
-        )
+    scaling, cap = attention.scaling, getattr(attention, "attn_logit_softcapping", None)
+    if torch.compiler.is_compiling() and rows <= ROW_BY_ROW_MAX:
+        # compiled (compiled_step.py): one opaque call a layer, each row as a one-row step, so that the graph
+        # neither unrolls its rows nor branches on the cache's length (a window's start), which it would guard
+        # on. (The flag is global: an eager prefill beside a build keeps batched attention.)
+        out = attend_each_row(queries, keys, values, window, end, scaling, cap)
+    elif mask is EACH_ROW:  # each row as the one-row step at its position: its own keys, no mask
+        out = _attend_each_row(queries, keys, values, window, end, scaling, cap)
     else:
         out = _attend(attention, queries, keys, values, cast(torch.Tensor | None, mask), window, end)
     return attention.o_proj(out[0].transpose(0, 1).reshape(rows, -1))
 
 
 def _attend(attention, queries, keys, values, mask: torch.Tensor | None, window: int | None, end: int) -> torch.Tensor:
+    cap = getattr(attention, "attn_logit_softcapping", None)
+    return _attend_keys(queries, keys, values, mask, window, end, attention.scaling, cap)
+
+
+def _attend_keys(queries, keys, values, mask, window: int | None, end: int, scale: float, cap: float | None):
     """SDPA of `queries` over the first `end` keys; with no mask (one row), only the last `window` of them."""
     start = end - window if mask is None and window and end > window else 0
     keys, values = keys[:, :, start:end], values[:, :, start:end]
-    if cap := getattr(attention, "attn_logit_softcapping", None):
-        return softcapped_attention(queries, keys, values, mask, attention.scaling, cap)
-    return F.scaled_dot_product_attention(
-        queries, keys, values, attn_mask=mask, scale=attention.scaling, enable_gqa=True
+    if cap:
+        return softcapped_attention(queries, keys, values, mask, scale, cap)
+    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+def _attend_each_row(queries, keys, values, window: int | None, end: int, scale: float, cap: float | None):
+    """Each of the T rows of `queries` [1, heads, T, d] over its own keys, as a one-row step at its position."""
+    rows = queries.shape[2]
+    return torch.cat(
+        [
+            _attend_keys(queries[:, :, row : row + 1], keys, values, None, window, end - rows + row + 1, scale, cap)
+            for row in range(rows)
+        ],
+        dim=2,
     )
+
+
+@torch.library.custom_op("specdec::attend_each_row", mutates_args=())
+def attend_each_row(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    window: int | None,
+    end: int,
+    scale: float,
+    cap: float | None,
+) -> torch.Tensor:
+    """_attend_each_row as one operator, which a compiled graph calls as it is instead of unrolling its rows."""
+    return _attend_each_row(queries, keys, values, window, end, scale, cap)
+
+
+@attend_each_row.register_fake
+def _(queries, keys, values, window, end, scale, cap):
+    return queries.new_empty(queries.shape)  # contiguous, as torch.cat makes it
 
 
 def softcapped_attention(queries, keys, values, mask: torch.Tensor | None, scale: float, cap: float) -> torch.Tensor:

@@ -6,13 +6,15 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from . import compiled_step
+from .compiled_step import BuildReport, CompiledStep
 from .drafts import build_drafter, parse_draft_spec
 from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
 from .kernels import can_int8, int8_full_range, pack_linear_weights
 from .lean_forward import attend_row_by_row, supports
 from .models import Progress, load_model
-from .target_steps import target_steps
+from .target_steps import EagerTarget, target_steps
 
 # what the target's linear weights become on the CPU: packed fp32 ("none"), int8 (decoder/kernels.py), or
 # "auto": int8 where it is fast (resolve_quantization), since there it was the fastest in the typing replay
@@ -70,7 +72,28 @@ def load_decoder(
     decoder = SpeculativeDecoder(
         target_model, tokenizer, drafter, policy if drafter else None, draft_confidence=draft_confidence, steps=stepper
     )
+    if steps == "compiled" and pack and isinstance(stepper, EagerTarget):  # a caller that packs later compiles then
+        compiled, _ = compile_steps(decoder, quantization)
+        stepper.use_compiled(compiled)
     return LoadedDecoder(decoder, target_model, tokenizer, draft_model, quantization)
+
+
+def compile_steps(decoder: SpeculativeDecoder, quantization: str) -> tuple[CompiledStep, BuildReport]:
+    """The target's compiled CPU step for every feed `decoder` makes (compiled_step.py), from the disk cache
+    or built; slow, so the server calls it off its decode worker and installs the result between two
+    requests (EagerTarget.use_compiled). `quantization`: the target's weights, "none" or "int8". Call it
+    once they are packed (use_cpu_kernels): the graphs run the modules they were traced with."""
+    steps = decoder.steps
+    if not isinstance(steps, EagerTarget) or not compiled_step.supports(decoder.target):
+        raise ValueError("compiled CPU steps run eager-step targets of the lean forward's families on the CPU")
+    drafter = decoder.drafter
+    return compiled_step.build_or_load(
+        decoder.target,
+        quantization,
+        round_rows(decoder.gamma, drafter),
+        hidden=drafter is not None and drafter.drafts_on_the_target,
+        taps=steps.features.taps if steps.features is not None else (),
+    )
 
 
 def resolve_quantization(requested: str, target, steps) -> str:

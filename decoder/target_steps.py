@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from . import graph_target
+from . import compiled_step, graph_target
+from .compiled_step import CompiledStep
 from .graph_target import GraphTarget
 from .kv_cache import forward_hidden_tapped, forward_logits, forward_tapped, keep_first, new_cache
 from .models import STEPS
@@ -62,28 +63,36 @@ class EagerTarget:
         self.cache = new_cache()
         self.tokens: list[int] = []  # the tokens whose keys and values the cache holds, in order
         self.features = TappedStates(tuple(taps)) if taps else None
+        # the same steps compiled (compiled_step.py), installed between two requests once built; None: eager
+        self.compiled: CompiledStep | None = None
 
     def keep_states(self, taps: tuple[int, ...]) -> None:
         """From now on keep the states entering layers `taps` (an EAGLE-3 draft's); the cache is
         emptied, since the tokens it holds have none kept."""
         if self.features is None or self.features.taps != taps:
             self.features = TappedStates(taps)
+            self.compiled = None  # built for other taps
             self.truncate(0)
 
     def forward(self, ids: list[int], keep: int) -> torch.Tensor:
         """Append `ids`; returns the logits of the last `keep` of them."""
-        if self.features is None:
-            return self._append(ids, lambda: forward_logits(self.model, self.cache, ids, keep))
         logits, states = self._append(
-            ids, lambda: forward_tapped(self.model, self.cache, ids, keep, self.features.taps)
+            ids,
+            lambda compiled: compiled.logits(self.cache, ids, keep),
+            lambda: forward_tapped(self.model, self.cache, ids, keep, self._taps()),
         )
-        self.features.append(states)
+        if self.features is not None:
+            self.features.append(states)
         return logits
 
     def hidden(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; returns their final hidden states, the head not applied (drafts.SelfDrafter)."""
-        taps = self.features.taps if self.features is not None else ()
-        hidden, states = self._append(ids, lambda: forward_hidden_tapped(self.model, self.cache, ids, taps))
+        hidden, states = self._append(
+            ids,
+            lambda compiled: compiled.hidden(self.cache, ids),
+            lambda: forward_hidden_tapped(self.model, self.cache, ids, self._taps()),
+            hidden=True,
+        )
         if self.features is not None:
             self.features.append(states)
         return hidden
@@ -92,9 +101,29 @@ class EagerTarget:
         """Append `ids` and compute no logits (a prefill's chunks before its last)."""
         self.hidden(ids)
 
-    def _append(self, ids: list[int], run):
+    def use_compiled(self, compiled: CompiledStep | None) -> None:
+        """Run short feeds on `compiled` from now on (None: eagerly again); call it between two requests."""
+        if compiled is not None and (compiled.model is not self.model or compiled.taps != self._taps()):
+            raise ValueError("a compiled step runs the model and taps it was built for")
+        self.compiled = compiled
+
+    def _taps(self) -> tuple[int, ...]:
+        return self.features.taps if self.features is not None else ()
+
+    def _append(self, ids: list[int], run_compiled, run_eager, hidden: bool = False):
+        compiled = self.compiled
         try:
-            out = run()
+            if compiled is not None and compiled.covers(len(ids), self.cache, hidden):
+                try:
+                    out = run_compiled(compiled)
+                except RuntimeError as e:  # a shape it was not built for would compile on the request: eager
+                    if "fail_on_recompile" not in str(e):
+                        raise
+                    log.warning("compiled step has no graph for %d rows; eager steps from now on: %s", len(ids), e)
+                    self.compiled = None
+                    out = run_eager()
+            else:
+                out = run_eager()
         except BaseException:
             self.truncate(0)  # a forward that raised may have written some layers and not others
             raise
@@ -297,8 +326,8 @@ def target_steps(model, mode: str, max_rows: int, hidden: bool = False, taps: tu
     for those. taps: layer ids whose input states the steps keep for an EAGLE-3 draft (Drafter.target_taps).
     Graph steps that `auto` chose and that fail to record give way to compiled ones, with a warning."""
     resolved = steps_mode(mode, model)
-    if resolved == "eager":
-        return EagerTarget(model, taps)
+    if resolved == "eager" or (resolved == "compiled" and compiled_step.supports(model)):
+        return EagerTarget(model, taps)  # on the CPU, compiled: eager until the loader compiles them (loader.py)
     capacity = min(context_window(model.config) or FIXED_CAPACITY, FIXED_CAPACITY)
     if resolved == "graphs":
         try:

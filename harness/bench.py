@@ -227,8 +227,20 @@ def build_methods(
     return methods
 
 
+def step_kind(steps) -> str:
+    """How a target runs, as the bench's header names it: eager, compiled (on the CPU: eager steps with short
+    feeds compiled, decoder/compiled_step.py), fixed or graphs (decoder/target_steps.py)."""
+    if getattr(steps, "compiled", None) is not None:
+        return "compiled"
+    if getattr(steps, "records_graphs", False):
+        return "graphs" if type(steps).__name__ == "GraphTarget" else "compiled"
+    return "eager" if type(steps).__name__ == "EagerTarget" else "fixed"
+
+
 def _ours(decoder: SpeculativeDecoder, ids, options) -> Run:
     decoder.steps.truncate(0)  # every run starts cold: our decoders on one target share its cache
+    if decoder.idle_cores is not None:  # a llama.cpp row's process ran just before: its load is gone
+        decoder.idle_cores.assume_idle()
     start = time.perf_counter()
     generation = decoder.generate(ids, options)
     return Run(generation.token_ids, time.perf_counter() - start, generation.stats)
@@ -482,7 +494,9 @@ def report(
     bandwidth_gbs: float | None = None,
     weight_bytes: int | None = None,
     methods_doc=None,
+    steps: str = "eager",
 ) -> dict:
+    """steps: how our target ran (step_kind)."""
     summary = summarize_runs(results, tokenizer)
     bound = None
     if bandwidth_gbs and weight_bytes:
@@ -503,6 +517,7 @@ def report(
         "target": target,
         "draft": draft,
         "gamma": gamma,
+        "steps": steps,
         "max_new_tokens": max_new_tokens,
         "cases": len(results),
         "methods_doc": methods_doc or {},
@@ -571,7 +586,7 @@ def format_table(data: dict) -> str:
     ]
     lines = [
         f"device={data['device']} dtype={data['dtype']} host={data['host']} date={data['date']}",
-        f"target={data['target']} draft={data['draft']} gamma={data['gamma']} "
+        f"target={data['target']} draft={data['draft']} gamma={data['gamma']} steps={data.get('steps', 'eager')} "
         f"max_new_tokens={data['max_new_tokens']} cases={data['cases']} assisted={data['assisted_method']}",
         " ".join(name.rjust(w) for name, w in cols),
     ]
@@ -761,8 +776,9 @@ def run(args: argparse.Namespace) -> int:
 
     from speccomplete.decoder.drafts import build_drafter, draft_label
     from speccomplete.decoder.drafts.trained import with_full_vocab_head
-    from speccomplete.decoder.loader import use_cpu_kernels
+    from speccomplete.decoder.loader import compile_steps, use_cpu_kernels
     from speccomplete.decoder.models import load_model
+    from speccomplete.decoder.target_steps import EagerTarget
 
     cases = read_cases(args.cases)
     if args.limit:
@@ -795,6 +811,8 @@ def run(args: argparse.Namespace) -> int:
             *(module for drafter in drafters if drafter is not None for module in drafter.own_modules),
             int8=int8,
         )
+    if args.steps == "compiled" and isinstance(decoder.steps, EagerTarget):  # on the CPU: after packing
+        decoder.steps.use_compiled(compile_steps(decoder, args.quantization)[0])
     # The stock model, as HF users run it (no packed kernels): HF's columns and the unpacked ablations.
     stock = None
     if not args.no_hf or (args.ablations and not args.no_pack):
@@ -837,6 +855,7 @@ def run(args: argparse.Namespace) -> int:
             bandwidth_gbs=bandwidth,
             weight_bytes=weight_bytes,
             methods_doc=doc,
+            steps=step_kind(contenders.ours["spec"].steps),
         )
         data["device_facts"] = facts
         data["complete"] = len(results) == len(cases)

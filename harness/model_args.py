@@ -50,8 +50,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         choices=STEPS,
         help="how the target runs: eager (input-shaped forwards, a growing cache), fixed (a few padded "
-        "shapes, a fixed-address cache), compiled (fixed, under torch.compile: CUDA graphs on CUDA), graphs "
-        "(our forward at fixed shapes recorded as CUDA graphs, decoder/graph_target.py); "
+        "shapes, a fixed-address cache), compiled (on the CPU: eager steps with short feeds compiled once per "
+        "machine and cached, decoder/compiled_step.py; on CUDA: fixed, under torch.compile, as CUDA graphs), "
+        "graphs (our forward at fixed shapes recorded as CUDA graphs, decoder/graph_target.py); "
         "auto: graphs on CUDA (compiled for a family graphs do not run), eager on the CPU",
     )
 

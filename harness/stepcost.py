@@ -47,11 +47,14 @@ def _prefilled(model, prompt: list[int], cache_factory=new_cache):
     return cache
 
 
-def _target_pass(model, cache, feed: list[int]) -> Callable[[], None]:
-    """Feed `feed` after the cached prompt, then crop it off again."""
+def _target_pass(model, cache, feed: list[int], compiled=None) -> Callable[[], None]:
+    """Feed `feed` after the cached prompt, then crop it off again; through `compiled` (a CompiledStep) if given."""
 
     def run() -> None:
-        forward_logits(model, cache, feed, keep=len(feed))
+        if compiled is None:
+            forward_logits(model, cache, feed, keep=len(feed))
+        else:
+            compiled.logits(cache, feed, keep=len(feed))
         cache.crop(-len(feed))
 
     return run
@@ -115,11 +118,18 @@ def step_costs(
     repeats: int = 7,
     cache_factory=new_cache,
     eagle3=None,
+    compiled=None,
 ) -> dict:
     """Median ms per forward of each width, with the decoder's cache unless `cache_factory` says otherwise;
-    with `eagle3` (an Eagle3Drafter on `model`), its draft's step too."""
+    with `eagle3` (an Eagle3Drafter on `model`), its draft's step too; with `compiled` (a CompiledStep of
+    `model`), the same passes compiled (`compiled_{w}_ms`, for the widths it covers), interleaved with them."""
     cache = _prefilled(model, prompt, cache_factory)
     passes = {f"target_{w}_ms": _target_pass(model, cache, prompt[-w:]) for w in widths}
+    if compiled is not None:
+        compiled_cache = _prefilled(model, prompt)
+        for w in widths:
+            if compiled.covers(w, compiled_cache):
+                passes[f"compiled_{w}_ms"] = _target_pass(model, compiled_cache, prompt[-w:], compiled)
     draft = derive_draft(model, list(draft_layers))
     passes["draft_1_ms"] = _target_pass(draft, _prefilled(draft, prompt, cache_factory), prompt[-1:])
     cold: tuple[str, ...] = ()
@@ -133,6 +143,13 @@ def step_costs(
     row: dict = {name: statistics.median(t) for name, t in times.items()}
     one = row["target_1_ms"]
     row.update({f"verify_{w}_ratio": row[f"target_{w}_ms"] / one for w in widths if w > 1})
+    row.update(
+        {
+            f"compiled_{w}_speedup": row[f"target_{w}_ms"] / row[f"compiled_{w}_ms"]
+            for w in widths
+            if f"compiled_{w}_ms" in row
+        }
+    )
     row["c"] = row["draft_1_ms"] / one
     if eagle3 is not None:
         row["eagle3_c"] = row["eagle3_1_ms"] / one
@@ -224,6 +241,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="also profile a 1-token step and a verify of the widest width: where their time goes, by operator",
     )
     p.add_argument("--widths", default="1,2,3,5,9", help="tokens a target pass feeds, one column each")
+    p.add_argument(
+        "--compiled",
+        action="store_true",
+        help="the packed and int8 rows also time their passes compiled (decoder/compiled_step.py; built or "
+        "loaded from the model cache first: minutes the first time), interleaved with the eager ones",
+    )
     p.add_argument("--json")
     return p
 
@@ -258,12 +281,18 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     prompt_text = open(args.prompt_file, encoding="utf-8").read()
     rows = {}
+    builds: dict[str, dict] = {}  # the compiled steps' build or load: --compiled
     profiles: dict[str, dict] = {}
     widths = tuple(int(w) for w in args.widths.split(","))
     if widths[0] != 1:
         raise SystemExit("--widths: the first width must be 1 (the ratios are to a one-token step)")
 
-    def measure(name: str, model, prompt, eagle3, **kwargs) -> None:
+    def measure(name: str, model, prompt, eagle3, quantization: str | None = None, **kwargs) -> None:
+        if args.compiled and quantization is not None:
+            from speccomplete.decoder.compiled_step import build_or_load
+
+            kwargs["compiled"], report = build_or_load(model, quantization, max(widths), hidden=False)
+            builds[name] = {"from_cache": report.loaded, "seconds": report.seconds, "bytes": report.bytes}
         rows[name] = step_costs(model, prompt, widths=widths, repeats=args.repeats, eagle3=eagle3, **kwargs)
         if args.profile and "cache_factory" not in kwargs:
             profiles[name] = profile_passes(model, prompt, widths=(1, widths[-1]))
@@ -278,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
         # the draft's linears go with the target's, in one call: what the loader does
         if weights & {"packed", "hf-cache"} and pack_linear_weights(model, *(eagle3.own_modules if eagle3 else ())):
             if "packed" in weights:
-                measure(f"{dtype}+packed", model, prompt, eagle3)
+                measure(f"{dtype}+packed", model, prompt, eagle3, quantization="none")
             if "hf-cache" in weights:
                 # the cache lever: HF's DynamicCache (torch.cat per step) instead of decoder/kv_cache.py
                 measure(f"{dtype}+packed+hf-cache", model, prompt, None, cache_factory=DynamicCache)
@@ -287,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
             model, _ = load_model(args.target, device=args.device, dtype=dtype)
             eagle3 = _shipped_eagle3(model, tokenizer)
             use_cpu_kernels(EagerTarget(model), model, *(eagle3.own_modules if eagle3 else ()), int8=True)
-            measure(f"{dtype}+int8", model, prompt, eagle3)
+            measure(f"{dtype}+int8", model, prompt, eagle3, quantization="int8")
             del model
     keys = list(dict.fromkeys(k for row in rows.values() for k in row if k != "fastest_ms"))
     facts = device_facts()
@@ -308,6 +337,11 @@ def run(args: argparse.Namespace) -> int:
         one = fastest["target_1_ms"]
         drafts = [f"{k} {fastest[k]:.3f} ({fastest[k] / one:.3f} of it)" for k in DRAFT_STEPS if k in fastest]
         print(f"{name}, fastest passes: target_1_ms {one:.3f}, " + ", ".join(drafts))
+    for name, build in builds.items():
+        print(
+            f"{name}, compiled step {'loaded from the cache' if build['from_cache'] else 'built'} in "
+            f"{build['seconds']:.1f} s ({build['bytes'] / 1e6:.1f} MB)"
+        )
     for name, report in profiles.items():
         print_profile(name, report)
     if args.json:
@@ -321,6 +355,7 @@ def run(args: argparse.Namespace) -> int:
                 "repeats": args.repeats,
                 "threads": threads,
                 "weights": rows,
+                "compiled_builds": builds,
                 "profiles": profiles,
             },
             args.json,

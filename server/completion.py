@@ -48,6 +48,7 @@ class Engine:
     backend: str = "local"
     # the ids a FIM prompt's decode stops at (prompt.fim_stop_ids); the other backends stop by themselves
     fim_stops: frozenset[int] = frozenset()
+    quantization: str = "none"  # the local target's linear weights (decoder/loader.py)
 
 
 def load_engine(options: ServerOptions, progress: Progress | None = None) -> Engine:
@@ -87,7 +88,15 @@ def load_engine(options: ServerOptions, progress: Progress | None = None) -> Eng
     vocab = tokenizer.get_vocab()
     fim = fim_tokens(vocab)
     stops = fim_stop_ids(fim, vocab) if fim else frozenset()
-    return Engine(decoder, options.target, draft_label(options.draft, target), device, fim, fim_stops=stops)
+    return Engine(
+        decoder,
+        options.target,
+        draft_label(options.draft, target),
+        device,
+        fim,
+        fim_stops=stops,
+        quantization=loaded.quantization,
+    )
 
 
 def retune(engine: Engine, options: ServerOptions) -> Engine:

@@ -1,4 +1,5 @@
-"""Loading the models on the decode worker, with the editor's progress bar and the status bar.
+"""Loading the models on the decode worker, with the editor's progress bar and the status bar; then
+the compiled CPU step, built or loaded on a thread of its own and installed on the worker.
 
 The worker is one thread that runs every job in order: the loads here, and every decode (server/lsp.py).
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 from concurrent.futures import Future
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from .completion import load_engine
+from .completion import Engine, load_engine
 from .options import ServerOptions
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ class Worker:
 def start_loading(ls: SpecdecServer) -> None:
     ls.loads += 1
     ls.load_progress = None
+    ls.optimizing = False  # a build for the old models may run on, but its step is never installed
     ls.engine = None  # free the old models before loading new ones; requests answer empty meanwhile
     for cancel in ls.running.values():
         cancel.set()  # the load waits on the worker behind them
@@ -85,6 +88,56 @@ async def load(ls: SpecdecServer, load_id: int, options: ServerOptions) -> None:
     ls.engine, ls.loaded_with = engine, options
     log.info("models ready: %s on %s", what, engine.device)
     ls.set_status("ready", f"{engine.target} + {engine.draft} on {engine.device}")
+    if options.compile_step and compilable(engine):
+        ls.compile_task = asyncio.ensure_future(compile_step(ls, load_id, engine))
+
+
+def compilable(engine: Engine) -> bool:
+    from speccomplete.decoder import compiled_step
+    from speccomplete.decoder.engine import SpeculativeDecoder
+    from speccomplete.decoder.target_steps import EagerTarget
+
+    decoder = engine.decoder
+    return (
+        isinstance(decoder, SpeculativeDecoder)
+        and isinstance(decoder.steps, EagerTarget)
+        and compiled_step.supports(decoder.target)
+    )
+
+
+async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
+    """Build or load the compiled step on a low-priority thread while the worker answers from the eager one,
+    then install it on the worker, between two requests. A failure leaves the eager step in place."""
+    from speccomplete.decoder.loader import compile_steps
+
+    ls.optimizing = True
+    ls.send_status()
+    built: Future = Future()
+
+    def build() -> None:
+        try:
+            # this thread only: the editor's requests keep the cores first (Linux: a thread's own nice value,
+            # which the compiler processes it starts inherit)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
+        try:
+            built.set_result(compile_steps(engine.decoder, engine.quantization))
+        except BaseException as e:
+            built.set_exception(e)
+
+    threading.Thread(target=build, name="specdec-compile", daemon=True).start()
+    try:
+        compiled, report = await asyncio.wrap_future(built)
+    except Exception:
+        log.exception("could not compile the CPU step; answering from the eager step")
+        compiled = None
+    if compiled is not None and load_id == ls.loads and ls.engine is engine:
+        await asyncio.wrap_future(ls.worker.submit(engine.decoder.steps.use_compiled, compiled))
+        log.info("compiled step in use (%s in %.1f s)", "loaded" if report.loaded else "built", report.seconds)
+    if load_id == ls.loads:
+        ls.optimizing = False
+        ls.send_status()
 
 
 async def begin_progress(ls: SpecdecServer, token: str, message: str) -> str | None:

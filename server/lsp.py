@@ -89,6 +89,8 @@ class SpecdecServer(LanguageServer):
         self.loads = 0  # counts model loads, so a superseded load does not install its models
         self.load_progress: tuple[int, str] | None = None  # the last (percentage, message) reported
         self.load_task: asyncio.Task | None = None
+        self.optimizing = False  # the compiled CPU step is being built or loaded (server/loading.py)
+        self.compile_task: asyncio.Task | None = None
         self.loaded_with: ServerOptions | None = None  # the options the engine was loaded with
         self.latencies: deque[float] = deque(maxlen=100)
         self.popup_limit = PopupLimit()
@@ -154,6 +156,7 @@ class SpecdecServer(LanguageServer):
                 "state": self.state,
                 "message": self.state_message,
                 "percentage": self.load_progress[0] if self.state == "loading" and self.load_progress else None,
+                "optimizing": self.optimizing,
                 "acceptance": sum(verdicts) / len(verdicts) if verdicts else None,
                 "p50_ms": statistics.median(self.latencies) if self.latencies else None,
             },

@@ -116,6 +116,14 @@ class ServerOptions:
         "The target's linear weights: `auto` (int8 on the CPU), `none`, `int8`.",
         reloads=True,
     )
+    # off by default: loading a built step still costs about a minute of CPU at every start (docs/cpu.md)
+    compile_step: bool = option(
+        False,
+        "On the CPU, compile the target's step once per machine, in the background, keep it in the model cache "
+        "and load it at later starts; answers come from the eager step until it is in use (`optimizing` in "
+        "the status). `specdec precompile` builds it ahead.",
+        reloads=True,
+    )
     gguf: str | None = option(
         None,
         "`llamacpp` backend: the GGUF file (default: the packaged target's own).",

@@ -57,6 +57,9 @@ SUBCOMMANDS = (
         "convert an EAGLE-3 draft folder to the GGUF llama.cpp drafts with (llama-server -md)",
     ),
     Subcommand("serve", "serve", "run the language server (stdio unless --tcp)"),
+    Subcommand(
+        "precompile", "precompile", "build the compiled CPU step ahead, into the model cache, as the server would"
+    ),
     Subcommand("eval", "eval", "drive the real language server over stdio on completion cases"),
     Subcommand(
         "replay", "replay", "latency while files are typed line by line, with pauses: p50/p95 single- and multi-line"

@@ -17,6 +17,7 @@ const SERVER_OPTIONS: Record<string, string> = {
   device: 'device',
   dtype: 'dtype',
   quantization: 'quantization',
+  compileStep: 'compileStep',
   gamma: 'gamma',
   draftConfidence: 'draftConfidence',
   'maxTokens.singleLine': 'maxTokensSingleLine',

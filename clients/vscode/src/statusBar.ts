@@ -12,6 +12,7 @@ export interface SpecdecStatus {
   message: string;
   acceptance: number | null;
   p50_ms: number | null; // the server's: request received to answer sent, empty answers included
+  optimizing?: boolean; // the server is compiling its CPU step in the background; it answers meanwhile
 }
 
 // The server's `specdec/completed` notification (server/lsp.py).
@@ -123,6 +124,7 @@ export class StatusBar implements vscode.Disposable {
   describe(): string {
     const parts: string[] = [this.status.state];
     if (this.status.state === 'loading' && this.percentage !== undefined) parts[0] += ` ${Math.round(this.percentage)}%`;
+    if (this.status.state === 'ready' && this.status.optimizing) parts[0] += ', optimizing';
     if (this.gate.inlineSuggestOff) {
       parts.push(`ghost text is off ${this.gate.inlineSuggestOff} (editor.inlineSuggest.enabled): no completion will show`);
     }
@@ -172,6 +174,7 @@ export class StatusBar implements vscode.Disposable {
       const last = this.waits[this.waits.length - 1];
       const icon = this.fetching ? '$(sync~spin)' : ICONS.ready;
       text = `${icon} specdec${this.gate.manual ? ' (manual)' : ''}`;
+      if (this.status.optimizing) text += ' optimizing';
       if (p50 !== null) text += ` ${Math.round(p50)} ms`;
       if (last !== undefined && last > SLOW_MS) text += ' (slow)';
     }

@@ -85,6 +85,9 @@ end
 function M.statusline()
   local s = M.status
   local parts = { server.NAME, s.state }
+  if s.state == 'ready' and s.optimizing == true then
+    table.insert(parts, 'optimizing')
+  end
   if s.acceptance ~= nil and s.acceptance ~= vim.NIL then
     table.insert(parts, string.format('%d%%', math.floor(s.acceptance * 100 + 0.5)))
   end

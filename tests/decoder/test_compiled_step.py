@@ -1,0 +1,114 @@
+"""The compiled CPU step (decoder/compiled_step.py): the same greedy tokens as the eager step, speculation on it
+token-identical to its own AR (int8 too), and its disk cache built once, loaded after, and rebuilt when corrupt.
+
+Each compile of a tiny model takes seconds to tens of seconds, so the tests share built steps where they can."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers.decoding import assert_greedy_matches, generate, random_prompts
+
+from speccomplete.decoder import compiled_step
+from speccomplete.decoder.drafts import ModelDrafter, derive_draft
+from speccomplete.decoder.engine import SpeculativeDecoder
+from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.decoder.lean_forward import attend_row_by_row
+from speccomplete.decoder.loader import use_cpu_kernels
+from speccomplete.decoder.target_steps import EagerTarget
+
+GAMMA = 3
+ROWS = GAMMA + 1
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def packed_pair(model, int8: bool):
+    """A packed (or int8) copy of `model` and a one-layer draft derived from it, as the loader makes them."""
+    target = copy.deepcopy(model)
+    draft = derive_draft(target, [0])
+    use_cpu_kernels(SimpleNamespace(records_graphs=False), target, draft, int8=int8)
+    return target, draft
+
+
+def decoders(target, draft, tokenizer, compiled):
+    """AR on the eager steps, and speculation and AR on steps running `compiled`."""
+    steps = EagerTarget(target)
+    steps.use_compiled(compiled)
+    eager_ar = SpeculativeDecoder(target, tokenizer, None, None)
+    spec = SpeculativeDecoder(target, tokenizer, ModelDrafter(draft), FixedGamma(GAMMA), steps=steps)
+    compiled_ar = SpeculativeDecoder(target, tokenizer, None, None, steps=steps)
+    return eager_ar, spec, compiled_ar
+
+
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_compiled_steps_write_what_eager_steps_write(int8, llama, tokenizer, cache_dir):
+    """Greedy: compiled AR = eager AR, and speculation on the compiled step = its own AR, token for token;
+    with int8 too, whose verify rows attend row by row."""
+    target, draft = packed_pair(llama, int8)
+    compiled, report = compiled_step.build_or_load(target, "int8" if int8 else "none", ROWS, hidden=False)
+    assert not report.loaded and report.path.exists() and report.bytes > 0
+    eager_ar, spec, compiled_ar = decoders(target, draft, tokenizer, compiled)
+    prompts = random_prompts(4)
+    for prompt in prompts:
+        assert (
+            generate(compiled_ar, prompt, max_new_tokens=24).token_ids
+            == generate(eager_ar, prompt, max_new_tokens=24).token_ids
+        )
+    assert_greedy_matches(compiled_ar, spec, prompts, max_new_tokens=24)
+    assert spec.steps.compiled is compiled  # never fell back to eager
+
+
+def test_int8_verify_rows_equal_one_row_steps(gemma3, cache_dir):
+    """What makes int8 speculation exact, compiled too: a verify's logits are the one-row steps', bit for bit
+    (Gemma-3: sliding-window layers and q/k norms)."""
+    target = copy.deepcopy(gemma3)
+    use_cpu_kernels(SimpleNamespace(records_graphs=False), target, int8=True)
+    attend_row_by_row(target)
+    compiled, _ = compiled_step.build_or_load(target, "int8", ROWS, hidden=False)
+    ids = torch.randint(0, target.config.vocab_size, (20,), generator=torch.Generator().manual_seed(3)).tolist()
+    with torch.inference_mode():
+        steps = EagerTarget(target)
+        steps.use_compiled(compiled)
+        steps.forward(ids[:12], keep=1)
+        verify = steps.forward(ids[12:15], keep=3)
+        steps.truncate(12)
+        one_by_one = torch.cat([steps.forward([token], keep=1) for token in ids[12:15]])
+    assert torch.equal(verify, one_by_one)
+
+
+def test_the_cache_entry_is_loaded_and_a_corrupt_one_rebuilt(llama, cache_dir, caplog):
+    target, _ = packed_pair(llama, int8=False)
+    _, built = compiled_step.build_or_load(target, "none", ROWS, hidden=True)
+    _, loaded = compiled_step.build_or_load(target, "none", ROWS, hidden=True)
+    assert not built.loaded and loaded.loaded and loaded.path == built.path
+    built.path.write_bytes(b"not a cache")
+    with caplog.at_level(logging.WARNING):
+        step, rebuilt = compiled_step.build_or_load(target, "none", ROWS, hidden=True)
+    assert not rebuilt.loaded and "unreadable" in caplog.text
+    assert rebuilt.path.read_bytes() != b"not a cache"
+    with torch.inference_mode():  # and it runs
+        steps = EagerTarget(target)
+        steps.use_compiled(step)
+        steps.forward(list(range(10)), keep=1)
+        assert steps.hidden([5, 6]).shape == (2, target.config.hidden_size)
+
+
+def test_the_key_says_what_the_code_is_valid_for(llama, gemma3):
+    key = compiled_step.entry_key(llama, "none", ROWS, False, ())
+    assert key == compiled_step.entry_key(llama, "none", ROWS, False, ())
+    others = [
+        compiled_step.entry_key(gemma3, "none", ROWS, False, ()),
+        compiled_step.entry_key(llama, "int8", ROWS, False, ()),
+        compiled_step.entry_key(llama, "none", ROWS + 1, False, ()),
+        compiled_step.entry_key(llama, "none", ROWS, True, ()),
+    ]
+    assert key not in others and len(set(others)) == len(others)
