@@ -2,17 +2,19 @@
 
 An eager step is ~1,600 small operators (norms, rotary, activation quantization, residuals), each paying
 dispatch; compiled, they fuse into a few loops around the products, which stay the packed kernels
-(kernels.opaque_linear) or `_int_mm`. Compiling takes minutes, so it never happens on a request: a build
-in the background (the server) or ahead (`specdec precompile`) compiles every row count the decoder feeds,
-and keeps torch's compile caches (`torch.compiler.save_cache_artifacts`) in one file under the model cache,
-keyed by what makes the code valid: torch's version, the CPU's ISA, the model, its weights' format and the
-row counts. A later start loads that file and compiles again from the caches, which skips Inductor's C++
-builds. The steps (target_steps.EagerTarget) switch to it between two requests; until then they run eagerly.
+(kernels.opaque_linear). Compiling takes minutes, so it never happens on a request: a build in the
+background (the server) or ahead (`specdec precompile`) compiles every row count the decoder feeds, and
+keeps torch's compile caches (`torch.compiler.save_cache_artifacts`) in one file under the model cache,
+keyed by what makes the code valid: torch's version, the CPU's ISA, the model, its weights' format, the
+row counts and the modules traced. A later start loads that file and compiles again from the caches,
+which skips Inductor's C++ builds but not dynamo's tracing. The steps (target_steps.EagerTarget) switch to
+it between two requests; until then they run eagerly.
 
 Row counts: one graph for one row and one for any count up to `max_rows` (a dynamic dimension) cover a
-step and every verify width; an int8 target's verify attends row by row (lean_forward.attend_row_by_row)
-through one opaque operator, so its graphs are the same two. The hidden-state steps (the self draft's) are
-compiled for their one row. A longer feed of them, and any feed past `max_rows` (a prefill), runs eagerly.
+step and every verify width. Attention is one opaque operator a layer (lean_forward.attend_each_row),
+each row as a one-row step, so the graphs neither unroll rows nor branch on the cache's length. The
+hidden-state steps (the self draft's) are compiled for their one row; a longer feed of them, and any
+feed past `max_rows` (a prefill), runs eagerly.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ class CompiledStep:
         cache, then on one longer than every sliding window, where nothing may compile again."""
         self.threads = torch.get_num_threads()
         with torch.inference_mode():
-            for held in (8, _past_every_window(self.model)):
+            for held in (8, min(_past_every_window(self.model), CAPACITY - self.max_rows)):
                 cache = new_cache()
                 lean_logits_tapped(self.model, cache, torch.zeros((1, held), dtype=torch.long), 1, self.taps)
                 for rows in sorted({1, min(2, self.max_rows), self.max_rows}):

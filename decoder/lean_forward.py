@@ -16,6 +16,9 @@ Biases (Qwen2's q, k and v; StarCoder2's everywhere), q and k norms (Qwen3, Gemm
 StarCoder2's plain GELU), Gemma's embedding scale and Gemma 2's final soft-cap are the modules' and the
 head's own (kv_cache.head_logits), called as they are.
 
+decoder/compiled_step.py compiles this same forward for short feeds; traced, its attention is one opaque
+operator a layer (`attend_each_row`), so that the graph has no branch on the cache's length.
+
 Only what it was checked against runs here: fp32, rotary embeddings fixed at load ("default" or
 "linear"), attention soft-capping only where the family's was checked (Gemma 2), causal attention, and
 the model's own forward (not replaced on the instance, no hooks on it or on the parts it recomputes).
