@@ -119,6 +119,7 @@ class CompiledStep:
 def _past_every_window(model) -> int:
     """A cache length past every layer's sliding window (and past the cache's first buffer)."""
     family = lean_forward.family_of(model)
+    assert family is not None  # supports(model)
     windows = [lean_forward.layer_window(model, family, layer.self_attn) for layer in model.base_model.layers]
     return max([w for w in windows if w] + [512]) + 8
 

@@ -52,10 +52,10 @@ _ROWS_HINT = 8
 # Weights in oneDNN's blocked layouts are opaque to torch.compile (they have no strides to trace). A compiled
 # step (decoder/compiled_step.py) reaches each through `specdec::opaque_linear`, which names the module by a
 # key made from its weights: the same in every process that loads the same model, so the compile caches hit.
-_OPAQUE: weakref.WeakValueDictionary[int, torch.nn.Module] = weakref.WeakValueDictionary()
+_OPAQUE: weakref.WeakValueDictionary[int, PackedLinear | Int8Linear] = weakref.WeakValueDictionary()
 
 
-def _opaque_key(module: torch.nn.Module, weight: torch.Tensor) -> int:
+def _opaque_key(module: PackedLinear | Int8Linear, weight: torch.Tensor) -> int:
     sample = weight.flatten()[:: max(1, weight.numel() // 4096)].tolist()
     digest = hashlib.blake2b(repr((type(module).__name__, tuple(weight.shape), sample)).encode(), digest_size=7)
     key = int.from_bytes(digest.digest(), "little")

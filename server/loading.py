@@ -108,8 +108,13 @@ def compilable(engine: Engine) -> bool:
 async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
     """Build or load the compiled step on a low-priority thread while the worker answers from the eager one,
     then install it on the worker, between two requests. A failure leaves the eager step in place."""
+    from speccomplete.decoder.engine import SpeculativeDecoder
     from speccomplete.decoder.loader import compile_steps
+    from speccomplete.decoder.target_steps import EagerTarget
 
+    decoder = engine.decoder
+    assert isinstance(decoder, SpeculativeDecoder) and isinstance(decoder.steps, EagerTarget)  # compilable(engine)
+    steps = decoder.steps
     ls.optimizing = True
     ls.send_status()
     built: Future = Future()
@@ -122,7 +127,7 @@ async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
         except (AttributeError, OSError):
             pass
         try:
-            built.set_result(compile_steps(engine.decoder, engine.quantization))
+            built.set_result(compile_steps(decoder, engine.quantization))
         except BaseException as e:
             built.set_exception(e)
 
@@ -133,7 +138,7 @@ async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
         log.exception("could not compile the CPU step; answering from the eager step")
         compiled = None
     if compiled is not None and load_id == ls.loads and ls.engine is engine:
-        await asyncio.wrap_future(ls.worker.submit(engine.decoder.steps.use_compiled, compiled))
+        await asyncio.wrap_future(ls.worker.submit(steps.use_compiled, compiled))
         log.info("compiled step in use (%s in %.1f s)", "loaded" if report.loaded else "built", report.seconds)
     if load_id == ls.loads:
         ls.optimizing = False
