@@ -18,7 +18,7 @@ from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.graph_target import GraphTarget
 from speccomplete.decoder.step_shapes import row_buckets
-from speccomplete.decoder.target_steps import EagerTarget, FixedShapeTarget, target_steps
+from speccomplete.decoder.target_steps import FIXED_CAPACITY, EagerTarget, FixedShapeTarget, target_steps
 
 PROMPTS = random_prompts(8, seed=99)
 
@@ -111,6 +111,14 @@ def test_auto_steps_are_eager_on_the_cpu_graphs_on_cuda(llama, gpt2):
         target_steps(llama, "static", 5)
 
 
+def fixed_compiled(model, max_rows: int, hidden: bool = False) -> FixedShapeTarget:
+    """What `compiled` is on CUDA for a family graph_target.py does not run (on the CPU, `compiled` is the
+    lean forward's compiled step: tests/decoder/test_compiled_step.py), compiled here on the CPU."""
+    steps = FixedShapeTarget(model, FIXED_CAPACITY, max_rows, compile=True)
+    steps.warm_up(hidden)
+    return steps
+
+
 def test_compiled_steps_compile_once_per_row_count(tokenizer):
     """torch.compile(mode="reduce-overhead", fullgraph=True): each row count is traced once, and
     rounds at every position, rollbacks included, replay those graphs without recompiling."""
@@ -118,7 +126,7 @@ def test_compiled_steps_compile_once_per_row_count(tokenizer):
     policy, drafter = FixedGamma(3), HybridDrafter(None, lookup_tokens=3)
     torch._dynamo.reset()
     before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    steps = target_steps(model, "compiled", round_rows(policy, drafter))  # compiles every row count now
+    steps = fixed_compiled(model, round_rows(policy, drafter))  # compiles every row count now
     assert steps.records_graphs and steps.buckets == (1, 4)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 2
     spec = SpeculativeDecoder(model, tokenizer, drafter, policy, steps=steps)
@@ -141,7 +149,7 @@ def test_compiled_self_draft_steps_compile_once_per_row_count(tokenizer):
     policy, drafter = FixedGamma(3), HybridDrafter(SelfDrafter(model, half), lookup_tokens=3)
     torch._dynamo.reset()
     before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    steps = target_steps(model, "compiled", round_rows(policy, drafter), hidden=True)
+    steps = fixed_compiled(model, round_rows(policy, drafter), hidden=True)
     assert steps.buckets == (1, 4)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - before == 4
     spec = SpeculativeDecoder(model, tokenizer, drafter, policy, steps=steps)
