@@ -28,6 +28,7 @@ NAMES = [
     "train-eagle3",
     "eagle3-gguf",
     "serve",
+    "precompile",
     "eval",
     "replay",
     "quality",
