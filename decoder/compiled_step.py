@@ -131,10 +131,8 @@ def _every_row_logits(model, cache, input_ids: torch.Tensor, taps: tuple[int, ..
 def entry_key(model, quantization: str, max_rows: int, hidden: bool, taps: tuple[int, ...]) -> str:
     """What a cache entry is valid for: torch, the CPU's ISA, the model's config and weights, their
     format, and the feeds compiled."""
-    from .kernels import int8_full_range
+    from .kernels import int8_full_range, weight_sample
 
-    embedding = model.get_input_embeddings().weight
-    sample = embedding.detach().flatten()[:: max(1, embedding.numel() // 4096)].tolist()
     facts = {
         "format": FORMAT,
         "code": _code_digest(),
@@ -142,7 +140,7 @@ def entry_key(model, quantization: str, max_rows: int, hidden: bool, taps: tuple
         "isa": torch.backends.cpu.get_cpu_capability(),
         "vnni": int8_full_range(),
         "config": model.config.to_json_string(use_diff=False),
-        "weights": sample,
+        "weights": weight_sample(model.get_input_embeddings().weight),
         "quantization": quantization,
         "max_rows": max_rows,
         "hidden": hidden,

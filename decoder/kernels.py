@@ -55,8 +55,13 @@ _ROWS_HINT = 8
 _OPAQUE: weakref.WeakValueDictionary[int, PackedLinear | Int8Linear] = weakref.WeakValueDictionary()
 
 
+def weight_sample(weight: torch.Tensor) -> list:
+    """About 4,096 of a weight's values, evenly strided: enough to tell one model's weights from another's."""
+    return weight.detach().flatten()[:: max(1, weight.numel() // 4096)].tolist()
+
+
 def _opaque_key(module: PackedLinear | Int8Linear, weight: torch.Tensor) -> int:
-    sample = weight.flatten()[:: max(1, weight.numel() // 4096)].tolist()
+    sample = weight_sample(weight)
     digest = hashlib.blake2b(repr((type(module).__name__, tuple(weight.shape), sample)).encode(), digest_size=7)
     key = int.from_bytes(digest.digest(), "little")
     _OPAQUE[key] = module

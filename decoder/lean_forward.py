@@ -259,16 +259,11 @@ def _attention(
     elif mask is EACH_ROW:  # each row as the one-row step at its position: its own keys, no mask
         out = _attend_each_row(queries, keys, values, window, end, scaling, cap)
     else:
-        out = _attend(attention, queries, keys, values, cast(torch.Tensor | None, mask), window, end)
+        out = _attend(queries, keys, values, cast(torch.Tensor | None, mask), window, end, scaling, cap)
     return attention.o_proj(out[0].transpose(0, 1).reshape(rows, -1))
 
 
-def _attend(attention, queries, keys, values, mask: torch.Tensor | None, window: int | None, end: int) -> torch.Tensor:
-    cap = getattr(attention, "attn_logit_softcapping", None)
-    return _attend_keys(queries, keys, values, mask, window, end, attention.scaling, cap)
-
-
-def _attend_keys(queries, keys, values, mask, window: int | None, end: int, scale: float, cap: float | None):
+def _attend(queries, keys, values, mask, window: int | None, end: int, scale: float, cap: float | None) -> torch.Tensor:
     """SDPA of `queries` over the first `end` keys; with no mask (one row), only the last `window` of them."""
     start = end - window if mask is None and window and end > window else 0
     keys, values = keys[:, :, start:end], values[:, :, start:end]
@@ -282,7 +277,7 @@ def _attend_each_row(queries, keys, values, window: int | None, end: int, scale:
     rows = queries.shape[2]
     return torch.cat(
         [
-            _attend_keys(queries[:, :, row : row + 1], keys, values, None, window, end - rows + row + 1, scale, cap)
+            _attend(queries[:, :, row : row + 1], keys, values, None, window, end - rows + row + 1, scale, cap)
             for row in range(rows)
         ],
         dim=2,
