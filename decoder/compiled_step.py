@@ -61,9 +61,10 @@ class CompiledStep:
 
     max_hidden_rows = 1
 
-    def __init__(self, model, max_rows: int, taps: tuple[int, ...] = ()):
+    def __init__(self, model, max_rows: int, threads: int, taps: tuple[int, ...] = ()):
         self.model = model
         self.max_rows = max_rows
+        self.threads = threads  # the graphs' thread count: they guard on it (cpu_threads.IdleCores moves it)
         self.taps = taps
         # one row, and the rest: two graphs a function, on code objects every model compiled here shares
         torch._dynamo.config.cache_size_limit += 2
@@ -71,7 +72,6 @@ class CompiledStep:
         self._hidden = torch.compile(lean_hidden_tapped, dynamic=True)
         # once warmed up, a shape the build did not see would compile on a request: raise instead
         self._stance = "default"
-        self.threads = torch.get_num_threads()  # what the graphs were built for (warm_up)
 
     def covers(self, rows: int, cache, hidden: bool = False) -> bool:
         """Whether a feed of `rows` onto `cache` runs compiled: short feeds onto a cache that holds tokens and
@@ -82,7 +82,7 @@ class CompiledStep:
         return (
             rows <= (self.max_hidden_rows if hidden else self.max_rows)
             and 0 < held <= CAPACITY - rows
-            and torch.get_num_threads() == self.threads  # graphs guard on it; cpu_threads.IdleCores moves it
+            and torch.get_num_threads() == self.threads
         )
 
     def logits(self, cache, ids: list[int], keep: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -101,8 +101,10 @@ class CompiledStep:
 
     def warm_up(self, hidden: bool) -> None:
         """Run every graph once on a scratch cache, so that compiling (or loading) happens now: on a short
-        cache, then on one longer than every sliding window, where nothing may compile again."""
-        self.threads = torch.get_num_threads()
+        cache, then on one longer than every sliding window, where nothing may compile again. It sets the
+        calling thread's intra-op threads to the step's (a fresh thread starts from whatever count another
+        thread set last)."""
+        torch.set_num_threads(self.threads)
         with torch.inference_mode():
             for held in (8, min(_past_every_window(self.model), CAPACITY - self.max_rows)):
                 cache = new_cache()
@@ -128,9 +130,9 @@ def _every_row_logits(model, cache, input_ids: torch.Tensor, taps: tuple[int, ..
     return lean_logits_tapped(model, cache, input_ids, input_ids.shape[1], taps)
 
 
-def entry_key(model, quantization: str, max_rows: int, hidden: bool, taps: tuple[int, ...]) -> str:
+def entry_key(model, quantization: str, max_rows: int, hidden: bool, threads: int, taps: tuple[int, ...]) -> str:
     """What a cache entry is valid for: torch, the CPU's ISA, the model's config and weights, their
-    format, and the feeds compiled."""
+    format, the feeds compiled and the thread count."""
     from .kernels import int8_full_range, weight_sample
 
     facts = {
@@ -144,6 +146,7 @@ def entry_key(model, quantization: str, max_rows: int, hidden: bool, taps: tuple
         "quantization": quantization,
         "max_rows": max_rows,
         "hidden": hidden,
+        "threads": threads,
         "taps": list(taps),
     }
     return hashlib.blake2b(json.dumps(facts, sort_keys=True).encode(), digest_size=12).hexdigest()
@@ -167,13 +170,14 @@ def entry_path(key: str) -> Path:
 
 
 def build_or_load(
-    model, quantization: str, max_rows: int, hidden: bool, taps: tuple[int, ...] = ()
+    model, quantization: str, max_rows: int, hidden: bool, threads: int | None = None, taps: tuple[int, ...] = ()
 ) -> tuple[CompiledStep, BuildReport]:
-    """The compiled step for `model`: from the cache file where one is valid, else compiled from nothing and
-    the file written. A corrupt entry is logged, removed and rebuilt. Slow (seconds warm, minutes cold): never
-    call it on a request's path."""
+    """The compiled step for `model` at `threads` intra-op threads (default: the caller's count): from the
+    cache file where one is valid, else compiled from nothing and the file written. A corrupt entry is logged,
+    removed and rebuilt. Slow (seconds warm, minutes cold): never call it on a request's path."""
     began = time.perf_counter()
-    path = entry_path(entry_key(model, quantization, max_rows, hidden, taps))
+    threads = threads or torch.get_num_threads()
+    path = entry_path(entry_key(model, quantization, max_rows, hidden, threads, taps))
     loaded = False
     if path.exists():
         try:
@@ -184,7 +188,7 @@ def build_or_load(
         if not loaded:
             log.warning("compiled step cache %s is unreadable; compiling it again", path)
             path.unlink(missing_ok=True)
-    step = CompiledStep(model, max_rows, taps)
+    step = CompiledStep(model, max_rows, threads, taps)
     step.warm_up(hidden)
     # what this process compiled or loaded; written unless the entry already holds exactly that
     artifacts = torch.compiler.save_cache_artifacts()

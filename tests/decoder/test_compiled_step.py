@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -102,13 +103,35 @@ def test_the_cache_entry_is_loaded_and_a_corrupt_one_rebuilt(llama, cache_dir, c
         assert steps.hidden([5, 6]).shape == (2, target.config.hidden_size)
 
 
+def test_a_step_built_on_another_thread_runs_at_the_count_asked_for(llama, cache_dir):
+    """The server builds on a thread of its own while its worker moves the thread count (IdleCores): the step
+    is built for the count asked for, not the one another thread set last, and steps at that count run it."""
+    target, _ = packed_pair(llama, int8=False)
+    asked = 2
+    built: dict = {}
+
+    def build() -> None:
+        built["step"], _ = compiled_step.build_or_load(target, "none", ROWS, hidden=False, threads=asked)
+
+    torch.set_num_threads(1)  # what the worker sets while the build keeps a core busy
+    builder = threading.Thread(target=build)
+    builder.start()
+    builder.join()
+    torch.set_num_threads(asked)  # the worker, idle again
+    with torch.inference_mode():
+        steps = EagerTarget(target)
+        steps.forward(list(range(10)), keep=1)
+        assert built["step"].threads == asked and built["step"].covers(1, steps.cache)
+
+
 def test_the_key_says_what_the_code_is_valid_for(llama, gemma3):
-    key = compiled_step.entry_key(llama, "none", ROWS, False, ())
-    assert key == compiled_step.entry_key(llama, "none", ROWS, False, ())
+    key = compiled_step.entry_key(llama, "none", ROWS, False, 2, ())
+    assert key == compiled_step.entry_key(llama, "none", ROWS, False, 2, ())
     others = [
-        compiled_step.entry_key(gemma3, "none", ROWS, False, ()),
-        compiled_step.entry_key(llama, "int8", ROWS, False, ()),
-        compiled_step.entry_key(llama, "none", ROWS + 1, False, ()),
-        compiled_step.entry_key(llama, "none", ROWS, True, ()),
+        compiled_step.entry_key(gemma3, "none", ROWS, False, 2, ()),
+        compiled_step.entry_key(llama, "int8", ROWS, False, 2, ()),
+        compiled_step.entry_key(llama, "none", ROWS + 1, False, 2, ()),
+        compiled_step.entry_key(llama, "none", ROWS, True, 2, ()),
+        compiled_step.entry_key(llama, "none", ROWS, False, 1, ()),
     ]
     assert key not in others and len(set(others)) == len(others)
