@@ -224,6 +224,26 @@ class SpeculativeDecoder:
         stats.total_ms = _ms(start)
         return Generation(stream.text, generated, finish, stats, logprobs, healed)
 
+    @torch.inference_mode()
+    def warm(self, prompt: str, options: DecodeOptions) -> int:
+        """Prefill `prompt` but its last token, and decode nothing, so that `generate(prompt, options)`, or a
+        request for a prompt that shares its start, finds the cache warm. Stops at a chunk boundary once
+        `options.cancel` is set and keeps the chunks done. Returns the tokens the cache now holds of it."""
+        ids = self.encode(prompt)
+        if options.heal:
+            ids, _ = heal(self.tokenizer, ids)
+        ids, _ = self.fit_prompt(ids, options.max_new_tokens, options.max_prompt_tokens)
+        self._take_idle_cores(GenerationStats())
+        shared = self._reuse_prefix(ids)
+        if self.drafter is not None:
+            # the drafter holds at most what the target held before: no more than `shared` of it is this prompt's
+            self.drafter.reset(ids[: shared + 1], shared)
+        for begin in range(shared, len(ids) - 1, PREFILL_CHUNK):
+            if options.cancel is not None and options.cancel.is_set():
+                break
+            self.steps.feed(ids[begin : min(begin + PREFILL_CHUNK, len(ids) - 1)])
+        return len(self.steps.tokens)
+
     def _take_idle_cores(self, stats: GenerationStats) -> None:
         if self.idle_cores is not None:
             threads = self.idle_cores.adjust()

@@ -178,17 +178,7 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
         return finish("", False, GenerationStats(), "error", error=e)
 
     try:
-        # auto-closed brackets and quotes after the cursor: prompt without them; the completion retypes them
-        closers = closers_after(text, offset)
-        document = text[:offset] + text[offset + len(closers) :]
-        prompt = build_prompt(
-            document,
-            offset,
-            language,
-            options.prompt_budget_chars,
-            request.open_documents,
-            options.context_budget_chars,
-        )
+        prompt, closers, document = _prompt_at(options, request, language, offset)
         answer = _answer(engine, options, request, prompt, closers, cancel)
         if answer.reason == "finished-line":  # the model ended the line: offer the next one below it, as after Enter
             below = build_prompt(
@@ -208,6 +198,58 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
     return finish(answer.text, prompt.multiline, stats, answer.reason, found=answer.found, replaces=answer.replaces)
 
 
+def warm(engine: Engine, options: ServerOptions, request: Request, cancel: threading.Event) -> int:
+    """Read the prompt a completion at `request`'s position would read, and decode nothing: the server calls
+    it at the first edit in a document whose prompt the model has not read, so that the request at the next
+    pause prefills only what changed since. Returns the prompt tokens the cache holds (0: nothing to warm)."""
+    decoder = engine.decoder
+    language = detect_language(request.path, request.language_id, request.text)
+    text = request.text
+    if (
+        not isinstance(decoder, SpeculativeDecoder)  # the other backends keep their own caches
+        or len(text) > options.max_document_chars
+        or "\0" in text
+        or not options.language_enabled(language)
+    ):
+        return 0
+    try:
+        prompt, _, _ = _prompt_at(options, request, language, offset_at(text, request.line, request.character))
+        return decoder.warm(_model_input(engine, prompt), _decode_options(engine, options, prompt, cancel))
+    except Exception:  # it only saves time: a failure costs the next request its prefill, nothing more
+        log.exception("%s: reading the prompt ahead failed", request.path)
+        return 0
+
+
+def _prompt_at(options: ServerOptions, request: Request, language: str, offset: int) -> tuple[Prompt, str, str]:
+    """The prompt at `offset`, the closers after the cursor, and the document without them (auto-closed
+    brackets and quotes: the prompt leaves them out, and the completion retypes them)."""
+    text = request.text
+    closers = closers_after(text, offset)
+    document = text[:offset] + text[offset + len(closers) :]
+    prompt = build_prompt(
+        document, offset, language, options.prompt_budget_chars, request.open_documents, options.context_budget_chars
+    )
+    return prompt, closers, document
+
+
+def _model_input(engine: Engine, prompt: Prompt) -> str:
+    return format_fim(prompt, engine.fim) if engine.fim else prompt.model_prefix
+
+
+def _decode_options(engine: Engine, options: ServerOptions, prompt: Prompt, cancel: threading.Event) -> DecodeOptions:
+    context = TrimContext.from_prompt(prompt)
+    return DecodeOptions(
+        max_new_tokens=options.max_tokens_multi_line if prompt.multiline else options.max_tokens_single_line,
+        sampling=SamplingParams(temperature=options.temperature),
+        stop_strings=stop_strings(prompt.language, prompt.multiline),
+        stop_tokens=engine.fim_stops,
+        stop_when=scope_closed(context),
+        cancel=cancel,
+        gamma_group=prompt.language,  # γ adapts to each language's own acceptance
+        heal=options.token_healing,
+    )
+
+
 @dataclass
 class Answer:
     """What one decode gives, trimmed and gated: the text to show, or "" and why."""
@@ -224,20 +266,7 @@ def _answer(
 ) -> Answer:
     """Decode the prompt, trim the completion (retyping `closers` if it can) and gate it."""
     context = TrimContext.from_prompt(prompt)
-    model_input = format_fim(prompt, engine.fim) if engine.fim else prompt.model_prefix
-    generation = engine.decoder.generate(
-        model_input,
-        DecodeOptions(
-            max_new_tokens=options.max_tokens_multi_line if prompt.multiline else options.max_tokens_single_line,
-            sampling=SamplingParams(temperature=options.temperature),
-            stop_strings=stop_strings(prompt.language, prompt.multiline),
-            stop_tokens=engine.fim_stops,
-            stop_when=scope_closed(context),
-            cancel=cancel,
-            gamma_group=prompt.language,  # γ adapts to each language's own acceptance
-            heal=options.token_healing,
-        ),
-    )
+    generation = engine.decoder.generate(_model_input(engine, prompt), _decode_options(engine, options, prompt, cancel))
     if generation.finish_reason == "cancelled":
         return Answer("", "cancelled", 0, generation)
     completion, reason = trim_with_cause(generation.text, context)

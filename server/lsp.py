@@ -49,6 +49,7 @@ from .completion import (
     complete,
     retune,
     reuse,
+    warm,
 )
 from .documents import document_key, path_of, use_lsp_lines
 from .loading import Worker, start_loading
@@ -92,6 +93,9 @@ class SpecdecServer(LanguageServer):
         self.optimizing = False  # the compiled CPU step is being built or loaded (server/loading.py)
         self.compile_task: asyncio.Task | None = None
         self.loaded_with: ServerOptions | None = None  # the options the engine was loaded with
+        # the document whose prompt the decoder read last (a request's or a warm-up's), and the warm-up's switch
+        self.read_last: str | None = None
+        self.warming = threading.Event()
         self.latencies: deque[float] = deque(maxlen=100)
         self.popup_limit = PopupLimit()
         self.telemetry_failed = False  # the event log could not be written (shown once per log)
@@ -177,6 +181,31 @@ class SpecdecServer(LanguageServer):
         others = [u for u in order if u != key][:MAX_DOCUMENTS]
         return tuple(OpenDocument(path_of(u), documents[u].source) for u in others)
 
+    def warm_at_edit(self, uri: str, key: str, change) -> None:
+        """At the first edit in a document whose prompt the decoder has not read, read it on the worker while
+        the user types on (completion.warm); the next request stops it and prefills only the rest."""
+        document = self.open_document(key)
+        end = edit_end(change)
+        if not self.options.prefill_on_edit or self.engine is None or key == self.read_last or document is None:
+            return
+        if end is None:  # a whole-document change says nowhere where the cursor is
+            return
+        self.read_last = key
+        self.warming.set()
+        self.warming = threading.Event()
+        request = Request(
+            "warm-up",
+            document.source,
+            path_of(uri),
+            document.language_id,
+            end.line,
+            end.character,
+            "automatic",
+            time.perf_counter(),
+            self.other_documents(key) if self.options.context_budget_chars else (),
+        )
+        self.worker.submit(warm, self.engine, self.options, request, self.warming)
+
     def open_document(self, key: str):
         """The open document under `key` (document_key), or None."""
         return self.workspace.text_documents.get(key)
@@ -259,6 +288,8 @@ class SpecdecServer(LanguageServer):
             if self.engine is None:
                 return None  # a reload began while waiting
             engine, options = self.engine, self.options  # settings may have changed while waiting
+            self.warming.set()  # the request reads on from where a warm-up got to
+            self.read_last = key
             future = self.worker.submit(complete, engine, options, request, cancel)
             try:
                 result = await asyncio.wrap_future(future)
@@ -362,6 +393,8 @@ def did_change(ls: SpecdecServer, params: types.DidChangeTextDocumentParams) -> 
         cancel = ls.running.get((key, lane))
         if cancel is not None:
             cancel.set()
+    if params.content_changes:
+        ls.warm_at_edit(params.text_document.uri, key, params.content_changes[-1])
 
 
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CLOSE)
@@ -373,6 +406,17 @@ def did_close(ls: SpecdecServer, params: types.DidCloseTextDocumentParams) -> No
         if cancel is not None:
             cancel.set()
     ls.outcomes.reject(key)
+
+
+def edit_end(change) -> types.Position | None:
+    """Where an incremental change leaves the cursor, as a typist's edit does: after its inserted text (None
+    for a whole-document change)."""
+    if not isinstance(change, types.TextDocumentContentChangePartial):
+        return None
+    start, lines = change.range.start, change.text.split("\n")
+    if len(lines) == 1:
+        return types.Position(start.line, start.character + utf16_len(lines[0]))
+    return types.Position(start.line + len(lines) - 1, utf16_len(lines[-1]))
 
 
 def replaced_range(ls: SpecdecServer, key: str, position: types.Position, result: Completion) -> types.Range:

@@ -187,6 +187,12 @@ class ServerOptions:
         150,
         "Automatic requests wait this long for more typing before decoding; invoked ones start at once.",
     )
+    prefill_on_edit: bool = option(
+        True,
+        "At the first edit in a document whose prompt the model has not read, read it while the user types on, "
+        "so that the completion at the next pause prefills only what changed.",
+        recorded=True,
+    )
     telemetry: bool = option(
         True,
         "Record one event per completion on this machine (no source text unless `telemetryText`).",

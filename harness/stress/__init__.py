@@ -3,6 +3,7 @@
     fuzz     seeded damaged LSP messages and bad frames (fuzz.py)
     tcp      a second local client against a connected one (tcp.py)
     storm    typing with cancellation on the default model: RSS, stale answers, latency (storm.py)
+    typist   pauses as a person makes them in real files: latency at the first and later pauses, CPU (typist.py)
     kill     kill -9 during telemetry writes (kill.py)
     configs  bad settings at initialize and later (configs.py)
 
@@ -22,11 +23,13 @@ from pathlib import Path
 
 from .check import CheckResult
 
-CHECKS = ("fuzz", "tcp", "storm", "kill", "configs")
+CHECKS = ("fuzz", "tcp", "storm", "typist", "kill", "configs")
 
 
-def run_check(name: str, seed: int, full: bool, workdir: Path) -> CheckResult:
+def run_check(name: str, seed: int, full: bool, workdir: Path, files: list[Path] | None = None) -> CheckResult:
     module = importlib.import_module(f"{__name__}.{name}")
+    if name == "typist":
+        return module.run(seed, full, workdir, files)
     return module.run(seed, full, workdir)
 
 
@@ -49,6 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="0", help="comma-separated seeds (the fuzzer's target is 3: 0,1,2)")
     p.add_argument("--short", action="store_true", help="the short versions CI runs")
     p.add_argument("--json", type=Path, help="write every result here")
+    p.add_argument("--files", type=Path, nargs="+", help="typist: files to type into (default: a few of ours)")
     return p
 
 
@@ -59,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         for name in args.checks or CHECKS:
             for seed in seeds if name == "fuzz" else seeds[:1]:
                 print(f"running {name} (seed {seed})...", file=sys.stderr, flush=True)
-                results.append(run_check(name, seed, not args.short, Path(tmp)))
+                results.append(run_check(name, seed, not args.short, Path(tmp), args.files))
     print(format_table(results))
     if args.json:
         payload = [dataclasses.asdict(r) | {"passed": r.passed} for r in results]

@@ -183,6 +183,7 @@ class Storm:
     change_sent: dict[int, float] = field(default_factory=dict)  # document version -> when its didChange was sent
     version: int = 1
     rss: list[tuple[float, int]] = field(default_factory=list)  # (seconds into the run, KiB)
+    uri: str = URI  # the document typed into
 
     def answer(self, sent: Sent, future: Future) -> None:
         """The request's answer arrived (called in the reading loop, so in order with the notifications)."""
@@ -213,7 +214,7 @@ class Storm:
         at = types.Position(line, column)
         self.session.client.text_document_did_change(
             types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=URI, version=self.version),
+                text_document=types.VersionedTextDocumentIdentifier(uri=self.uri, version=self.version),
                 content_changes=[types.TextDocumentContentChangePartial(range=types.Range(at, at), text=character)],
             )
         )
@@ -227,7 +228,7 @@ class Storm:
             protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id=previous.msg_id))
         sent = Sent(f"storm-{len(self.requests)}", self.version, time.monotonic(), before_pause)
         params = types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(URI),
+            text_document=types.TextDocumentIdentifier(self.uri),
             position=types.Position(line, column),
             context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
         )

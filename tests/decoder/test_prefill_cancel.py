@@ -147,3 +147,43 @@ def test_chunks_on_fixed_shapes_pad_their_remainder_or_run_unpadded(llama, token
         steps.truncate(0)  # else each prompt would reuse all but the last token of the one before
         want = generate(reference, prompt, max_new_tokens=NEW).token_ids
         assert generate(spec, prompt, max_new_tokens=NEW).token_ids == want, length
+
+
+# --------------------------------------------------------------------------- warming: a prefill that decodes nothing
+
+
+@pytest.mark.parametrize("kind", ["none", "ngram", "model"])
+@pytest.mark.parametrize("cancel_after", [None, 1])  # warmed whole, or stopped after its first chunk
+def test_a_request_after_a_warm_prefill_writes_what_a_cold_one_does(llama, llama_other, tokenizer, kind, cancel_after):
+    """The server warms the cache for the document being edited before its request comes (`warm`). The
+    request then prefills only the rest and writes, token for token and round for round, what a decoder
+    that never warmed writes; a cancelled warm keeps its chunks, and its drafter matches the target."""
+
+    def decoder():
+        drafter = make_drafter(kind, llama_other)
+        return SpeculativeDecoder(llama, tokenizer, drafter, FixedGamma(3) if drafter else None)
+
+    first = FILE[:30] + "x = 1\n"  # the last request: shares 30 bytes with the file
+    typed = FILE + "for j in"  # the request at the pause: the file and what was typed since the warm
+    warmed, cold = decoder(), decoder()
+    generate(warmed, first, max_new_tokens=NEW)
+    generate(cold, first, max_new_tokens=NEW)
+    held = warmed.warm(FILE, engine.DecodeOptions(max_new_tokens=NEW, cancel=SetAfter(cancel_after or 99)))
+    ids = warmed.encode(FILE)
+    assert warmed.steps.tokens == ids[:held]
+    shared = next(i for i, (a, b) in enumerate(zip(warmed.encode(first), ids)) if a != b)
+    assert held == (shared + CHUNK if cancel_after else len(ids) - 1)  # its chunks, kept
+
+    got = generate(warmed, typed, max_new_tokens=NEW)
+    want = generate(cold, typed, max_new_tokens=NEW)
+    assert got.token_ids == want.token_ids
+    assert got.stats.prompt_reused_tokens == held > want.stats.prompt_reused_tokens
+    assert (got.stats.gammas, got.stats.accepted_histogram) == (want.stats.gammas, want.stats.accepted_histogram)
+
+
+def test_warming_a_prompt_the_cache_holds_feeds_nothing(llama, tokenizer, monkeypatch):
+    decoder = SpeculativeDecoder(llama, tokenizer)
+    generate(decoder, FILE, max_new_tokens=NEW)
+    feeds = spy_on_steps(decoder, monkeypatch)
+    assert decoder.warm(FILE, engine.DecodeOptions(max_new_tokens=NEW)) == len(decoder.encode(FILE)) - 1
+    assert feeds == []

@@ -231,3 +231,22 @@ async def test_shown_completion_is_rejected_after_the_timeout(client: LanguageCl
     )
     assert [o["outcome"] for o in outcomes(workdir["events"], request_id)] == ["rejected", "accepted"]
     close_document(client, uri)
+
+
+@pytest.mark.parametrize("prefill_on_edit", [True, False])
+async def test_the_first_edit_in_a_document_reads_its_prompt_ahead(client: LanguageClient, workdir, prefill_on_edit):
+    """At the first edit in a document whose prompt the model has not read, the server reads it while the
+    user types on, so the request at the pause prefills only what was typed since; off, it reads it all then."""
+    uri = f"file:///work/ahead-{prefill_on_edit}.txt"
+    text = "".join(f"{prefill_on_edit} note {i}: nothing to see\n" for i in range(60))  # ~1,800 tokens
+    configure(client, prefillOnEdit=prefill_on_edit)
+    open_document(client, uri, text, "plaintext")
+    insert_text(client, uri, 2, 60, 0, "n")
+    await asyncio.sleep(2)  # typing on: the server reads meanwhile
+    insert_text(client, uri, 3, 60, 1, "o")
+    await inline(client, uri, 60, 2)
+    event = latest_event(workdir["events"])
+    unread = event["prompt_tokens"] - event["prompt_reused_tokens"]
+    assert unread <= 4 if prefill_on_edit else unread > event["prompt_tokens"] / 2, event
+    configure(client, prefillOnEdit=True)
+    close_document(client, uri)

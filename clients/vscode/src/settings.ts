@@ -25,6 +25,7 @@ const SERVER_OPTIONS: Record<string, string> = {
   temperature: 'temperature',
   minConfidence: 'minConfidence',
   debounceMs: 'debounceMs',
+  prefillOnEdit: 'prefillOnEdit',
   rejectAfterS: 'rejectAfterS',
   promptBudgetChars: 'promptBudgetChars',
   contextBudgetChars: 'contextBudgetChars',

@@ -1,0 +1,269 @@
+"""A typist against the real `specdec serve`: pauses as a person makes them, in real files.
+
+For each file: open it with one line's text cut out after its indentation, as if about to write it; type a
+dozen keys of it at about 10 keys/s and pause; a dozen more and pause; then the rest of the line, Enter and
+the next line's indentation, and pause. Each key is a didChange, a `$/cancelRequest` for the previous request if
+unanswered and an automatic inline completion request, as VS Code sends them. At a pause the typist waits
+for the answer and a moment more.
+
+Measured per pause, key to answer: the first pause in a file just opened apart from the later ones, single-line
+and block answers apart (the server's own `multiline`), p50 and p90; the answers shown; and the server's CPU
+while the keys come, in cores (its user and system time over the typing's wall time, pauses left out).
+
+It runs the server twice, on its defaults and with `prefillOnEdit` off, on the same files and keys, so the
+table shows what reading a file's prompt at its first edit buys. The full version types into a few of the
+package's own modules with the default model (`--files` names others); the short one into one, with a tiny
+random model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lsprotocol import types
+
+from speccomplete.harness.eval import stop_session
+from speccomplete.metrics import percentile
+from speccomplete.server.language import detect_language
+
+from .check import CheckResult
+from .storm import Storm, _utf16_len, start_server
+from .wire import save_tiny_model
+
+KEY_S = (0.07, 0.13)  # between two keys: about 10 keys/s
+BURST = 12  # keys before a pause
+SETTLE_S = 1.0  # after a pause's answer, before the next key
+MIN_LINE = 2 * BURST + 4  # a line typed: long enough for two bursts and a rest
+# real files of a few sizes and kinds: the package's own (installed with it)
+MODULES = (
+    "speccomplete.server.prompt",
+    "speccomplete.server.lsp",
+    "speccomplete.decoder.engine",
+    "speccomplete.decoder.sampling",
+    "speccomplete.decoder.kv_cache",
+    "speccomplete.telemetry.analysis.statistics",
+    "speccomplete.harness.bench",
+    "speccomplete.server.filters",
+)
+SETTINGS = {"defaults": {}, "prefillOnEdit off": {"prefillOnEdit": False}}
+
+
+@dataclass(frozen=True)
+class Plan:
+    files: int
+    ready_timeout_s: float
+    answer_timeout_s: float
+
+
+FULL = Plan(files=len(MODULES), ready_timeout_s=900, answer_timeout_s=120)
+SHORT = Plan(files=1, ready_timeout_s=180, answer_timeout_s=60)
+
+
+@dataclass
+class Pause:
+    file: str
+    first: bool  # the first pause in the file just opened
+    latency_ms: float | None  # key sent to answer; None: never answered
+    multiline: bool | None  # the server's: a block was asked for (None: no event for it)
+    shown: bool
+
+
+@dataclass
+class Typed:
+    """One setting's run: its pauses, and the server's CPU over the typing."""
+
+    pauses: list[Pause] = field(default_factory=list)
+    typing_s: float = 0.0
+    cpu_s: float = 0.0
+
+
+def module_file(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin is not None, name
+    return Path(spec.origin)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user and system time (/proc/<pid>/stat); 0 where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def typing_spot(text: str) -> tuple[int, str] | None:
+    """Where to type in `text`: the offset after the indentation of the first long line past its middle, and
+    that line's text from there, with Enter and the next line's indentation; None if no line will do."""
+    lines = text.splitlines(keepends=True)
+    offset = 0
+    for index, line in enumerate(lines):
+        body = line.strip()
+        if offset >= len(text) // 2 and len(body) >= MIN_LINE and index + 1 < len(lines):
+            indent = len(line) - len(line.lstrip(" \t"))
+            following = lines[index + 1]
+            return offset + indent, line[indent:] + following[: len(following) - len(following.lstrip(" \t"))]
+        offset += len(line)
+    return None
+
+
+async def _type_file(
+    session, events: Path, path: Path, label: str, plan: Plan, rng: random.Random, typed: Typed
+) -> None:
+    text = path.read_text()
+    spot = typing_spot(text)
+    if spot is None:
+        return
+    start, keys = spot
+    document = text[:start] + text[start + len(keys) :]
+    uri = f"file:///specdec-typist/{label}/{path.name}"
+    storm = Storm(session, uri=uri)
+    session.client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri, detect_language(str(path), None, text), storm.version, document)
+        )
+    )
+    lines = text[:start].split("\n")
+    line, column = len(lines) - 1, _utf16_len(lines[-1])
+    pauses_at = {BURST, 2 * BURST, len(keys)}
+    burst_began, burst_cpu = time.monotonic(), cpu_seconds(session.process.pid)
+    await asyncio.sleep(rng.uniform(*KEY_S))
+    for index, character in enumerate(keys, start=1):
+        storm.type_key(character, line, column)
+        line, column = (line + 1, 0) if character == "\n" else (line, column + _utf16_len(character))
+        sent = storm.request(line, column, before_pause=index in pauses_at)
+        if index not in pauses_at:
+            await asyncio.sleep(rng.uniform(*KEY_S))
+            continue
+        typed.typing_s += time.monotonic() - burst_began
+        typed.cpu_s += cpu_seconds(session.process.pid) - burst_cpu
+        deadline = sent.sent + plan.answer_timeout_s
+        while sent.answered is None and time.monotonic() < deadline and session.alive:
+            await asyncio.sleep(0.005)
+        event = await _event_of(session, events, sent)
+        typed.pauses.append(
+            Pause(
+                path.name,
+                first=index == BURST,
+                latency_ms=sent.latency_ms if not sent.cancelled_answer else None,
+                multiline=None if event is None else event["multiline"],
+                shown=bool(sent.text),
+            )
+        )
+        await asyncio.sleep(SETTLE_S)
+        burst_began, burst_cpu = time.monotonic(), cpu_seconds(session.process.pid)
+    session.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
+
+
+async def _event_of(session, events: Path, sent) -> dict | None:
+    """The request's telemetry event (its `multiline` is the server's): the server sends a request's
+    `specdec/completed`, which names it, just before its answer, and writes the event before both."""
+    arrivals = session.arrivals
+    at = next((i for i, a in enumerate(arrivals) if a.answer is sent), None)
+    note = arrivals[at - 1].note if at else None
+    if note is None:
+        return None
+    for line in reversed(events.read_text().splitlines() if events.exists() else []):
+        event = json.loads(line)
+        if event.get("request_id") == note["requestId"] and event.get("record") != "outcome":
+            return event
+    return None
+
+
+async def _run_setting(name: str, settings: dict, files: list[Path], plan: Plan, seed: int, workdir: Path, model):
+    events_path = workdir / f"events-{name.replace(' ', '-')}.jsonl"
+    events_path.unlink(missing_ok=True)
+    options = {"telemetryPath": str(events_path)} | settings
+    if model is not None:
+        options |= {"target": str(model), "quantization": "none"}
+    session = await start_server(options, plan.ready_timeout_s)
+    typed = Typed()
+    try:
+        if session.statuses[-1]["state"] != "ready":
+            raise RuntimeError(f"the server could not load its models: {session.statuses[-1].get('message')}")
+        rng = random.Random(seed)
+        for path in files:
+            await _type_file(session, events_path, path, name.replace(" ", "-"), plan, rng, typed)
+    finally:
+        await stop_session(session)
+    return typed
+
+
+def run(seed: int, full: bool, workdir: Path, files: list[Path] | None = None) -> CheckResult:
+    plan = FULL if full else SHORT
+    workdir = workdir / "typist"
+    workdir.mkdir(parents=True, exist_ok=True)
+    chosen = files or [module_file(module) for module in MODULES[: plan.files]]
+    model = None if full else save_tiny_model(workdir / "model", seed)
+    runs = {
+        name: asyncio.run(_run_setting(name, settings, chosen, plan, seed, workdir, model))
+        for name, settings in SETTINGS.items()
+    }
+    return report(runs, seed, full)
+
+
+def summary(typed: Typed) -> dict:
+    """p50 and p90 latency (ms) and shown counts per kind of pause, and the CPU while typing."""
+    kinds = {
+        "first pause, single line": lambda p: p.first and p.multiline is False,
+        "first pause, block": lambda p: p.first and p.multiline is True,
+        "later pause, single line": lambda p: not p.first and p.multiline is False,
+        "later pause, block": lambda p: not p.first and p.multiline is True,
+        "first pause, any": lambda p: p.first,
+        "later pause, any": lambda p: not p.first,
+    }
+    out: dict = {}
+    for kind, chosen in kinds.items():
+        pauses = [p for p in typed.pauses if chosen(p)]
+        latencies = [p.latency_ms for p in pauses if p.latency_ms is not None]
+        out[kind] = {
+            "n": len(pauses),
+            "p50_ms": _round(percentile(latencies, 50)),
+            "p90_ms": _round(percentile(latencies, 90)),
+            "shown": sum(p.shown for p in pauses),
+            "unanswered": len(pauses) - len(latencies),
+        }
+    out["cores_while_typing"] = _round(typed.cpu_s / typed.typing_s, 3) if typed.typing_s else None
+    return out
+
+
+def report(runs: dict[str, Typed], seed: int, full: bool) -> CheckResult:
+    result = CheckResult("typist", seed, full)
+    result.metrics = {name: summary(typed) for name, typed in runs.items()}
+    result.metrics["pauses"] = {name: [vars(p) for p in typed.pauses] for name, typed in runs.items()}
+    defaults = result.metrics["defaults"]
+    everything = [p for typed in runs.values() for p in typed.pauses]
+    unanswered = sum(p.latency_ms is None for p in everything)
+    result.target("pauses never answered", unanswered, "== 0", unanswered == 0)
+    result.target("pauses", len(everything), ">= 3", len(everything) >= 3)
+    if full:
+        first = defaults["first pause, any"]["p50_ms"]
+        later = defaults["later pause, single line"]["p50_ms"]
+        cores = defaults["cores_while_typing"]
+        result.target(
+            "first pause in a file just opened, p50 (ms)", first, "<= 500", first is not None and first <= 500
+        )
+        result.target("later single-line pause, p50 (ms)", later, "<= 200", later is not None and later <= 200)
+        result.target("cores while typing", cores, "<= 0.25", cores is not None and cores <= 0.25)
+    for name, typed in runs.items():
+        summary_ = result.metrics[name]
+        result.notes.append(
+            f"{name}: first pause p50/p90 {summary_['first pause, any']['p50_ms']}/"
+            f"{summary_['first pause, any']['p90_ms']} ms, later single-line "
+            f"{summary_['later pause, single line']['p50_ms']}/{summary_['later pause, single line']['p90_ms']} ms, "
+            f"later block {summary_['later pause, block']['p50_ms']}/{summary_['later pause, block']['p90_ms']} ms, "
+            f"shown {sum(p.shown for p in typed.pauses)}/{len(typed.pauses)}, "
+            f"{summary_['cores_while_typing']} cores while typing"
+        )
+    return result
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
