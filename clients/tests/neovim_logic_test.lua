@@ -160,7 +160,14 @@ step('attach', function(next)
   wait('the buffer-local keys', 10000, function()
     local map = vim.fn.maparg(keymaps.accept, 'i', false, true)
     return map.buffer == 1 and map.desc and map.desc:find('^specdec: ')
-  end, next)
+  end, function()
+    -- one debounce: the display waits for the pause, so the server is asked not to wait again
+    local options = received('initialize')[1].params.initializationOptions
+    if options.debounceMs ~= 0 then
+      error('initializationOptions ' .. vim.inspect(options))
+    end
+    next()
+  end)
 end)
 
 step('ghost text appears as you type, first line inline, the rest below', function(next)

@@ -53,11 +53,13 @@ function M.set(opts)
   return M.options
 end
 
--- init_options as sent: an empty table must go out as {} (an object), not [], which the server rejects.
+-- init_options as sent. One debounce, not two: every display asks only once the user pauses (extmark
+-- after debounce_ms, native after Neovim's own wait, popup on trigger characters), so the server is told
+-- not to wait again (debounceMs = 0) unless the user set debounceMs.
 function M.init_options(options)
-  local init = (options or M.options).init_options
-  if init == nil or next(init) == nil then
-    return vim.empty_dict()
+  local init = vim.deepcopy((options or M.options).init_options or {})
+  if init.debounceMs == nil then
+    init.debounceMs = 0
   end
   return init
 end
