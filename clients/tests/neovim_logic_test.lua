@@ -183,6 +183,16 @@ step('ghost text appears as you type, first line inline, the rest below', functi
   end)
 end)
 
+step('the statusline shows the wait measured here, not the server\'s', function(next)
+  -- the fake server answers after DELAY_MS and says it took 0 ms
+  local p50 = require('specdec.wait').p50()
+  local shown = specdec.statusline():match('(%d+)ms$')
+  if p50 == nil or p50 < DELAY_MS or p50 > 10 * DELAY_MS or tonumber(shown) ~= math.floor(p50 + 0.5) then
+    error('wait p50 ' .. tostring(p50) .. ', statusline ' .. specdec.statusline())
+  end
+  next()
+end)
+
 step('next and previous cycle through the items', function(next)
   keys(keymaps.next)
   expect_ghost('eturn 2', 1000, function()

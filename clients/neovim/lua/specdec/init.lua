@@ -35,6 +35,7 @@ M.completed = {}
 function M._on_completed(params)
   if type(params) == 'table' and params.uri then
     M.completed[params.uri] = { params = params, at = (vim.uv or vim.loop).now() }
+    require('specdec.wait').answered(params.uri, params.outcome)
   end
 end
 
@@ -81,7 +82,8 @@ function M.explain_empty(bufnr, reason, since)
   return message
 end
 
--- A short line for the statusline: "specdec ready 62% 180ms".
+-- A short line for the statusline: "specdec ready 62% 180ms": the share accepted, and the p50 wait from
+-- the last keystroke to ghost text measured here (wait.lua; the server's own p50 until there is one).
 function M.statusline()
   local s = M.status
   local parts = { server.NAME, s.state }
@@ -91,8 +93,12 @@ function M.statusline()
   if s.acceptance ~= nil and s.acceptance ~= vim.NIL then
     table.insert(parts, string.format('%d%%', math.floor(s.acceptance * 100 + 0.5)))
   end
-  if s.p50_ms ~= nil and s.p50_ms ~= vim.NIL then
-    table.insert(parts, string.format('%dms', math.floor(s.p50_ms + 0.5)))
+  local p50 = require('specdec.wait').p50()
+  if p50 == nil and s.p50_ms ~= nil and s.p50_ms ~= vim.NIL then
+    p50 = s.p50_ms
+  end
+  if p50 ~= nil then
+    table.insert(parts, string.format('%dms', math.floor(p50 + 0.5)))
   end
   return table.concat(parts, ' ')
 end
@@ -154,6 +160,7 @@ function M.attach(client, bufnr)
     return
   end
   require('specdec.ghost').define_highlights()
+  require('specdec.wait').attach(bufnr)
   if display == 'native' then
     require('specdec.native').attach(client, bufnr)
   else
@@ -187,7 +194,7 @@ end
 function M.commands()
   vim.api.nvim_create_user_command('SpecdecStatus', function()
     print(M.statusline() .. (M.status.message ~= '' and (' - ' .. M.status.message) or ''))
-  end, { desc = 'specdec: server state, acceptance and p50 latency' })
+  end, { desc = 'specdec: server state, acceptance and p50 keystroke to ghost text' })
   vim.api.nvim_create_user_command('SpecdecInstall', function()
     require('specdec.install').install()
   end, { desc = "specdec: install the server in a venv of its own (stdpath('data')/specdec/venv)" })
