@@ -21,7 +21,7 @@ from speccomplete.decoder.loader import load_decoder
 from speccomplete.decoder.models import Progress, packaged_gguf
 from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.stats import GenerationStats
-from speccomplete.telemetry.events import CompletionEvent, Outcome, Trigger
+from speccomplete.telemetry.events import CompletionEvent, Outcome, Stage, Trigger
 
 from . import gate
 from .closers import closers_after, retypes
@@ -127,6 +127,7 @@ class Request:
     trigger: Trigger
     received: float  # time.perf_counter() when the server took the request up (after any debounce)
     open_documents: tuple[OpenDocument, ...] = ()  # the editor's other open documents, most recent first
+    continues_block: bool = False  # the user accepted the first lines of a block here: decode its next lines
 
 
 @dataclass
@@ -138,6 +139,7 @@ class Completion:
     error: Exception | None = None  # bad input the client should hear about (e.g. a position past the end)
     evidence: Evidence | None = None  # how sure the target was of it (server/gate.py); None where not decoded
     replaces: int = 0  # characters after the cursor that the text retypes and replaces (closers; server/closers.py)
+    more: bool = False  # a block's lines so far, answered at its time budget: accepting them asks for the next
 
 
 def complete(engine: Engine, options: ServerOptions, request: Request, cancel: threading.Event) -> Completion:
@@ -151,10 +153,12 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
         error: Exception | None = None,
         found: Evidence | None = None,
         replaces: int = 0,
+        more: bool = False,
     ) -> Completion:
         outcome: Outcome = "shown" if text else "error" if error else "cancelled" if reason == "cancelled" else "empty"
-        event = _event(engine, options, request, language, multiline, stats, outcome, text, reason)
-        return Completion(text, language, multiline, event, error, found, replaces if text else 0)
+        stage: Stage | None = "continued" if request.continues_block else "first" if more and text else None
+        event = _event(engine, options, request, language, multiline, stats, outcome, text, reason, stage)
+        return Completion(text, language, multiline, event, error, found, replaces if text else 0, more and bool(text))
 
     text = request.text
     if len(text) > options.max_document_chars:
@@ -179,9 +183,10 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
 
     try:
         prompt, closers, document = _prompt_at(options, request, language, offset)
-        answer = _answer(engine, options, request, prompt, closers, cancel)
-        if answer.reason == "finished-line":  # the model ended the line: offer the next one below it, as after Enter
-            below = build_prompt(
+
+        def below(multiline: bool) -> Answer:
+            """What goes on the next line, as after Enter."""
+            after_enter = build_prompt(
                 document[:offset] + "\n" + document[offset:],
                 offset + 1,
                 language,
@@ -189,13 +194,32 @@ def complete(engine: Engine, options: ServerOptions, request: Request, cancel: t
                 request.open_documents,
                 options.context_budget_chars,
             )
-            answer = _answer(engine, options, request, dataclasses.replace(below, multiline=False), "", cancel)
+            answer = _answer(
+                engine, options, request, dataclasses.replace(after_enter, multiline=multiline), "", cancel
+            )
             answer.text = "\n" + answer.text if answer.text else ""
+            return answer
+
+        if request.continues_block:  # the user took a block's first lines, ending here: its next lines
+            prompt = dataclasses.replace(prompt, multiline=True)
+            answer = below(multiline=True)
+        else:
+            answer = _answer(engine, options, request, prompt, closers, cancel)
+            if answer.reason == "finished-line":  # the model ended the line: offer the next one below it
+                answer = below(multiline=False)
     except Exception as e:  # a bug or out-of-memory in one completion must not take the server down
         log.exception("%s: completion failed", request.path)
         return finish("", False, GenerationStats(), "error", error=e)
     stats = answer.generation.stats  # the decode whose answer is shown; the event's latency covers both
-    return finish(answer.text, prompt.multiline, stats, answer.reason, found=answer.found, replaces=answer.replaces)
+    return finish(
+        answer.text,
+        prompt.multiline,
+        stats,
+        answer.reason,
+        found=answer.found,
+        replaces=answer.replaces,
+        more=answer.more,
+    )
 
 
 def warm(engine: Engine, options: ServerOptions, request: Request, cancel: threading.Event) -> int:
@@ -214,7 +238,7 @@ def warm(engine: Engine, options: ServerOptions, request: Request, cancel: threa
         return 0
     try:
         prompt, _, _ = _prompt_at(options, request, language, offset_at(text, request.line, request.character))
-        return decoder.warm(_model_input(engine, prompt), _decode_options(engine, options, prompt, cancel))
+        return decoder.warm(_model_input(engine, prompt), _decode_options(engine, options, prompt, cancel, None))
     except Exception:  # it only saves time: a failure costs the next request its prefill, nothing more
         log.exception("%s: reading the prompt ahead failed", request.path)
         return 0
@@ -236,14 +260,31 @@ def _model_input(engine: Engine, prompt: Prompt) -> str:
     return format_fim(prompt, engine.fim) if engine.fim else prompt.model_prefix
 
 
-def _decode_options(engine: Engine, options: ServerOptions, prompt: Prompt, cancel: threading.Event) -> DecodeOptions:
+@dataclass
+class BlockBudget:
+    """Ends a block's decode at the first round past `deadline` (time.perf_counter()) that has a whole line
+    of code written, so that the block is answered with its lines so far (`blockBudgetMs`)."""
+
+    deadline: float
+    hit: bool = False
+
+    def __call__(self, text: str) -> bool:
+        if time.perf_counter() >= self.deadline:
+            self.hit = any(line.strip() for line in text.split("\n")[:-1])
+        return self.hit
+
+
+def _decode_options(
+    engine: Engine, options: ServerOptions, prompt: Prompt, cancel: threading.Event, budget: BlockBudget | None
+) -> DecodeOptions:
     context = TrimContext.from_prompt(prompt)
+    closed = scope_closed(context)
     return DecodeOptions(
         max_new_tokens=options.max_tokens_multi_line if prompt.multiline else options.max_tokens_single_line,
         sampling=SamplingParams(temperature=options.temperature),
         stop_strings=stop_strings(prompt.language, prompt.multiline),
         stop_tokens=engine.fim_stops,
-        stop_when=scope_closed(context),
+        stop_when=closed if budget is None else lambda text: closed(text) or budget(text),
         cancel=cancel,
         gamma_group=prompt.language,  # γ adapts to each language's own acceptance
         heal=options.token_healing,
@@ -259,6 +300,7 @@ class Answer:
     replaces: int
     generation: Generation
     found: Evidence | None = None
+    more: bool = False  # cut at the block budget: the decode had more to say
 
 
 def _answer(
@@ -266,19 +308,27 @@ def _answer(
 ) -> Answer:
     """Decode the prompt, trim the completion (retyping `closers` if it can) and gate it."""
     context = TrimContext.from_prompt(prompt)
-    generation = engine.decoder.generate(_model_input(engine, prompt), _decode_options(engine, options, prompt, cancel))
+    budget = None
+    if prompt.multiline and options.block_budget_ms:
+        budget = BlockBudget(request.received + options.block_budget_ms / 1000)
+    generation = engine.decoder.generate(
+        _model_input(engine, prompt), _decode_options(engine, options, prompt, cancel, budget)
+    )
     if generation.finish_reason == "cancelled":
         return Answer("", "cancelled", 0, generation)
-    completion, reason = trim_with_cause(generation.text, context)
+    written = generation.text
+    more = budget is not None and budget.hit and generation.finish_reason == "predicate"
+    if more:  # the lines so far, never a line cut short
+        written = written[: written.rfind("\n")]
+        generation.stats.finish_reason = "budget"
+    completion, reason = trim_with_cause(written, context)
     replaces = len(closers)
     if closers and not retypes(completion, closers):  # inserted before the closers: trim against them
-        completion, reason = trim_with_cause(
-            generation.text, dataclasses.replace(context, suffix=closers + context.suffix)
-        )
+        completion, reason = trim_with_cause(written, dataclasses.replace(context, suffix=closers + context.suffix))
         replaces = 0
     if replaces and completion.strip() == closers:  # it only retypes what is there
         completion, reason = "", "no-text"
-    if not generation.text.strip():
+    if not written.strip():
         finished_line = (
             generation.finish_reason == "stop"
             and not prompt.multiline
@@ -295,7 +345,9 @@ def _answer(
             options.min_confidence,
         )
         completion, reason = "", "gate"
-    return Answer(completion, reason, replaces if completion else 0, generation, found)
+    # cut by the budget, and by nothing after: a filter that cut it ended the block for good
+    more = more and completion == written.rstrip()
+    return Answer(completion, reason, replaces if completion else 0, generation, found, more)
 
 
 def cancelled(engine: Engine, options: ServerOptions, request: Request) -> Completion:
@@ -312,7 +364,8 @@ def reuse(engine: Engine, options: ServerOptions, request: Request, previous: Co
     no decoding."""
     stats = GenerationStats(finish_reason="reused")
     event = _event(engine, options, request, previous.language, previous.multiline, stats, "shown", rest)
-    return Completion(rest, previous.language, previous.multiline, event, replaces=previous.replaces)
+    language, multiline = previous.language, previous.multiline
+    return Completion(rest, language, multiline, event, replaces=previous.replaces, more=previous.more)
 
 
 def _event(
@@ -325,6 +378,7 @@ def _event(
     outcome: Outcome,
     text: str,
     empty_reason: str | None = None,
+    stage: Stage | None = None,
 ) -> CompletionEvent:
     return CompletionEvent.from_stats(
         stats.to_dict(),
@@ -340,6 +394,7 @@ def _event(
         settings=options.settings(),
         outcome=outcome,
         empty_reason=None if text else empty_reason,
+        stage=stage,
         source=options.telemetry_source,
         text=text if options.telemetry_text and text else None,
     )

@@ -15,9 +15,10 @@ Server -> client notifications beyond LSP:
   "p50_ms"}: the status bar. `percentage` (0-100, or null) is how far a first run's model conversion
   got, as in the `$/progress` reports; `acceptance` is the share of resolved completions the user
   accepted, `p50_ms` the median latency, both over the last 100.
-- `specdec/completed` {"uri", "requestId", "outcome", "latencyMs", "reason"} after each completion
+- `specdec/completed` {"uri", "requestId", "outcome", "latencyMs", "reason", "stage"} after each completion
   request that reached the pipeline, so a harness can tie its own records to the event's request id and
-  a client can say why an answer was empty (`reason`, the event's `empty_reason`; null when shown).
+  a client can say why an answer was empty (`reason`, the event's `empty_reason`; null when shown) and
+  whether it was a block's first lines (`stage`: "first", "continued" or null, as in the event).
 """
 
 from __future__ import annotations
@@ -288,6 +289,8 @@ class SpecdecServer(LanguageServer):
             if self.engine is None:
                 return None  # a reload began while waiting
             engine, options = self.engine, self.options  # settings may have changed while waiting
+            # after the debounce: the accept of the block's first lines may come just behind the edit it made
+            request.continues_block = self.outcomes.continues_block(key, request)
             self.warming.set()  # the request reads on from where a warm-up got to
             self.read_last = key
             future = self.worker.submit(complete, engine, options, request, cancel)
@@ -332,6 +335,7 @@ class SpecdecServer(LanguageServer):
                 "outcome": event.outcome,
                 "latencyMs": event.latency_ms,
                 "reason": event.empty_reason,
+                "stage": event.stage,
             },
         )
         self.send_status()

@@ -170,6 +170,12 @@ class ServerOptions:
         "Token limit for a multi-line completion (at an empty line or after a block opener).",
         recorded=True,
     )
+    block_budget_ms: Annotated[int, Range(0, 60_000)] = option(
+        0,
+        "A multi-line completion is answered with the lines decoded this long after the request, cut at a line "
+        "end; accepting them asks for the block's next lines (0: the whole block at once).",
+        recorded=True,
+    )
     temperature: Annotated[float, Range(0, 10)] = option(
         0.0,
         "0: greedy (the target's own choice); above 0: sampled, still lossless.",

@@ -25,6 +25,7 @@ SUPERSEDED_KEPT = 32  # superseded completions an accept may still name
 class Shown:
     """The latest completion shown in a document, until the user accepts it or moves on."""
 
+    key: str  # the document's (documents.document_key)
     request_id: str
     prefix: str  # the document before the cursor when it was requested
     suffix: str  # and after it
@@ -59,6 +60,9 @@ class Outcomes:
         # (the other lane, or the client's own next request, replaced it a moment before the user took it)
         self.superseded: dict[str, Shown] = {}
         self.verdicts: deque[bool] = deque(maxlen=100)  # accepted (or typed along) vs rejected
+        # by document key: the document around the cursor once a block's first lines were accepted there
+        # (Completion.more), so the next request there asks for the block's next lines
+        self.accepted_blocks: dict[str, tuple[str, str]] = {}
 
     def settle(self, key: str, request: Request) -> tuple[Completion, str] | None:
         """Resolve the document's previous completion as typed along or rejected. If typed along: that
@@ -82,7 +86,7 @@ class Outcomes:
     def show(self, key: str, request: Request, result: Completion, tracked: bool, reject_after_s: float) -> None:
         """`result` is shown in the document: track it until a verdict."""
         offset = offset_at(request.text, request.line, request.character)
-        shown = Shown(result.event.request_id, request.text[:offset], request.text[offset:], result, tracked)
+        shown = Shown(key, result.event.request_id, request.text[:offset], request.text[offset:], result, tracked)
         if shown.tracked:
             shown.timer = asyncio.get_running_loop().call_later(reject_after_s, self.resolve, shown, "rejected")
         self.shown[key] = shown
@@ -92,16 +96,35 @@ class Outcomes:
         for key, shown in self.shown.items():
             if shown.request_id == request_id:
                 del self.shown[key]
-                self.resolve(shown, "accepted", len(shown.completion.text))
+                self.accepted(shown)
                 return True
         late = self.superseded.pop(request_id, None)
         if late is not None:  # replaced a moment before the user took it: the accept overrides that verdict
-            self.resolve(late, "accepted", len(late.completion.text))
+            self.accepted(late)
             return True
         return False
 
+    def accepted(self, shown: Shown) -> None:
+        self.resolve(shown, "accepted", len(shown.completion.text))
+        completion = shown.completion
+        if completion.more and not completion.replaces:
+            self.accepted_blocks[shown.key] = (shown.prefix + completion.text, shown.suffix)
+
+    def continues_block(self, key: str, request: Request) -> bool:
+        """Whether `request` is where the user accepted a block's first lines (and nothing changed since):
+        it asks for the block's next lines. Asked once per request; any other request forgets the block."""
+        accepted = self.accepted_blocks.pop(key, None)
+        if accepted is None:
+            return False
+        try:
+            offset = offset_at(request.text, request.line, request.character)
+        except PositionError:
+            return False
+        return accepted == (request.text[:offset], request.text[offset:])
+
     def reject(self, key: str) -> None:
         """The document closed: its completion was not accepted."""
+        self.accepted_blocks.pop(key, None)
         shown = self.shown.pop(key, None)
         if shown is not None:
             self.resolve(shown, "rejected")
@@ -112,6 +135,7 @@ class Outcomes:
             self.resolve(shown, "rejected")
         self.shown.clear()
         self.superseded.clear()
+        self.accepted_blocks.clear()
 
     def resolve(self, shown: Shown, outcome: Outcome, accepted_chars: int | None = None) -> None:
         """Record the user's verdict on a shown completion (a later verdict overrides an earlier one)."""

@@ -41,22 +41,27 @@ EMPTY_REASONS = (
     "error",
 )
 # Why decoding stopped, as the producer reports it: the decoder's reasons (eos, length, stop,
-# predicate, cancelled), "reused" for a completion the server served again without decoding, and
-# "" when nothing was decoded. Telemetry keeps its own list rather than importing the decoder's
+# predicate, cancelled), "budget" for a block the server answered with its lines so far at its time
+# budget, "reused" for a completion the server served again without decoding, and "" when nothing was
+# decoded. Telemetry keeps its own list rather than importing the decoder's
 # type (the two packages never import each other); tests/telemetry/test_events.py checks that it
 # covers the decoder's. Not checked when an event is built: a reason the decoder adds later must
 # not make the server fail to record a completion.
-FinishReason = Literal["", "eos", "length", "stop", "predicate", "cancelled", "reused"]
+FinishReason = Literal["", "eos", "length", "stop", "predicate", "cancelled", "budget", "reused"]
 # What the backend reported of its drafting: every round (ours: drafted, accepted, rejected_rounds,
 # the histogram), totals only (llama.cpp's draft_n and draft_n_accepted: no rounds, so no α̂), or
 # nothing (an OpenAI-compatible server such as vLLM reports no per-request draft counts).
 DraftCounts = Literal["rounds", "totals", "unreported"]
+# A block answered in stages: "first", its lines decoded within the time budget (more may follow);
+# "continued", the block decoded on from where an accepted "first" ended. None: answered whole.
+Stage = Literal["first", "continued"]
 
 TRIGGERS: tuple[Trigger, ...] = get_args(Trigger)
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 SOURCES: tuple[Source, ...] = get_args(Source)
 FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 DRAFT_COUNTS: tuple[DraftCounts, ...] = get_args(DraftCounts)
+STAGES: tuple[Stage, ...] = get_args(Stage)
 
 # GenerationStats.to_dict() keys that map onto event fields under another name.
 _STATS_RENAMES = {"new_tokens": "generated_tokens"}
@@ -97,6 +102,7 @@ class CompletionEvent:
     settings: dict = field(default_factory=dict)  # gamma policy, temperature, max_new_tokens, ...
     outcome: Outcome = "shown"
     empty_reason: str | None = None  # why nothing was shown: one of EMPTY_REASONS or "filter:<module>"
+    stage: Stage | None = None  # of a block answered in stages (None: whole)
     accepted_chars: int | None = None
     case_id: str | None = None  # set by eval/bench/sweep harnesses
     source: Source | None = None
@@ -111,6 +117,8 @@ class CompletionEvent:
             raise ValueError(f"draft_counts must be one of {DRAFT_COUNTS}, got {self.draft_counts!r}")
         if self.source is not None and self.source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES} or None, got {self.source!r}")
+        if self.stage is not None and self.stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES} or None, got {self.stage!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

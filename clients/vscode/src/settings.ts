@@ -22,6 +22,7 @@ const SERVER_OPTIONS: Record<string, string> = {
   draftConfidence: 'draftConfidence',
   'maxTokens.singleLine': 'maxTokensSingleLine',
   'maxTokens.multiLine': 'maxTokensMultiLine',
+  blockBudgetMs: 'blockBudgetMs',
   temperature: 'temperature',
   minConfidence: 'minConfidence',
   debounceMs: 'debounceMs',
