@@ -202,6 +202,22 @@ def line_match(case: Case, text: str) -> tuple[bool, float, str, str] | None:
     return got == want, difflib.SequenceMatcher(None, got, want).ratio(), got, want
 
 
+def lines_right(case: Case, text: str) -> int | None:
+    """For a scored case that is not `line_end`: how many of the completion's lines, from the first, are the
+    file's own lines from the cursor on (each stripped; the first joined to the text before the cursor). What
+    a user taking the block line by line keeps; None for a case without a reference."""
+    if not scored(case) or case.line_end:
+        return None
+    line_before = case.prefix[case.prefix.rfind("\n") + 1 :]
+    real = (line_before + case.text[case.offset :]).split("\n")
+    right = 0
+    for got, want in zip((line_before + text).split("\n"), real):
+        if not got.strip() or got.strip() != want.strip():
+            break
+        right += 1
+    return right
+
+
 def after_enter(case: Case) -> Case:
     """A `line_end` case after the user pressed Enter and the editor indented: the cursor after the real next
     line's indentation, the usual scored case on the same reference line."""
@@ -249,6 +265,8 @@ def run_case(
         "shown": shown,
         "scored": match is not None,
         "exact": None if match is None else match[0],
+        "lines_shown": len(offered.strip("\n").split("\n")) if shown else 0,
+        "lines_right": lines_right(case, offered) if shown else None,
         "similarity": None if match is None else round(match[1], 4),
         "loops": kind is not None,
         "loop_kind": kind,
@@ -298,6 +316,8 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
             "mean_latency_ms": _rate(sum(latencies), len(latencies)),
             "p50_latency_ms": percentile(latencies, 50),
             "mean_generated_tokens": _rate(sum(r["generated_tokens"] for r in mine), len(mine)),
+            "mean_lines_shown": _rate(sum(r["lines_shown"] for r in shown), len(shown)),
+            "mean_lines_right": _rate(sum(r["lines_right"] or 0 for r in ref_shown), len(ref_shown)),
         }
 
     languages = sorted({r["language"] for r in rows})

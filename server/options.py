@@ -170,8 +170,9 @@ class ServerOptions:
         "Token limit for a multi-line completion (at an empty line or after a block opener).",
         recorded=True,
     )
+    # chosen with `specdec quality` at a few budgets (docs/quality.md, "A block in stages")
     block_budget_ms: Annotated[int, Range(0, 60_000)] = option(
-        0,
+        300,
         "A multi-line completion is answered with the lines decoded this long after the request, cut at a line "
         "end; accepting them asks for the block's next lines (0: the whole block at once).",
         recorded=True,

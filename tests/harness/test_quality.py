@@ -175,9 +175,11 @@ def test_run_case_sends_a_line_end_case_as_told(monkeypatch, at_line_end, sent, 
     assert row["exact"] is bool(shown) and row["expected_line"] == "return y"
 
 
-def _row(language, shown, exact=None, similarity=None, looping=None, latency=10.0):
+def _row(language, shown, exact=None, similarity=None, looping=None, latency=10.0, lines=(0, None)):
     return {
         "language": language,
+        "lines_shown": lines[0],
+        "lines_right": lines[1],
         "shown": shown,
         "scored": exact is not None,
         "exact": exact,
@@ -191,10 +193,25 @@ def _row(language, shown, exact=None, similarity=None, looping=None, latency=10.
     }
 
 
+@pytest.mark.parametrize(
+    "completion, right",
+    [
+        ("x = 1\n    y = 2\n    return x + y", 3),  # the rest of the line, then the file's next two lines
+        ("x = 1\n    y = 3", 1),
+        ("x = 2", 0),
+        ("x = 1\n\n    y = 2", 1),  # a blank line the file does not have ends it
+    ],
+)
+def test_lines_right_counts_the_file_own_lines_in_order(completion, right):
+    text = "def f():\n    x = 1\n    y = 2\n    return x + y\n"
+    case = Case("py", "f.py", text, 1, 4)
+    assert quality.lines_right(case, completion) == right
+
+
 def test_summary_rates_over_shown_and_over_all():
     rows = [
-        _row("python", True, True, 1.0, latency=10),
-        _row("python", True, False, 0.5, looping="phrase", latency=30),
+        _row("python", True, True, 1.0, latency=10, lines=(3, 2)),
+        _row("python", True, False, 0.5, looping="phrase", latency=30, lines=(1, 0)),
         _row("python", False, False, 0.0, latency=20),
         _row("go", True, latency=40),  # shown, no reference
     ]
@@ -207,6 +224,7 @@ def test_summary_rates_over_shown_and_over_all():
     assert py["similarity_shown"] == 0.75 and py["similarity_all"] == pytest.approx(0.5)
     assert py["loop_rate"] == 0.5 and py["loop_kinds"]["phrase"] == 1 and sum(py["loop_kinds"].values()) == 1
     assert py["mean_latency_ms"] == 20 and py["p50_latency_ms"] == 20
+    assert py["mean_lines_shown"] == 2 and py["mean_lines_right"] == 1
     go = summary["go"]
     assert go["exact_shown"] is None and go["similarity_all"] is None and go["loop_rate"] == 0
     assert summary[OVERALL]["n"] == 4 and summary[OVERALL]["p50_latency_ms"] == 25
