@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 from speccomplete.decoder.backends import TextDecoder
@@ -29,7 +30,7 @@ from .filters import TrimContext, scope_closed, stop_strings, trim_with_cause
 from .gate import Evidence
 from .language import detect_language
 from .options import ServerOptions
-from .positions import PositionError, offset_at
+from .positions import PositionError, offset_at, utf16_len
 from .prompt import FimTokens, Prompt, build_prompt, fim_stop_ids, fim_tokens, format_fim
 from .snippets import OpenDocument
 
@@ -366,6 +367,34 @@ def reuse(engine: Engine, options: ServerOptions, request: Request, previous: Co
     event = _event(engine, options, request, previous.language, previous.multiline, stats, "shown", rest)
     language, multiline = previous.language, previous.multiline
     return Completion(rest, language, multiline, event, replaces=previous.replaces, more=previous.more)
+
+
+def next_lines_request(request: Request, shown: Completion) -> Request:
+    """The request a staged block's first lines lead to once the user takes them: the document with them
+    inserted, the cursor at their end, asking for the block's next lines (the LSP layer decodes it ahead)."""
+    offset = offset_at(request.text, request.line, request.character)
+    before = request.text[:offset] + shown.text
+    return dataclasses.replace(
+        request,
+        request_id=uuid.uuid4().hex,
+        text=before + request.text[offset + shown.replaces :],
+        line=before.count("\n"),
+        character=utf16_len(before[before.rfind("\n") + 1 :]),
+        received=time.perf_counter(),
+        continues_block=True,
+    )
+
+
+def served_ahead(request: Request, ahead: Completion) -> Completion:
+    """The next lines decoded ahead for `request`, which asked where they begin: its event is this request's
+    (its id, trigger and wait), its decode statistics the ahead decode's."""
+    event = dataclasses.replace(
+        ahead.event,
+        request_id=request.request_id,
+        trigger=request.trigger,
+        latency_ms=(time.perf_counter() - request.received) * 1000,
+    )
+    return dataclasses.replace(ahead, event=event)
 
 
 def _event(

@@ -58,8 +58,9 @@ def start_loading(ls: SpecdecServer) -> None:
     ls.load_progress = None
     ls.optimizing = False  # a build for the old models may run on, but its step is never installed
     ls.engine = None  # free the old models before loading new ones; requests answer empty meanwhile
-    for cancel in (*ls.running.values(), ls.warming):
+    for cancel in (*ls.running.values(), ls.warming, *(ahead.cancel for ahead in ls.ahead.values())):
         cancel.set()  # the load waits on the worker behind them
+    ls.ahead.clear()
     ls.read_last = None
     ls.load_task = asyncio.ensure_future(load(ls, ls.loads, ls.options))
 

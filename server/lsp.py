@@ -48,8 +48,10 @@ from .completion import (
     Request,
     cancelled,
     complete,
+    next_lines_request,
     retune,
     reuse,
+    served_ahead,
     warm,
 )
 from .documents import document_key, path_of, use_lsp_lines
@@ -72,6 +74,21 @@ Lane = Literal["inline", "completion"]  # the two requests a client may send on 
 LANES: tuple[Lane, ...] = ("inline", "completion")
 
 
+@dataclasses.dataclass
+class Ahead:
+    """A staged block's next lines (Completion.more), decoding on the worker while the user looks at its first:
+    the request at the end of the first lines, once the user took them, is answered with these."""
+
+    text: str  # the document once the first lines are in
+    line: int  # the cursor then, at their end
+    character: int
+    answer: asyncio.Future  # the next lines' Completion
+    cancel: threading.Event
+
+    def fits(self, text: str, line: int, character: int) -> bool:
+        return (text, line, character) == (self.text, self.line, self.character)
+
+
 class SpecdecServer(LanguageServer):
     protocol: Protocol
 
@@ -86,6 +103,7 @@ class SpecdecServer(LanguageServer):
         self.running: dict[tuple[str, Lane], threading.Event] = {}
         # by (document key, version, line, character): the lane and answer of the request in flight there
         self.pending: dict[tuple, tuple[Lane, asyncio.Future]] = {}
+        self.ahead: dict[str, Ahead] = {}  # by document key: a staged block's next lines, decoding ahead
         self.outcomes = Outcomes(lambda: self.events)  # the shown completions and the user's verdicts
         self.recent: dict[str, None] = {}  # keys of open documents, the most recently edited or asked for last
         self.loads = 0  # counts model loads, so a superseded load does not install its models
@@ -275,6 +293,21 @@ class SpecdecServer(LanguageServer):
         if typed is not None:
             previous, rest = typed
             return self.deliver(place, request, reuse(engine, self.options, request, previous, rest))
+        ahead = self.ahead.get(key)
+        if ahead is not None and not ahead.fits(request.text, request.line, request.character):
+            ahead = None
+        for other in [k for k in self.ahead if self.ahead[k] is not ahead]:  # the user moved on
+            self.drop_ahead(other)
+        if ahead is not None:  # the user took a staged block's first lines: its next ones, decoded meanwhile
+            del self.ahead[key]
+            request.continues_block = True
+            try:
+                result = await asyncio.shield(ahead.answer)
+            except asyncio.CancelledError:  # $/cancelRequest
+                ahead.cancel.set()
+                self.deliver(place, request, cancelled(engine, self.options, request))
+                raise
+            return self.deliver(place, request, served_ahead(request, result))
         cancel = self.running[key, lane] = threading.Event()
         try:
             if trigger == "automatic" and self.options.debounce_ms:
@@ -307,6 +340,26 @@ class SpecdecServer(LanguageServer):
             if self.running.get((key, lane)) is cancel:
                 del self.running[key, lane]
         return self.deliver(place, request, result)
+
+    def decode_ahead(self, key: str, request: Request, shown: Completion) -> None:
+        """While the user looks at a staged block's first lines, decode its next ones on the worker (an idle
+        worker: the user is reading), so that taking the first lines brings the next at once."""
+        target = next_lines_request(request, shown)
+        current = self.ahead.get(key)
+        if current is not None and current.fits(target.text, target.line, target.character):
+            return  # typed along: the same next lines are decoding already
+        self.drop_ahead(key)
+        if self.engine is None:
+            return
+        cancel = threading.Event()
+        answer = asyncio.wrap_future(self.worker.submit(complete, self.engine, self.options, target, cancel))
+        self.ahead[key] = Ahead(target.text, target.line, target.character, answer, cancel)
+        self.read_last = key
+
+    def drop_ahead(self, key: str) -> None:
+        ahead = self.ahead.pop(key, None)
+        if ahead is not None:
+            ahead.cancel.set()
 
     def deliver(self, place: tuple[str, str, int | None], request: Request, result: Completion) -> Completion | None:
         """Record the completion's event and start tracking its outcome; None if there is nothing to show.
@@ -344,6 +397,8 @@ class SpecdecServer(LanguageServer):
         if event.outcome != "shown":
             return None
         self.outcomes.show(key, request, result, self.options.track_outcomes, self.options.reject_after_s)
+        if result.more:
+            self.decode_ahead(key, request, result)
         return result
 
 
@@ -405,6 +460,7 @@ def did_change(ls: SpecdecServer, params: types.DidChangeTextDocumentParams) -> 
 def did_close(ls: SpecdecServer, params: types.DidCloseTextDocumentParams) -> None:
     key = document_key(params.text_document.uri)
     ls.recent.pop(key, None)
+    ls.drop_ahead(key)
     for lane in LANES:
         cancel = ls.running.pop((key, lane), None)
         if cancel is not None:

@@ -57,6 +57,25 @@ def save_constant_model(path: Path) -> Path:
     return path
 
 
+def save_cycle_model(path: Path, cycle: str = "123456789\n") -> Path:
+    """A model that writes `cycle` round and round, whatever came before: the token after each character of
+    it is the next one (after any other, unknown). Its lines come one token a round, so a block's text grows
+    line by line. Attention and MLP outputs are zeroed as in `always_writing`: a position's state is its own
+    token's embedding, and the head maps each cycle character's to its successor's row."""
+    model = tiny_llama(seed=0, layers=2, max_pos=8192, hidden=64)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embed, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+        head.zero_()
+        for current, successor in zip(cycle, cycle[1:] + cycle[0]):
+            head[ord(successor)] = model.model.norm(embed[ord(current)]) * 10
+    model.save_pretrained(path, safe_serialization=True)
+    make_byte_tokenizer().save_pretrained(path)
+    return path
+
+
 def make_client() -> LanguageClient:
     """pytest-lsp's test client, also recording the server's `specdec/status` and `specdec/completed`
     notifications in `client.statuses` and `client.completed`."""
