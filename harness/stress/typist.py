@@ -2,13 +2,15 @@
 
 For each file: open it with one line's text cut out after its indentation, as if about to write it; type a
 dozen keys of it at about 10 keys/s and pause; a dozen more and pause; then the rest of the line, Enter and
-the next line's indentation, and pause. Each key is a didChange, a `$/cancelRequest` for the previous request if
-unanswered and an automatic inline completion request, as VS Code sends them. At a pause the typist waits
-for the answer and a moment more.
+the next line's indentation, and pause. Where that last answer is a block's first lines (`blockBudgetMs`),
+take them as Tab does and ask where they end. Each key is a didChange, a `$/cancelRequest` for the previous
+request if unanswered and an automatic inline completion request, as VS Code sends them. At a pause the
+typist waits for the answer and a moment more.
 
-Measured per pause, key to answer: the first pause in a file just opened apart from the later ones, single-line
-and block answers apart (the server's own `multiline`), p50 and p90; the answers shown; and the server's CPU
-while the keys come, in cores (its user and system time over the typing's wall time, pauses left out).
+Measured per pause, key to answer: the first pause in a file just opened apart from the later ones,
+single-line and block answers apart (the server's own `multiline`), p50 and p90; the answers shown; the wait
+for a block's next lines after taking its first; and the server's CPU while the keys come, in cores (its user
+and system time over the typing's wall time, pauses left out).
 
 It runs the server twice, on its defaults and with `prefillOnEdit` off, on the same files and keys, so the
 table shows what reading a file's prompt at its first edit buys. The full version types into a few of the
@@ -32,6 +34,7 @@ from lsprotocol import types
 from speccomplete.harness.eval import stop_session
 from speccomplete.metrics import percentile
 from speccomplete.server.language import detect_language
+from speccomplete.server.lsp import ACCEPT
 
 from .check import CheckResult
 from .storm import Storm, _utf16_len, start_server
@@ -53,6 +56,7 @@ MODULES = (
     "speccomplete.server.filters",
 )
 SETTINGS = {"defaults": {}, "prefillOnEdit off": {"prefillOnEdit": False}}
+TAKEN = "next lines after taking a block's first"
 
 
 @dataclass(frozen=True)
@@ -76,10 +80,19 @@ class Pause:
 
 
 @dataclass
+class Taken:
+    """A staged block's first lines taken (Tab): the wait for its next lines."""
+
+    latency_ms: float | None  # None: never answered
+    shown: bool
+
+
+@dataclass
 class Typed:
-    """One setting's run: its pauses, and the server's CPU over the typing."""
+    """One setting's run: its pauses, the blocks taken, and the server's CPU over the typing."""
 
     pauses: list[Pause] = field(default_factory=list)
+    taken: list[Taken] = field(default_factory=list)
     typing_s: float = 0.0
     cpu_s: float = 0.0
 
@@ -158,8 +171,25 @@ async def _type_file(
             )
         )
         await asyncio.sleep(SETTLE_S)
+        if index == len(keys) and sent.text and event is not None and event["stage"] == "first":
+            typed.taken.append(await _take(storm, sent, line, column, plan))
         burst_began, burst_cpu = time.monotonic(), cpu_seconds(session.process.pid)
     session.client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
+
+
+async def _take(storm: Storm, sent, line: int, column: int, plan: Plan) -> Taken:
+    """Tab on a staged block's first lines, as VS Code does it: the lines inserted in one change, the item's
+    command, and a request where they end. The wait from then to the next lines."""
+    storm.type_key(sent.text, line, column)
+    storm.session.client.protocol.send_request(
+        types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(command=ACCEPT, arguments=[sent.request_id])
+    )
+    lines = sent.text.split("\n")
+    end = (line + len(lines) - 1, (column if len(lines) == 1 else 0) + _utf16_len(lines[-1]))
+    following = storm.request(*end, before_pause=True)
+    while following.answered is None and time.monotonic() < following.sent + plan.answer_timeout_s:
+        await asyncio.sleep(0.005)
+    return Taken(following.latency_ms if not following.cancelled_answer else None, bool(following.text))
 
 
 async def _event_of(session, events: Path, sent) -> dict | None:
@@ -230,6 +260,14 @@ def summary(typed: Typed) -> dict:
             "shown": sum(p.shown for p in pauses),
             "unanswered": len(pauses) - len(latencies),
         }
+    waits = [t.latency_ms for t in typed.taken if t.latency_ms is not None]
+    out[TAKEN] = {
+        "n": len(typed.taken),
+        "p50_ms": _round(percentile(waits, 50)),
+        "p90_ms": _round(percentile(waits, 90)),
+        "shown": sum(t.shown for t in typed.taken),
+        "unanswered": len(typed.taken) - len(waits),
+    }
     out["cores_while_typing"] = _round(typed.cpu_s / typed.typing_s, 3) if typed.typing_s else None
     return out
 
@@ -238,6 +276,7 @@ def report(runs: dict[str, Typed], seed: int, full: bool) -> CheckResult:
     result = CheckResult("typist", seed, full)
     result.metrics = {name: summary(typed) for name, typed in runs.items()}
     result.metrics["pauses"] = {name: [vars(p) for p in typed.pauses] for name, typed in runs.items()}
+    result.metrics["taken"] = {name: [vars(t) for t in typed.taken] for name, typed in runs.items()}
     defaults = result.metrics["defaults"]
     everything = [p for typed in runs.values() for p in typed.pauses]
     unanswered = sum(p.latency_ms is None for p in everything)
@@ -259,7 +298,8 @@ def report(runs: dict[str, Typed], seed: int, full: bool) -> CheckResult:
             f"{summary_['first pause, any']['p90_ms']} ms, later single-line "
             f"{summary_['later pause, single line']['p50_ms']}/{summary_['later pause, single line']['p90_ms']} ms, "
             f"later block {summary_['later pause, block']['p50_ms']}/{summary_['later pause, block']['p90_ms']} ms, "
-            f"shown {sum(p.shown for p in typed.pauses)}/{len(typed.pauses)}, "
+            f"shown {sum(p.shown for p in typed.pauses)}/{len(typed.pauses)}, next lines after a Tab "
+            f"{summary_[TAKEN]['p50_ms']} ms (n={len(typed.taken)}), "
             f"{summary_['cores_while_typing']} cores while typing"
         )
     return result
