@@ -54,6 +54,7 @@ from .completion import (
     served_ahead,
     warm,
 )
+from .debounce import Debounce
 from .documents import document_key, path_of, use_lsp_lines
 from .loading import Worker, start_loading
 from .log_limits import PopupLimit, limit_logging
@@ -104,6 +105,7 @@ class SpecdecServer(LanguageServer):
         # by (document key, version, line, character): the lane and answer of the request in flight there
         self.pending: dict[tuple, tuple[Lane, asyncio.Future]] = {}
         self.ahead: dict[str, Ahead] = {}  # by document key: a staged block's next lines, decoding ahead
+        self.debounce = Debounce()  # how long automatic requests wait: the user's typing pace
         self.outcomes = Outcomes(lambda: self.events)  # the shown completions and the user's verdicts
         self.recent: dict[str, None] = {}  # keys of open documents, the most recently edited or asked for last
         self.loads = 0  # counts model loads, so a superseded load does not install its models
@@ -134,6 +136,9 @@ class SpecdecServer(LanguageServer):
         for cancel in self.running.values():
             cancel.set()
         self.running.clear()
+        self.warming.set()
+        for key in list(self.ahead):
+            self.drop_ahead(key)
         self.outcomes.end_session()
         self.protocol.end_session()
 
@@ -203,11 +208,10 @@ class SpecdecServer(LanguageServer):
     def warm_at_edit(self, uri: str, key: str, change) -> None:
         """At the first edit in a document whose prompt the decoder has not read, read it on the worker while
         the user types on (completion.warm); the next request stops it and prefills only the rest."""
-        document = self.open_document(key)
-        end = edit_end(change)
-        if not self.options.prefill_on_edit or self.engine is None or key == self.read_last or document is None:
+        if not self.options.prefill_on_edit or self.engine is None or key == self.read_last:
             return
-        if end is None:  # a whole-document change says nowhere where the cursor is
+        document, end = self.open_document(key), edit_end(change)
+        if document is None or end is None:  # a whole-document change says nowhere where the cursor is
             return
         self.read_last = key
         self.warming.set()
@@ -310,9 +314,10 @@ class SpecdecServer(LanguageServer):
             return self.deliver(place, request, served_ahead(request, result))
         cancel = self.running[key, lane] = threading.Event()
         try:
-            if trigger == "automatic" and self.options.debounce_ms:
+            wait_ms = self.debounce.wait_ms(self.options.debounce_ms)
+            if trigger == "automatic" and wait_ms:
                 try:
-                    await asyncio.sleep(self.options.debounce_ms / 1000)
+                    await asyncio.sleep(wait_ms / 1000)
                 except asyncio.CancelledError:  # $/cancelRequest
                     self.deliver(place, request, cancelled(engine, self.options, request))
                     raise
@@ -438,7 +443,7 @@ def did_change_configuration(ls: SpecdecServer, params: types.DidChangeConfigura
 
 @SERVER.feature(types.SHUTDOWN)
 def shutdown(ls: SpecdecServer, params: None) -> None:
-    for cancel in ls.running.values():
+    for cancel in (*ls.running.values(), ls.warming, *(ahead.cancel for ahead in ls.ahead.values())):
         cancel.set()
 
 
@@ -448,6 +453,7 @@ def did_change(ls: SpecdecServer, params: types.DidChangeTextDocumentParams) -> 
     drop it), and the worker is wanted for the request the typing brings next."""
     key = document_key(params.text_document.uri)
     ls.touch(key)
+    ls.debounce.key()
     for lane in LANES:
         cancel = ls.running.get((key, lane))
         if cancel is not None:

@@ -192,7 +192,8 @@ class ServerOptions:
     # for automatic triggers; an invoked completion starts at once. Bounded: a request waits this long.
     debounce_ms: Annotated[int, Range(0, 5000)] = option(
         150,
-        "Automatic requests wait this long for more typing before decoding; invoked ones start at once.",
+        "Automatic requests wait at least this long for more typing before decoding (up to 3x as long for a "
+        "slower typist: 1.5x the recent gap between keys); invoked ones start at once.",
     )
     prefill_on_edit: bool = option(
         True,

@@ -26,10 +26,12 @@ from .check import CheckResult
 CHECKS = ("fuzz", "tcp", "storm", "typist", "kill", "configs")
 
 
-def run_check(name: str, seed: int, full: bool, workdir: Path, files: list[Path] | None = None) -> CheckResult:
+def run_check(
+    name: str, seed: int, full: bool, workdir: Path, files: list[Path] | None = None, rhythm: str = "steady"
+) -> CheckResult:
     module = importlib.import_module(f"{__name__}.{name}")
     if name == "typist":
-        return module.run(seed, full, workdir, files)
+        return module.run(seed, full, workdir, files, rhythm)
     return module.run(seed, full, workdir)
 
 
@@ -52,6 +54,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="0", help="comma-separated seeds (the fuzzer's target is 3: 0,1,2)")
     p.add_argument("--short", action="store_true", help="the short versions CI runs")
     p.add_argument("--json", type=Path, help="write every result here")
+    p.add_argument(
+        "--rhythm",
+        choices=("steady", "words"),
+        default="steady",
+        help="typist: about 10 keys/s (prefillOnEdit on and off), or 5 with word pauses (debounce 150 and 300 ms)",
+    )
     p.add_argument("--files", type=Path, nargs="+", help="typist: files to type into (default: a few of ours)")
     return p
 
@@ -63,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         for name in args.checks or CHECKS:
             for seed in seeds if name == "fuzz" else seeds[:1]:
                 print(f"running {name} (seed {seed})...", file=sys.stderr, flush=True)
-                results.append(run_check(name, seed, not args.short, Path(tmp), args.files))
+                results.append(run_check(name, seed, not args.short, Path(tmp), args.files, args.rhythm))
     print(format_table(results))
     if args.json:
         payload = [dataclasses.asdict(r) | {"passed": r.passed} for r in results]

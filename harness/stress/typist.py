@@ -12,8 +12,10 @@ single-line and block answers apart (the server's own `multiline`), p50 and p90;
 for a block's next lines after taking its first; and the server's CPU while the keys come, in cores (its user
 and system time over the typing's wall time, pauses left out).
 
-It runs the server twice, on its defaults and with `prefillOnEdit` off, on the same files and keys, so the
-table shows what reading a file's prompt at its first edit buys. The full version types into a few of the
+It runs the server twice on the same files and keys, under one of two rhythms (`RHYTHMS`): steady typing at
+about 10 keys/s on the defaults and with `prefillOnEdit` off (what reading a file's prompt at its first edit
+buys), or 5 keys/s with a short pause after each word at a 150 and a 300 ms debounce (what the debounce costs
+in decodes started and cancelled, and in CPU). The full version types into a few of the
 package's own modules with the default model (`--files` names others); the short one into one, with a tiny
 random model.
 """
@@ -40,7 +42,6 @@ from .check import CheckResult
 from .storm import Storm, _utf16_len, start_server
 from .wire import save_tiny_model
 
-KEY_S = (0.07, 0.13)  # between two keys: about 10 keys/s
 BURST = 12  # keys before a pause
 SETTLE_S = 1.0  # after a pause's answer, before the next key
 MIN_LINE = 2 * BURST + 4  # a line typed: long enough for two bursts and a rest
@@ -55,8 +56,25 @@ MODULES = (
     "speccomplete.harness.bench",
     "speccomplete.server.filters",
 )
-SETTINGS = {"defaults": {}, "prefillOnEdit off": {"prefillOnEdit": False}}
 TAKEN = "next lines after taking a block's first"
+
+
+@dataclass(frozen=True)
+class Rhythm:
+    """How the keys come, and the server settings compared under it (each run on the same files and keys)."""
+
+    key_s: tuple[float, float]  # between two keys
+    word_pause_s: tuple[float, float]  # after a space, besides: the short pause between words
+    settings: dict[str, dict]
+
+
+RHYTHMS = {
+    # about 10 keys/s without stopping inside a line: what reading a file's prompt at its first edit buys
+    "steady": Rhythm((0.07, 0.13), (0.0, 0.0), {"defaults": {}, "prefillOnEdit off": {"prefillOnEdit": False}}),
+    # about 5 keys/s with a short pause after each word, long enough for the debounce to fire: what the
+    # debounce costs in decodes started and cancelled, and in CPU
+    "words": Rhythm((0.15, 0.25), (0.3, 0.6), {"defaults": {}, "debounceMs 300": {"debounceMs": 300}}),
+}
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,8 @@ class Typed:
 
     pauses: list[Pause] = field(default_factory=list)
     taken: list[Taken] = field(default_factory=list)
+    decodes: int = 0  # decodes the server started (its events with a prompt read)
+    decodes_cancelled: int = 0  # of those, stopped by the next key
     typing_s: float = 0.0
     cpu_s: float = 0.0
 
@@ -128,7 +148,7 @@ def typing_spot(text: str) -> tuple[int, str] | None:
 
 
 async def _type_file(
-    session, events: Path, path: Path, label: str, plan: Plan, rng: random.Random, typed: Typed
+    session, events: Path, path: Path, label: str, plan: Plan, rhythm: Rhythm, rng: random.Random, typed: Typed
 ) -> None:
     text = path.read_text()
     spot = typing_spot(text)
@@ -147,13 +167,15 @@ async def _type_file(
     line, column = len(lines) - 1, _utf16_len(lines[-1])
     pauses_at = {BURST, 2 * BURST, len(keys)}
     burst_began, burst_cpu = time.monotonic(), cpu_seconds(session.process.pid)
-    await asyncio.sleep(rng.uniform(*KEY_S))
+    await asyncio.sleep(rng.uniform(*rhythm.key_s))
     for index, character in enumerate(keys, start=1):
         storm.type_key(character, line, column)
         line, column = (line + 1, 0) if character == "\n" else (line, column + _utf16_len(character))
         sent = storm.request(line, column, before_pause=index in pauses_at)
         if index not in pauses_at:
-            await asyncio.sleep(rng.uniform(*KEY_S))
+            await asyncio.sleep(
+                rng.uniform(*rhythm.key_s) + (rng.uniform(*rhythm.word_pause_s) if character == " " else 0)
+            )
             continue
         typed.typing_s += time.monotonic() - burst_began
         typed.cpu_s += cpu_seconds(session.process.pid) - burst_cpu
@@ -207,7 +229,9 @@ async def _event_of(session, events: Path, sent) -> dict | None:
     return None
 
 
-async def _run_setting(name: str, settings: dict, files: list[Path], plan: Plan, seed: int, workdir: Path, model):
+async def _run_setting(
+    name: str, settings: dict, files: list[Path], plan: Plan, rhythm: Rhythm, seed: int, workdir: Path, model
+) -> Typed:
     events_path = workdir / f"events-{name.replace(' ', '-')}.jsonl"
     events_path.unlink(missing_ok=True)
     options = {"telemetryPath": str(events_path)} | settings
@@ -220,21 +244,26 @@ async def _run_setting(name: str, settings: dict, files: list[Path], plan: Plan,
             raise RuntimeError(f"the server could not load its models: {session.statuses[-1].get('message')}")
         rng = random.Random(seed)
         for path in files:
-            await _type_file(session, events_path, path, name.replace(" ", "-"), plan, rng, typed)
+            await _type_file(session, events_path, path, name.replace(" ", "-"), plan, rhythm, rng, typed)
     finally:
         await stop_session(session)
+    events = [json.loads(line) for line in events_path.read_text().splitlines()] if events_path.exists() else []
+    decoded = [e for e in events if e.get("record") != "outcome" and e["prompt_tokens"] > 0]
+    typed.decodes = len(decoded)
+    typed.decodes_cancelled = sum(e["outcome"] == "cancelled" for e in decoded)
     return typed
 
 
-def run(seed: int, full: bool, workdir: Path, files: list[Path] | None = None) -> CheckResult:
+def run(seed: int, full: bool, workdir: Path, files: list[Path] | None = None, rhythm: str = "steady") -> CheckResult:
     plan = FULL if full else SHORT
     workdir = workdir / "typist"
     workdir.mkdir(parents=True, exist_ok=True)
     chosen = files or [module_file(module) for module in MODULES[: plan.files]]
     model = None if full else save_tiny_model(workdir / "model", seed)
+    keys = RHYTHMS[rhythm]
     runs = {
-        name: asyncio.run(_run_setting(name, settings, chosen, plan, seed, workdir, model))
-        for name, settings in SETTINGS.items()
+        name: asyncio.run(_run_setting(name, settings, chosen, plan, keys, seed, workdir, model))
+        for name, settings in keys.settings.items()
     }
     return report(runs, seed, full)
 
@@ -268,6 +297,8 @@ def summary(typed: Typed) -> dict:
         "shown": sum(t.shown for t in typed.taken),
         "unanswered": len(typed.taken) - len(waits),
     }
+    out["decodes_started"] = typed.decodes
+    out["decodes_cancelled"] = typed.decodes_cancelled
     out["cores_while_typing"] = _round(typed.cpu_s / typed.typing_s, 3) if typed.typing_s else None
     return out
 
@@ -300,7 +331,8 @@ def report(runs: dict[str, Typed], seed: int, full: bool) -> CheckResult:
             f"later block {summary_['later pause, block']['p50_ms']}/{summary_['later pause, block']['p90_ms']} ms, "
             f"shown {sum(p.shown for p in typed.pauses)}/{len(typed.pauses)}, next lines after a Tab "
             f"{summary_[TAKEN]['p50_ms']} ms (n={len(typed.taken)}), "
-            f"{summary_['cores_while_typing']} cores while typing"
+            f"{summary_['cores_while_typing']} cores while typing, decodes started {typed.decodes}, "
+            f"cancelled {typed.decodes_cancelled}"
         )
     return result
 

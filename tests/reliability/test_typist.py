@@ -7,7 +7,7 @@ from speccomplete.harness.stress import typist
 
 def test_every_pause_is_answered_on_both_settings(tmp_path):
     result = typist.run(seed=0, full=False, workdir=tmp_path)
-    for setting in typist.SETTINGS:
+    for setting in typist.RHYTHMS["steady"].settings:
         pauses = result.metrics["pauses"][setting]
         assert [p["first"] for p in pauses] == [True, False, False]  # three pauses in the one file
         assert all(p["latency_ms"] and p["multiline"] is not None for p in pauses), pauses
