@@ -78,14 +78,24 @@ def load_decoder(
     return LoadedDecoder(decoder, target_model, tokenizer, draft_model, quantization)
 
 
+def can_compile_steps(decoder) -> bool:
+    """Whether compile_steps can compile `decoder`'s steps: our decoder, on eager steps, of a target the lean
+    forward runs on the CPU."""
+    return (
+        isinstance(decoder, SpeculativeDecoder)
+        and isinstance(decoder.steps, EagerTarget)
+        and compiled_step.supports(decoder.target)
+    )
+
+
 def compile_steps(decoder: SpeculativeDecoder, quantization: str) -> tuple[CompiledStep, BuildReport]:
     """The target's compiled CPU step for every feed `decoder` makes (compiled_step.py), from the disk cache
     or built; slow, so the server calls it off its decode worker and installs the result between two
     requests (EagerTarget.use_compiled). `quantization`: the target's weights, "none" or "int8". Call it
     once they are packed (use_cpu_kernels): the graphs run the modules they were traced with."""
-    steps = decoder.steps
-    if not isinstance(steps, EagerTarget) or not compiled_step.supports(decoder.target):
+    if not can_compile_steps(decoder):
         raise ValueError("compiled CPU steps run eager-step targets of the lean forward's families on the CPU")
+    steps = decoder.steps
     drafter = decoder.drafter
     return compiled_step.build_or_load(
         decoder.target,

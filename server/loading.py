@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
+from speccomplete.decoder.loader import can_compile_steps, compile_steps
+
 from .completion import Engine, load_engine
 from .options import ServerOptions
 
@@ -58,9 +60,7 @@ def start_loading(ls: SpecdecServer) -> None:
     ls.load_progress = None
     ls.optimizing = False  # a build for the old models may run on, but its step is never installed
     ls.engine = None  # free the old models before loading new ones; requests answer empty meanwhile
-    for cancel in (*ls.running.values(), ls.warming, *(ahead.cancel for ahead in ls.ahead.values())):
-        cancel.set()  # the load waits on the worker behind them
-    ls.ahead.clear()
+    ls.stop_work()  # the load waits on the worker behind it
     ls.read_last = None
     ls.load_task = asyncio.ensure_future(load(ls, ls.loads, ls.options))
 
@@ -90,32 +90,18 @@ async def load(ls: SpecdecServer, load_id: int, options: ServerOptions) -> None:
     ls.engine, ls.loaded_with = engine, options
     log.info("models ready: %s on %s", what, engine.device)
     ls.set_status("ready", f"{engine.target} + {engine.draft} on {engine.device}")
-    if options.compile_step and compilable(engine):
+    if options.compile_step and can_compile_steps(engine.decoder):
         ls.compile_task = asyncio.ensure_future(compile_step(ls, load_id, engine))
-
-
-def compilable(engine: Engine) -> bool:
-    from speccomplete.decoder import compiled_step
-    from speccomplete.decoder.engine import SpeculativeDecoder
-    from speccomplete.decoder.target_steps import EagerTarget
-
-    decoder = engine.decoder
-    return (
-        isinstance(decoder, SpeculativeDecoder)
-        and isinstance(decoder.steps, EagerTarget)
-        and compiled_step.supports(decoder.target)
-    )
 
 
 async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
     """Build or load the compiled step on a low-priority thread while the worker answers from the eager one,
     then install it on the worker, between two requests. A failure leaves the eager step in place."""
     from speccomplete.decoder.engine import SpeculativeDecoder
-    from speccomplete.decoder.loader import compile_steps
     from speccomplete.decoder.target_steps import EagerTarget
 
     decoder = engine.decoder
-    assert isinstance(decoder, SpeculativeDecoder) and isinstance(decoder.steps, EagerTarget)  # compilable(engine)
+    assert isinstance(decoder, SpeculativeDecoder) and isinstance(decoder.steps, EagerTarget)  # can_compile_steps
     steps = decoder.steps
     ls.optimizing = True
     ls.send_status()

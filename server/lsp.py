@@ -133,12 +133,8 @@ class SpecdecServer(LanguageServer):
 
     def detach(self) -> None:
         """The client left: cancel its work, settle its completions and forget its documents."""
-        for cancel in self.running.values():
-            cancel.set()
+        self.stop_work()
         self.running.clear()
-        self.warming.set()
-        for key in list(self.ahead):
-            self.drop_ahead(key)
         self.outcomes.end_session()
         self.protocol.end_session()
 
@@ -361,6 +357,14 @@ class SpecdecServer(LanguageServer):
         self.ahead[key] = Ahead(target.text, target.line, target.character, answer, cancel)
         self.read_last = key
 
+    def stop_work(self) -> None:
+        """Stop whatever the worker runs or holds queued: decodes, a warm-up, decodes ahead (each at its next
+        round or chunk)."""
+        for cancel in (*self.running.values(), self.warming):
+            cancel.set()
+        for key in list(self.ahead):
+            self.drop_ahead(key)
+
     def drop_ahead(self, key: str) -> None:
         ahead = self.ahead.pop(key, None)
         if ahead is not None:
@@ -443,8 +447,7 @@ def did_change_configuration(ls: SpecdecServer, params: types.DidChangeConfigura
 
 @SERVER.feature(types.SHUTDOWN)
 def shutdown(ls: SpecdecServer, params: None) -> None:
-    for cancel in (*ls.running.values(), ls.warming, *(ahead.cancel for ahead in ls.ahead.values())):
-        cancel.set()
+    ls.stop_work()
 
 
 @SERVER.feature(types.TEXT_DOCUMENT_DID_CHANGE)
