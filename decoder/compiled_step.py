@@ -1,43 +1,51 @@
-"""The target's CPU step compiled once per machine and kept on disk (torch.compile, Inductor's C++ backend).
+"""The target's CPU step compiled once per machine and kept on disk (AOTInductor, Inductor's C++ backend).
 
 An eager step is ~1,600 small operators (norms, rotary, activation quantization, residuals), each paying
 dispatch; compiled, they fuse into a few loops around the products, which stay the packed kernels
-(kernels.opaque_linear). Compiling takes minutes, so it never happens on a request: a build in the
-background (the server) or ahead (`specdec precompile`) compiles every row count the decoder feeds, and
-keeps torch's compile caches (`torch.compiler.save_cache_artifacts`) in one file under the model cache,
-keyed by what makes the code valid: torch's version, the CPU's ISA, the model, its weights' format, the
-row counts and the modules traced. A later start loads that file and compiles again from the caches,
-which skips Inductor's C++ builds but not dynamo's tracing. The steps (target_steps.EagerTarget) switch to
+(kernels.opaque_linear). The step is exported (torch.export) and compiled ahead of time into packages of
+C++ code, one a graph, kept in a folder under the model cache keyed by what makes the code valid: torch's
+version, the CPU's ISA, the model, its weights' format, the row counts, the thread count and the modules
+traced. Building takes a minute or two, so it never happens on a request: a build in the background (the
+server) or ahead (`specdec precompile`). A later start loads the packages (a second: no tracing) and hands
+them the model's own weights (no copy on disk or in memory). The steps (target_steps.EagerTarget) switch to
 it between two requests; until then they run eagerly.
 
-Row counts: one graph for one row and one for any count up to `max_rows` (a dynamic dimension) cover a
-step and every verify width. Attention is one opaque operator a layer (lean_forward.attend_each_row),
-each row as a one-row step, so the graphs neither unroll rows nor branch on the cache's length. The
-hidden-state steps (the self draft's) are compiled for their one row; a longer feed of them, and any
-feed past `max_rows` (a prefill), runs eagerly.
+A graph takes the cache's buffers (grown to CAPACITY tokens) as inputs and writes the new rows' keys and
+values into them in place; how many tokens they hold comes in as the length of an empty tensor, a shape,
+so that one graph serves every cache length. One graph for any row count up to `max_rows` (a dynamic
+dimension) covers a step and every verify width: the same code for all, so a verify's rows are bit-equal to
+one-row steps (checked at every build and load; a graph specialized to one row reduced a wide model's rows
+in another order). Attention is one opaque operator a layer (lean_forward.attend_each_row), each row as a
+one-row step, so the graph never branches on the cache's length. The hidden-state steps (the self draft's)
+get a graph for their one row; a longer feed of them, and any feed past `max_rows` (a prefill), runs
+eagerly.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
+from transformers.cache_utils import Cache
 
 from . import lean_forward
-from .kv_cache import keep_first, lean_hidden_tapped, lean_logits_tapped, new_cache, reserve
+from .kv_cache import PreallocatedLayer, lean_hidden_tapped, lean_logits_tapped, new_cache, reserve, set_length
 
 log = logging.getLogger(__name__)
 
 # the entries' layout: a new one keys every entry anew
-FORMAT = 2
-# tokens a cache holds while a compiled step appends to it: its buffers are grown to this once, so that no graph
-# sees their size change (a graph guards on it); a longer context runs eagerly
+FORMAT = 3
+# tokens a cache's buffers hold while a compiled step appends to them: a graph takes them at this size; a
+# longer context runs eagerly
 CAPACITY = 4096
 
 
@@ -46,14 +54,52 @@ def supports(model) -> bool:
     return model.device.type == "cpu" and lean_forward.supports(model)
 
 
+class CompiledStepError(RuntimeError):
+    """A built or loaded step that cannot serve: its verify rows differ from its one-row steps."""
+
+
 @dataclass
 class BuildReport:
     """What a build or a load cost, for the log, `specdec precompile` and docs/cpu.md."""
 
     path: Path
-    loaded: bool  # True: from the cache file; False: compiled from nothing (or a stale, corrupt entry)
+    loaded: bool  # True: from the cache folder; False: compiled from nothing (or a stale, corrupt entry)
     seconds: float
     bytes: int
+
+
+class _Buffers:
+    """The cache a graph sees: each layer's key and value buffers, filled up to `start`, written in place."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], start):
+        self.keys, self.values, self.start = keys, values, start
+
+    def get_seq_length(self, layer_idx: int = 0):
+        return self.start
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        end = self.start + key_states.shape[-2]
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[:, :, self.start : end].copy_(key_states)
+        values[:, :, self.start : end].copy_(value_states)
+        return keys[:, :, :end], values[:, :, :end]
+
+
+class _Graph(torch.nn.Module):
+    """What one package runs: (input_ids [1, T], held [tokens held, 0], keys, values) -> logits of every row
+    (or hidden states), and the tapped states where there are taps."""
+
+    def __init__(self, model, taps: tuple[int, ...], hidden: bool):
+        super().__init__()
+        self.model, self.taps, self.hidden = model, taps, hidden
+
+    def forward(self, input_ids, held, keys, values):
+        cache = cast(Cache, _Buffers(keys, values, held.shape[0]))  # all of a Cache the lean forward asks for
+        if self.hidden:
+            out, states = lean_hidden_tapped(self.model, cache, input_ids, self.taps)
+        else:
+            out, states = lean_logits_tapped(self.model, cache, input_ids, input_ids.shape[1], self.taps)
+        return (out, states) if self.taps else (out,)
 
 
 class CompiledStep:
@@ -61,17 +107,12 @@ class CompiledStep:
 
     max_hidden_rows = 1
 
-    def __init__(self, model, max_rows: int, threads: int, taps: tuple[int, ...] = ()):
+    def __init__(self, model, max_rows: int, threads: int, taps: tuple[int, ...], runners: dict):
         self.model = model
         self.max_rows = max_rows
-        self.threads = threads  # the graphs' thread count: they guard on it (cpu_threads.IdleCores moves it)
+        self.threads = threads  # the graphs' thread count: compiled into them (cpu_threads.IdleCores moves it)
         self.taps = taps
-        # one row, and the rest: two graphs a function, on code objects every model compiled here shares
-        torch._dynamo.config.cache_size_limit += 2
-        self._logits = torch.compile(_every_row_logits, dynamic=True)
-        self._hidden = torch.compile(lean_hidden_tapped, dynamic=True)
-        # once warmed up, a shape the build did not see would compile on a request: raise instead
-        self._stance = "default"
+        self._runners = runners  # graph name -> AOTICompiledModel
 
     def covers(self, rows: int, cache, hidden: bool = False) -> bool:
         """Whether a feed of `rows` onto `cache` runs compiled: short feeds onto a cache that holds tokens and
@@ -83,51 +124,110 @@ class CompiledStep:
             rows <= (self.max_hidden_rows if hidden else self.max_rows)
             and 0 < held <= CAPACITY - rows
             and torch.get_num_threads() == self.threads
+            and _buffers(cache) is not None
         )
 
     def logits(self, cache, ids: list[int], keep: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append `ids` to `cache`: the logits of the last `keep` and the tapped states of all (None without
         taps). The graph applies the head to every row, so that `keep` is no shape of it."""
-        out, states = self._run(self._logits, cache, ids)
+        out, states = self._run("logits", cache, ids)
         return out[len(ids) - keep :], states
 
     def hidden(self, cache, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self._run(self._hidden, cache, ids)
+        return self._run("hidden", cache, ids)
 
-    def _run(self, compiled, cache, ids: list[int]):
-        reserve(cache, CAPACITY)  # eagerly, once a cache: no graph sees a buffer's size change
-        with torch.compiler.set_stance(self._stance):
-            return compiled(self.model, cache, torch.tensor([ids]), self.taps)
+    def _run(self, graph: str, cache, ids: list[int]):
+        buffers = _buffers(cache)
+        assert buffers is not None  # covers()
+        held = cache.get_seq_length()
+        keys, values = buffers
+        out = self._runners[graph].loader.boxed_run([torch.tensor([ids]), torch.empty(held, 0), *keys, *values])
+        set_length(cache, held + len(ids))
+        return out[0], (out[1] if self.taps else None)
 
-    def warm_up(self, hidden: bool) -> None:
-        """Run every graph once on a scratch cache, so that compiling (or loading) happens now: on a short
-        cache, then on one longer than every sliding window, where nothing may compile again. It sets the
-        calling thread's intra-op threads to the step's (a fresh thread starts from whatever count another
-        thread set last)."""
-        torch.set_num_threads(self.threads)
+    def check_verify_rows(self, hidden: bool) -> None:
+        """Raise CompiledStepError unless a verify's logits are its one-row steps', bit for bit (what makes
+        speculation on this step token-identical to its AR), and run every graph once."""
         with torch.inference_mode():
-            for held in (8, min(_past_every_window(self.model), CAPACITY - self.max_rows)):
-                cache = new_cache()
-                lean_logits_tapped(self.model, cache, torch.zeros((1, held), dtype=torch.long), 1, self.taps)
-                for rows in sorted({1, min(2, self.max_rows), self.max_rows}):
-                    self.logits(cache, [0] * rows, keep=rows)
-                    keep_first(cache, held)
-                    if hidden and rows <= self.max_hidden_rows:
-                        self.hidden(cache, [0] * rows)
-                        keep_first(cache, held)
-                self._stance = "fail_on_recompile"  # the long cache: the short one's graphs must serve it
+            cache = _scratch_cache(self.model, self.taps)
+            ids = list(range(1, self.max_rows + 1))
+            verify, _ = self.logits(cache, ids, keep=len(ids))
+            set_length(cache, 8)
+            one_by_one = torch.cat([self.logits(cache, [token], keep=1)[0] for token in ids])
+            if hidden:
+                set_length(cache, 8)
+                self.hidden(cache, ids[:1])
+        if not torch.equal(verify, one_by_one):
+            raise CompiledStepError("the compiled step's verify rows differ from its one-row steps")
 
 
-def _past_every_window(model) -> int:
-    """A cache length past every layer's sliding window (and past the cache's first buffer)."""
-    family = lean_forward.family_of(model)
-    assert family is not None  # supports(model)
-    windows = [lean_forward.layer_window(model, family, layer.self_attn) for layer in model.base_model.layers]
-    return max([w for w in windows if w] + [512]) + 8
+def _buffers(cache) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
+    """Every layer's key and value buffers, grown to CAPACITY; None where the cache has none of that size
+    (not yet written, or grown past it)."""
+    reserve(cache, CAPACITY)
+    layers = cache.layers
+    if not layers or not all(
+        isinstance(layer, PreallocatedLayer) and layer.is_initialized and layer.capacity == CAPACITY for layer in layers
+    ):
+        return None
+    return [layer.key_buffer for layer in layers], [layer.value_buffer for layer in layers]
 
 
-def _every_row_logits(model, cache, input_ids: torch.Tensor, taps: tuple[int, ...]):
-    return lean_logits_tapped(model, cache, input_ids, input_ids.shape[1], taps)
+def _scratch_cache(model, taps: tuple[int, ...]):
+    """A cache holding 8 tokens, its buffers at CAPACITY: what a graph is exported and checked on."""
+    cache = new_cache()
+    with torch.inference_mode():
+        lean_logits_tapped(model, cache, torch.zeros((1, 8), dtype=torch.long), 1, taps)
+    reserve(cache, CAPACITY)
+    return cache
+
+
+def _graphs(max_rows: int, hidden: bool) -> dict[str, tuple[bool, int]]:
+    """Each graph's name: whether it returns hidden states, and its most rows (a dynamic count from one)."""
+    return {"logits": (False, max_rows)} | ({"hidden": (True, 1)} if hidden else {})
+
+
+def _compile(model, taps: tuple[int, ...], max_rows: int, hidden: bool, folder: Path) -> None:
+    """Export and compile every graph into `folder` (a package each), at the calling thread's thread count."""
+    cache = _scratch_cache(model, taps)
+    keys, values = _buffers(cache) or ([], [])
+    layers = len(keys)
+    held = torch.export.Dim("held", min=1, max=CAPACITY - max_rows)
+    for name, (returns_hidden, most) in _graphs(max_rows, hidden).items():
+        rows = None if most == 1 else {1: torch.export.Dim("rows", min=1, max=most)}
+        example = (torch.zeros((1, most), dtype=torch.long), torch.empty(8, 0), keys, values)
+        with torch.no_grad():
+            program = torch.export.export(
+                _Graph(model, taps, returns_hidden),
+                example,
+                dynamic_shapes=(rows, {0: held}, [None] * layers, [None] * layers),
+                strict=False,
+            )
+        torch._inductor.aoti_compile_and_package(
+            program,
+            package_path=str(folder / f"{name}.pt2"),
+            # the weights stay the model's: handed to the package at load (_load)
+            inductor_configs={"aot_inductor.package_constants_in_so": False},
+        )
+
+
+def _tensor_at(module: torch.nn.Module, fqn: str) -> torch.Tensor:
+    tensor = functools.reduce(getattr, fqn.split("."), module)
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"the package asks for {fqn}, which the model has no tensor at")
+    return tensor
+
+
+def _load(model, taps: tuple[int, ...], max_rows: int, hidden: bool, folder: Path) -> dict:
+    """Every graph's package in `folder`, given the model's own tensors as its constants."""
+    graph = _Graph(model, taps, hidden=False)
+    runners = {}
+    for name in _graphs(max_rows, hidden):
+        runner = torch._inductor.aoti_load_package(str(folder / f"{name}.pt2"))
+        constants = {fqn: _tensor_at(graph, fqn) for fqn in runner.get_constant_fqns()}
+        runner.load_constants(constants, check_full_update=True, user_managed=True)
+        runners[name] = runner
+    return runners
 
 
 def entry_key(model, quantization: str, max_rows: int, hidden: bool, threads: int, taps: tuple[int, ...]) -> str:
@@ -164,40 +264,42 @@ def _code_digest() -> str:
 
 
 def entry_path(key: str) -> Path:
+    """The folder of an entry's packages."""
     from .models import cache_root
 
-    return cache_root() / "compiled" / f"{key}.bin"
+    return cache_root() / "compiled" / key
 
 
 def build_or_load(
     model, quantization: str, max_rows: int, hidden: bool, threads: int | None = None, taps: tuple[int, ...] = ()
 ) -> tuple[CompiledStep, BuildReport]:
     """The compiled step for `model` at `threads` intra-op threads (default: the caller's count): from the
-    cache file where one is valid, else compiled from nothing and the file written. A corrupt entry is logged,
-    removed and rebuilt. Slow (seconds warm, minutes cold): never call it on a request's path."""
+    cache folder where one is valid, else compiled from nothing and the folder written. A corrupt or
+    unloadable entry is logged, removed and rebuilt. Slow (a second warm, minutes cold): never call it on a
+    request's path. Raises CompiledStepError for a step whose verify rows are not its one-row steps."""
     began = time.perf_counter()
     threads = threads or torch.get_num_threads()
+    torch.set_num_threads(threads)  # compiled into the graphs; a fresh thread has whatever count was set last
     path = entry_path(entry_key(model, quantization, max_rows, hidden, threads, taps))
-    loaded = False
+    runners = None
     if path.exists():
         try:
-            # None where torch cannot read it (it logs why): a truncated write, another torch's format
-            loaded = torch.compiler.load_cache_artifacts(path.read_bytes()) is not None
-        except Exception as e:
-            log.debug("load_cache_artifacts raised", exc_info=e)
-        if not loaded:
-            log.warning("compiled step cache %s is unreadable; compiling it again", path)
-            path.unlink(missing_ok=True)
-    step = CompiledStep(model, max_rows, threads, taps)
-    step.warm_up(hidden)
-    # what this process compiled or loaded; written unless the entry already holds exactly that
-    artifacts = torch.compiler.save_cache_artifacts()
-    if artifacts is not None and not (loaded and path.read_bytes() == artifacts[0]):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.part")
-        partial.write_bytes(artifacts[0])
-        partial.replace(path)  # whole or not at all
-    size = path.stat().st_size if path.exists() else 0
+            runners = _load(model, taps, max_rows, hidden, path)
+        except Exception as e:  # a truncated write, a file another torch wrote, a model that changed
+            log.warning("compiled step cache %s is unreadable (%s); compiling it again", path, e)
+            shutil.rmtree(path, ignore_errors=True)
+    loaded = runners is not None
+    if runners is None:
+        partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        _compile(model, taps, max_rows, hidden, partial)
+        shutil.rmtree(path, ignore_errors=True)
+        partial.rename(path)  # whole or not at all
+        runners = _load(model, taps, max_rows, hidden, path)
+    step = CompiledStep(model, max_rows, threads, taps, runners)
+    step.check_verify_rows(hidden)
+    size = sum(f.stat().st_size for f in path.iterdir())
     report = BuildReport(path, loaded, time.perf_counter() - began, size)
     log.info(
         "compiled step %s in %.1f s (%s, %.1f MB)",

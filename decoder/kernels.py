@@ -80,6 +80,8 @@ def _(x: torch.Tensor, key: int, out_features: int) -> torch.Tensor:
 
 
 class PackedLinear(torch.nn.Module):
+    bias: torch.Tensor | None
+
     def __init__(self, *linears: torch.nn.Linear):
         """One linear, or several over the same input fused into one (outputs concatenated)."""
         super().__init__()
@@ -88,13 +90,15 @@ class PackedLinear(torch.nn.Module):
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, _ROWS_HINT)
         self.key = _opaque_key(self, weight)
         biases = [m.bias for m in linears]
-        self.bias = (
+        bias = (
             None
             if all(b is None for b in biases)
             else torch.cat(
                 [m.bias.detach() if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears]
             )
         )
+        # buffers, not plain attributes: a compiled step's package names its constants by these paths
+        self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():
@@ -132,6 +136,9 @@ def int8_full_range() -> bool:
 class Int8Linear(torch.nn.Module):
     """int8 weights (a scale per output row) times int8 activations (a scale per input row)."""
 
+    weight_scale: torch.Tensor
+    bias: torch.Tensor | None
+
     def __init__(self, *linears: torch.nn.Linear, prepack: bool | None = None):
         """One linear, or several over the same input fused into one (outputs concatenated).
         prepack: multiply on oneDNN's blocked layout; default: for weights of PREPACK_MIN_WEIGHTS or more."""
@@ -152,15 +159,17 @@ class Int8Linear(torch.nn.Module):
         self._unit_scales = weight.new_ones(self.out_features) if prepack else None
         self._zero_points = torch.zeros(self.out_features, dtype=torch.long) if prepack else None
         self.key = _opaque_key(self, weight_int8)
-        self.weight_scale = scale
         biases = [m.bias for m in linears]
-        self.bias = (
+        bias = (
             None
             if all(b is None for b in biases)
             else torch.cat(
                 [m.bias.detach() if m.bias is not None else weight.new_zeros(m.out_features) for m in linears]
             )
         )
+        # buffers, not plain attributes: a compiled step's package names its constants by these paths
+        self.register_buffer("weight_scale", scale, persistent=False)
+        self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A decode step calls this ~110 times and each op costs microseconds of dispatch, so no op runs

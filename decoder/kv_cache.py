@@ -64,6 +64,20 @@ class PreallocatedLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 
+    @property
+    def capacity(self) -> int:
+        """Tokens the buffers hold room for."""
+        return self._key_buffer.shape[-2]
+
+    @property
+    def key_buffer(self) -> torch.Tensor:
+        """The whole key buffer, past the filled part too: what a compiled step writes into (compiled_step.py)."""
+        return self._key_buffer
+
+    @property
+    def value_buffer(self) -> torch.Tensor:
+        return self._value_buffer
+
     def crop(self, tokens_to_remove: int) -> None:
         """Forget the last -tokens_to_remove tokens (DynamicLayer's convention: a negative count)."""
         if tokens_to_remove > 0:
@@ -86,6 +100,13 @@ def keep_first(cache: Cache, length: int) -> None:
     cached = cache.get_seq_length()
     if cached > length:
         cache.crop(length - cached)
+
+
+def set_length(cache: Cache, length: int) -> None:
+    """Every layer of `cache` holds its buffers' first `length` tokens: after a compiled step wrote into them."""
+    for layer in cache.layers:
+        if isinstance(layer, PreallocatedLayer):
+            layer._set_length(length)
 
 
 def forward_logits(model, cache: Cache, ids: list[int] | torch.Tensor, keep: int) -> torch.Tensor:

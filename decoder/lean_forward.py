@@ -156,15 +156,20 @@ def lean_hidden(
     end = start + rows
     positions = torch.arange(start, end, device=input_ids.device)
     rotary = rotary_tables(base.rotary_emb, positions)
-    masks = {}  # window -> [T, end] bool, True where a row may attend; none for one row
+    masks = {}  # window -> [T, end] bool, True where a row may attend; none for one row or row by row
     x = base.embed_tokens(input_ids[0])
-    row_by_row = 1 < rows <= ROW_BY_ROW_MAX and model in _ROW_BY_ROW
+    # Traced (compiled_step.py), rows attend row by row through one opaque call a layer, so that the graph
+    # neither unrolls its rows nor branches on their count or the cache's length. (The flag is global: an
+    # eager feed beside a build attends row by row too, the same numbers as a one-row step's; a prefill
+    # stays batched.)
+    traced = torch.compiler.is_compiling() and rows <= ROW_BY_ROW_MAX
+    row_by_row = traced or (1 < rows <= ROW_BY_ROW_MAX and model in _ROW_BY_ROW)
     for index, layer in enumerate(base.layers):
         if index in taps and tapped is not None:
             tapped.append(x)
         attention = layer.self_attn
         window = layer_window(model, family, attention)
-        if rows > 1 and window not in masks:
+        if not row_by_row and rows > 1 and window not in masks:
             masks[window] = _causal_mask(positions, end, window)
         cos, sin = rotary[None] if None in rotary else rotary[attention.layer_type]
         mask = EACH_ROW if row_by_row else masks.get(window)
@@ -251,13 +256,9 @@ def _attention(
     keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], attention.layer_idx)
     queries = q.transpose(0, 1)[None]
     scaling, cap = attention.scaling, getattr(attention, "attn_logit_softcapping", None)
-    if torch.compiler.is_compiling() and rows <= ROW_BY_ROW_MAX:
-        # compiled (compiled_step.py): one opaque call a layer, each row as a one-row step, so that the graph
-        # neither unrolls its rows nor branches on the cache's length (a window's start), which it would guard
-        # on. (The flag is global: an eager prefill beside a build keeps batched attention.)
-        out = attend_each_row(queries, keys, values, window, end, scaling, cap)
-    elif mask is EACH_ROW:  # each row as the one-row step at its position: its own keys, no mask
-        out = _attend_each_row(queries, keys, values, window, end, scaling, cap)
+    if mask is EACH_ROW:  # each row as the one-row step at its position: its own keys, no mask
+        attend = attend_each_row if torch.compiler.is_compiling() else _attend_each_row  # traced: one operator
+        out = attend(queries, keys, values, window, end, scaling, cap)
     else:
         out = _attend(queries, keys, values, cast(torch.Tensor | None, mask), window, end, scaling, cap)
     return attention.o_proj(out[0].transpose(0, 1).reshape(rows, -1))

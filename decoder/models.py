@@ -271,7 +271,8 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
         raise ModelError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16") from None
 
 
-def _available_bytes(device: torch.device) -> int | None:
+def available_bytes(device: torch.device) -> int | None:
+    """Memory free for a model on `device` (on the CPU, MemAvailable: page cache counts as free); None: unknown."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     try:
@@ -308,7 +309,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", progress: P
     dt = pick_dtype(dtype, dev)
     local = Path(where)
     if local.is_dir():
-        need, have = _weight_bytes(local, dt), _available_bytes(dev)
+        need, have = _weight_bytes(local, dt), available_bytes(dev)
         if need and have and need > have:
             raise OutOfMemoryError(
                 f"{spec} needs about {need / 2**30:.1f} GiB on {dev} but only {have / 2**30:.1f} GiB is free; "

@@ -116,10 +116,8 @@ class EagerTarget:
             if compiled is not None and compiled.covers(len(ids), self.cache, hidden):
                 try:
                     out = run_compiled(compiled)
-                except RuntimeError as e:  # a shape it was not built for would compile on the request: eager
-                    if "fail_on_recompile" not in str(e):
-                        raise
-                    log.warning("compiled step has no graph for %d rows; eager steps from now on: %s", len(ids), e)
+                except RuntimeError as e:  # the package refused the feed (it sets the cache's length only after)
+                    log.warning("compiled step failed on %d rows; eager steps from now on: %s", len(ids), e)
                     self.compiled = None
                     out = run_eager()
             else:

@@ -15,6 +15,11 @@ in the same call, as the decoder's loader does (decoder/loader.py, use_cpu_kerne
 machine the fastest passes (`fastest_ms` in the JSON, printed under the table) are the better
 estimate, since other jobs only ever add time.
 
+`--shape`: a random-weight Qwen2 model in the shape of a coder users run (SHAPES) instead of `--target`:
+acceptance means nothing there, step costs are real. Every row says what the memory bound is for its
+weights (`bound_ms`: the time to read as many bytes as a step reads of them, timed among the passes, since
+the machine's bandwidth drifts) and how near a one-token step comes to it (`of_bound`, `compiled_of_bound`).
+
 `--profile`: where a target pass's time goes, by torch.profiler. For each weights row, a one-token step and
 a verify of the widest width are run under the profiler, and the table gives each top-level operator's calls
 and ms a pass (its children included: an `aten::rms_norm` counts the ops inside it), the weight products
@@ -28,6 +33,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +45,57 @@ from speccomplete.decoder.models import DEFAULT_TARGET
 WEIGHTS = ("plain", "packed", "hf-cache", "int8")  # the rows --weights picks from
 EAGLE3_CHAIN = 4  # tokens drafted in a row in the eagle3_4_* columns
 DRAFT_STEPS = ("draft_1_ms", "eagle3_1_ms")
+
+# Qwen2.5-Coder's shapes (their config.json), for --shape; all share rope_theta 1e6 and rms_norm_eps 1e-6
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2.5-coder-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14),
+    "qwen2.5-coder-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12),
+    "qwen2.5-coder-3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16),
+    "qwen2.5-coder-7b": dict(
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_hidden_layers=28,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        vocab_size=152064,
+        tie_word_embeddings=False,
+    ),
+}
+
+
+def shape_config(shape: str):
+    """The Qwen2Config of `shape` (SHAPES)."""
+    from transformers import Qwen2Config
+
+    facts: dict[str, Any] = {"num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True} | SHAPES[
+        shape
+    ]
+    return Qwen2Config(**facts, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, rms_norm_eps=1e-6)
+
+
+def parameter_count(config) -> int:
+    """A causal LM's parameters (tied ones once), counted on the meta device: no memory taken."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+
+
+def random_model(shape: str, seed: int = 0):
+    """A Qwen2 causal LM of `shape` (SHAPES) with random weights, in fp32 on the CPU."""
+    from transformers import Qwen2ForCausalLM
+
+    from speccomplete.decoder.models import available_bytes
+
+    config = shape_config(shape)
+    need, have = parameter_count(config) * 4, available_bytes(torch.device("cpu")) or 0
+    if need > have * 0.8:  # the int8 copy and the activations need the rest
+        raise SystemExit(
+            f"--shape {shape}: its fp32 weights take {need / 2**30:.1f} GiB before int8, and {have / 2**30:.1f} GiB "
+            "is free; pick a smaller shape"
+        )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config).eval().requires_grad_(False)  # as load_model leaves a model
 
 
 def _prefilled(model, prompt: list[int], cache_factory=new_cache):
@@ -119,10 +176,13 @@ def step_costs(
     cache_factory=new_cache,
     eagle3=None,
     compiled=None,
+    read_bytes: int | None = None,
 ) -> dict:
     """Median ms per forward of each width, with the decoder's cache unless `cache_factory` says otherwise;
     with `eagle3` (an Eagle3Drafter on `model`), its draft's step too; with `compiled` (a CompiledStep of
-    `model`), the same passes compiled (`compiled_{w}_ms`, for the widths it covers), interleaved with them."""
+    `model`), the same passes compiled (`compiled_{w}_ms`, for the widths it covers), interleaved with them;
+    with `read_bytes` (the weight bytes a step reads), the memory bound: the time to read that many bytes
+    (`bound_ms`, interleaved with the passes), and each one-token step's share of it (`of_bound`)."""
     cache = _prefilled(model, prompt, cache_factory)
     passes = {f"target_{w}_ms": _target_pass(model, cache, prompt[-w:]) for w in widths}
     if compiled is not None:
@@ -132,6 +192,13 @@ def step_costs(
                 passes[f"compiled_{w}_ms"] = _target_pass(model, compiled_cache, prompt[-w:], compiled)
     draft = derive_draft(model, list(draft_layers))
     passes["draft_1_ms"] = _target_pass(draft, _prefilled(draft, prompt, cache_factory), prompt[-1:])
+    if read_bytes is not None:
+        weights_sized = torch.ones(read_bytes // 4)
+
+        def read() -> None:
+            weights_sized.sum().item()
+
+        passes["bound_ms"] = read
     cold: tuple[str, ...] = ()
     if eagle3 is not None:
         # Each right after a target pass, as a round's drafting runs: its first step reads the draft's weights
@@ -151,6 +218,11 @@ def step_costs(
         }
     )
     row["c"] = row["draft_1_ms"] / one
+    if read_bytes is not None:
+        row["read_gb_per_s"] = read_bytes / row["bound_ms"] / 1e6
+        row["of_bound"] = row["bound_ms"] / one
+        if "compiled_1_ms" in row:
+            row["compiled_of_bound"] = row["bound_ms"] / row["compiled_1_ms"]
     if eagle3 is not None:
         row["eagle3_c"] = row["eagle3_1_ms"] / one
         row[f"eagle3_{EAGLE3_CHAIN}_c"] = row[f"eagle3_{EAGLE3_CHAIN}_ms"] / EAGLE3_CHAIN / one  # per token
@@ -220,6 +292,11 @@ def print_profile(name: str, report: dict[int, dict], top: int = 12) -> None:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("stepcost")
     p.add_argument("--target", default=DEFAULT_TARGET)
+    p.add_argument(
+        "--shape",
+        choices=list(SHAPES),
+        help="instead of --target: random weights in this model's shape (step costs real, acceptance meaningless)",
+    )
     p.add_argument("--device", default="auto")
     p.add_argument(
         "--dtypes",
@@ -271,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
     from speccomplete.decoder.models import load_model
     from speccomplete.decoder.target_steps import EagerTarget
 
-    from .bench import write_json
+    from .bench import weight_bytes_per_token, write_json
     from .returns import device_facts
 
     weights = set(args.weights.split(","))
@@ -279,7 +356,6 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"--weights: unknown {', '.join(sorted(unknown))}; choose from {', '.join(WEIGHTS)}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    prompt_text = open(args.prompt_file, encoding="utf-8").read()
     rows = {}
     builds: dict[str, dict] = {}  # the compiled steps' build or load: --compiled
     profiles: dict[str, dict] = {}
@@ -287,51 +363,69 @@ def run(args: argparse.Namespace) -> int:
     if widths[0] != 1:
         raise SystemExit("--widths: the first width must be 1 (the ratios are to a one-token step)")
 
-    def measure(name: str, model, prompt, eagle3, quantization: str | None = None, **kwargs) -> None:
+    def load(dtype: str):
+        """The model, its prompt and its shipped EAGLE-3 draft (None where none ships, or for a --shape)."""
+        if args.shape:
+            model = random_model(args.shape)
+            ids = torch.randint(
+                model.config.vocab_size, (args.prompt_tokens,), generator=torch.Generator().manual_seed(0)
+            )
+            return model, ids.tolist(), None
+        model, tokenizer = load_model(args.target, device=args.device, dtype=dtype)
+        text = open(args.prompt_file, encoding="utf-8").read()
+        return model, tokenizer(text)["input_ids"][: args.prompt_tokens], _shipped_eagle3(model, tokenizer)
+
+    def measure(name: str, model, prompt, eagle3, weight_bytes: int, quantization: str | None = None, **kwargs) -> None:
         if args.compiled and quantization is not None:
             from speccomplete.decoder.compiled_step import build_or_load
 
             kwargs["compiled"], report = build_or_load(model, quantization, max(widths), hidden=False)
             builds[name] = {"from_cache": report.loaded, "seconds": report.seconds, "bytes": report.bytes}
-        rows[name] = step_costs(model, prompt, widths=widths, repeats=args.repeats, eagle3=eagle3, **kwargs)
+        rows[name] = step_costs(
+            model, prompt, widths=widths, repeats=args.repeats, eagle3=eagle3, read_bytes=weight_bytes, **kwargs
+        )
         if args.profile and "cache_factory" not in kwargs:
             profiles[name] = profile_passes(model, prompt, widths=(1, widths[-1]))
 
     for dtype in args.dtypes.split(","):
-        model, tokenizer = load_model(args.target, device=args.device, dtype=dtype)
-        prompt = tokenizer(prompt_text)["input_ids"][: args.prompt_tokens]
-        eagle3 = _shipped_eagle3(model, tokenizer)
+        model, prompt, eagle3 = load(dtype)
         int8 = "int8" in weights and can_int8(model) and supports(model)
+        plain_bytes = weight_bytes_per_token(model)  # before packing: a packed linear keeps no .weight
         if "plain" in weights:
-            measure(dtype, model, prompt, eagle3)
+            measure(dtype, model, prompt, eagle3, plain_bytes)
         # the draft's linears go with the target's, in one call: what the loader does
-        if weights & {"packed", "hf-cache"} and pack_linear_weights(model, *(eagle3.own_modules if eagle3 else ())):
+        packed = weights & {"packed", "hf-cache"} and pack_linear_weights(
+            model, *(eagle3.own_modules if eagle3 else ())
+        )
+        if packed:
             if "packed" in weights:
-                measure(f"{dtype}+packed", model, prompt, eagle3, quantization="none")
+                measure(f"{dtype}+packed", model, prompt, eagle3, plain_bytes, quantization="none")
             if "hf-cache" in weights:
                 # the cache lever: HF's DynamicCache (torch.cat per step) instead of decoder/kv_cache.py
-                measure(f"{dtype}+packed+hf-cache", model, prompt, None, cache_factory=DynamicCache)
-        del model
-        if int8:  # packing is one-way: int8 starts again from the plain weights
-            model, _ = load_model(args.target, device=args.device, dtype=dtype)
-            eagle3 = _shipped_eagle3(model, tokenizer)
+                measure(f"{dtype}+packed+hf-cache", model, prompt, None, plain_bytes, cache_factory=DynamicCache)
+        if int8:
+            if packed:  # packing is one-way: int8 starts again from the plain weights
+                del model
+                model, prompt, eagle3 = load(dtype)
+            int8_bytes = weight_bytes_per_token(model, int8=True)
             use_cpu_kernels(EagerTarget(model), model, *(eagle3.own_modules if eagle3 else ()), int8=True)
-            measure(f"{dtype}+int8", model, prompt, eagle3, quantization="int8")
-            del model
+            measure(f"{dtype}+int8", model, prompt, eagle3, int8_bytes, quantization="int8")
+        del model
     keys = list(dict.fromkeys(k for row in rows.values() for k in row if k != "fastest_ms"))
     facts = device_facts()
     threads = f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"
     print(
-        f"target={args.target} device={args.device} cpu={facts['cpu']} "
+        f"target={f'random {args.shape}' if args.shape else args.target} device={args.device} cpu={facts['cpu']} "
         f"int8 products exact at full range (VNNI/AMX): {int8_full_range()}"
     )
     print(
         f"prompt_tokens={args.prompt_tokens} {threads} "
         f"(median of {args.repeats}, interleaved; ms; ratios to 1 target token)"
     )
-    print("weights".ljust(22) + "".join(k.rjust(15) for k in keys))
+    width = {k: max(15, len(k) + 2) for k in keys}
+    print("weights".ljust(22) + "".join(k.rjust(width[k]) for k in keys))
     for name, row in rows.items():
-        print(name.ljust(22) + "".join(f"{row[k]:15.3f}" if k in row else "-".rjust(15) for k in keys))
+        print(name.ljust(22) + "".join(f"{row[k]:{width[k]}.3f}" if k in row else "-".rjust(width[k]) for k in keys))
     for name, row in rows.items():
         fastest = row["fastest_ms"]
         one = fastest["target_1_ms"]
@@ -348,6 +442,7 @@ def run(args: argparse.Namespace) -> int:
         write_json(
             {
                 "target": args.target,
+                "shape": args.shape,
                 "device": args.device,
                 "device_facts": facts,
                 "int8_full_range": int8_full_range(),

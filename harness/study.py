@@ -1,4 +1,4 @@
-"""`specdec study`: issue 40's three research questions over a case set, in one resumable command.
+"""`specdec study`: the disparity study's three research questions over a case set, in one resumable command.
 
 - RQ1 and RQ2: every case is decoded by AR and by each draft at the product's γ policy, greedy, twice: a
   block (max_new_tokens, no stop string: every decoder writes the same length, so tokens/s compare) and a

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.metadata
 import logging
 import statistics
 import sys
@@ -67,7 +68,7 @@ from .transport import serve_stdio, serve_tcp
 
 log = logging.getLogger(__name__)
 
-VERSION = "0.1.0"
+VERSION = importlib.metadata.version("speccomplete")  # what the client sees in serverInfo
 STATUS = "specdec/status"
 COMPLETED = "specdec/completed"
 ACCEPT = "specdec.accept"

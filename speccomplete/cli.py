@@ -33,7 +33,7 @@ SUBCOMMANDS = (
     Subcommand("bench", "bench", "AR vs speculative vs HF assisted on the same cases"),
     Subcommand("sweep", "sweep", "AR and fixed γ over temperatures on cases, written as events"),
     Subcommand("report", "report", "tables and plots from completion events"),
-    Subcommand("study", "study", "issue 40's study (RQ1-RQ3) over cases, resumable: study.json and study.md"),
+    Subcommand("study", "study", "the disparity study (RQ1-RQ3) over cases, resumable: study.json and study.md"),
     Subcommand("nextline", "nextline", "greedy next-line exact match of a target on cases"),
     Subcommand("stepcost", "stepcost", "median cost of target/draft forward passes by dtype and width"),
     Subcommand(

@@ -74,6 +74,7 @@ class StressSession(Session):
 
     messages: list[types.ShowMessageParams] = field(default_factory=list)
     arrivals: list[Arrival] = field(default_factory=list)  # notifications and answers, as they arrived
+    status_times: list[float] = field(default_factory=list)  # time.monotonic() each of `statuses` arrived
 
 
 @dataclass
@@ -94,6 +95,7 @@ async def start_server(init_options: dict, ready_timeout: float, env: dict | Non
     def on_status(params):
         status = params._asdict()  # pygls hands a custom notification's params over as a namedtuple
         session.statuses.append(status)
+        session.status_times.append(time.monotonic())
         if status.get("state") in ("ready", "error") and not settled.done():
             settled.set_result(status)
 

@@ -12,12 +12,13 @@ single-line and block answers apart (the server's own `multiline`), p50 and p90;
 for a block's next lines after taking its first; and the server's CPU while the keys come, in cores (its user
 and system time over the typing's wall time, pauses left out).
 
-It runs the server twice on the same files and keys, under one of two rhythms (`RHYTHMS`): steady typing at
+It runs the server on the same files and keys under each setting of one rhythm (`RHYTHMS`): steady typing at
 about 10 keys/s on the defaults and with `prefillOnEdit` off (what reading a file's prompt at its first edit
-buys), or 5 keys/s with a short pause after each word at a 150 and a 300 ms debounce (what the debounce costs
-in decodes started and cancelled, and in CPU). The full version types into a few of the
-package's own modules with the default model (`--files` names others); the short one into one, with a tiny
-random model.
+buys); 5 keys/s with a short pause after each word at a 150 and a 300 ms debounce (what the debounce costs
+in decodes started and cancelled, and in CPU); or 10 keys/s with `compileStep` off, on at a first start
+(which builds the step while the keys come, unless the model cache holds it) and on again (which loads it).
+The full version types into a few of the package's own modules with the default model (`--files` names
+others); the short one into one, with a tiny random model.
 """
 
 from __future__ import annotations
@@ -74,6 +75,13 @@ RHYTHMS = {
     # about 5 keys/s with a short pause after each word, long enough for the debounce to fire: what the
     # debounce costs in decodes started and cancelled, and in CPU
     "words": Rhythm((0.15, 0.25), (0.3, 0.6), {"defaults": {}, "debounceMs 300": {"debounceMs": 300}}),
+    # about 10 keys/s, with the compiled step: the first start builds it while the keys come (unless the model
+    # cache holds it), the second loads what the first built
+    "compiled": Rhythm(
+        (0.07, 0.13),
+        (0.0, 0.0),
+        {"defaults": {}, "compileStep": {"compileStep": True}, "compileStep again": {"compileStep": True}},
+    ),
 }
 
 
@@ -115,6 +123,7 @@ class Typed:
     decodes_cancelled: int = 0  # of those, stopped by the next key
     typing_s: float = 0.0
     cpu_s: float = 0.0
+    compiled_in_use_s: float | None = None  # from the server's start to its compiled step in use (compileStep)
 
 
 def module_file(name: str) -> Path:
@@ -237,6 +246,7 @@ async def _run_setting(
     options = {"telemetryPath": str(events_path)} | settings
     if model is not None:
         options |= {"target": str(model), "quantization": "none"}
+    started = time.monotonic()
     session = await start_server(options, plan.ready_timeout_s)
     typed = Typed()
     try:
@@ -247,11 +257,24 @@ async def _run_setting(
             await _type_file(session, events_path, path, name.replace(" ", "-"), plan, rhythm, rng, typed)
     finally:
         await stop_session(session)
+    typed.compiled_in_use_s = _compiled_in_use_s(session.statuses, session.status_times, started)
     events = [json.loads(line) for line in events_path.read_text().splitlines()] if events_path.exists() else []
     decoded = [e for e in events if e.get("record") != "outcome" and e["prompt_tokens"] > 0]
     typed.decodes = len(decoded)
     typed.decodes_cancelled = sum(e["outcome"] == "cancelled" for e in decoded)
     return typed
+
+
+def _compiled_in_use_s(statuses: list[dict], times: list[float], started: float) -> float | None:
+    """Seconds from the start to the first status that is no longer `optimizing` after one that was; None
+    where the server never optimized, or was still at it when the typing ended."""
+    optimizing = False
+    for status, at in zip(statuses, times):
+        if status.get("optimizing"):
+            optimizing = True
+        elif optimizing and status.get("state") == "ready":
+            return round(at - started, 1)
+    return None
 
 
 def run(seed: int, full: bool, workdir: Path, files: list[Path] | None = None, rhythm: str = "steady") -> CheckResult:
@@ -297,6 +320,7 @@ def summary(typed: Typed) -> dict:
         "shown": sum(t.shown for t in typed.taken),
         "unanswered": len(typed.taken) - len(waits),
     }
+    out["compiled_in_use_s"] = typed.compiled_in_use_s
     out["decodes_started"] = typed.decodes
     out["decodes_cancelled"] = typed.decodes_cancelled
     out["cores_while_typing"] = _round(typed.cpu_s / typed.typing_s, 3) if typed.typing_s else None
@@ -333,6 +357,7 @@ def report(runs: dict[str, Typed], seed: int, full: bool) -> CheckResult:
             f"{summary_[TAKEN]['p50_ms']} ms (n={len(typed.taken)}), "
             f"{summary_['cores_while_typing']} cores while typing, decodes started {typed.decodes}, "
             f"cancelled {typed.decodes_cancelled}"
+            + (f", compiled step in use {typed.compiled_in_use_s} s after the start" if typed.compiled_in_use_s else "")
         )
     return result
 

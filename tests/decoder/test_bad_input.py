@@ -349,7 +349,7 @@ def test_bad_dtype_and_device(tmp_path, tokenizer):
 
 def test_out_of_memory_before_loading(tmp_path, tokenizer, monkeypatch):
     _save_tiny(tmp_path, tokenizer)
-    monkeypatch.setattr(models, "_available_bytes", lambda device: 1)
+    monkeypatch.setattr(models, "available_bytes", lambda device: 1)
     with pytest.raises(OutOfMemoryError, match=r"needs about .* GiB on cpu .* free.*smaller model"):
         load_model(str(tmp_path), device="cpu", dtype="float32")
 

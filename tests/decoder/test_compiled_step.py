@@ -91,11 +91,11 @@ def test_the_cache_entry_is_loaded_and_a_corrupt_one_rebuilt(llama, cache_dir, c
     _, built = compiled_step.build_or_load(target, "none", ROWS, hidden=True)
     _, loaded = compiled_step.build_or_load(target, "none", ROWS, hidden=True)
     assert not built.loaded and loaded.loaded and loaded.path == built.path
-    built.path.write_bytes(b"not a cache")
+    (built.path / "logits.pt2").write_bytes(b"not a cache")
     with caplog.at_level(logging.WARNING):
         step, rebuilt = compiled_step.build_or_load(target, "none", ROWS, hidden=True)
     assert not rebuilt.loaded and "unreadable" in caplog.text
-    assert rebuilt.path.read_bytes() != b"not a cache"
+    assert (rebuilt.path / "logits.pt2").read_bytes() != b"not a cache"
     with torch.inference_mode():  # and it runs
         steps = EagerTarget(target)
         steps.use_compiled(step)

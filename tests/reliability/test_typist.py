@@ -23,3 +23,11 @@ def test_the_typist_writes_a_line_that_is_there():
     assert text[offset:].startswith(keys)  # the line's text after its indentation, Enter, the next indentation
     assert keys.endswith("\n    ") and len(keys.strip()) >= typist.MIN_LINE and offset >= len(text) // 2
     assert typist.typing_spot("short\nlines\n") is None
+
+
+def test_the_compiled_step_is_in_use_once_optimizing_ends():
+    ready, optimizing = {"state": "ready", "optimizing": False}, {"state": "ready", "optimizing": True}
+    loading = {"state": "loading", "optimizing": False}
+    assert typist._compiled_in_use_s([loading, optimizing, ready], [10.0, 12.0, 55.5], started=9.0) == 46.5
+    assert typist._compiled_in_use_s([loading, ready], [10.0, 12.0], started=9.0) is None  # never optimized
+    assert typist._compiled_in_use_s([loading, optimizing], [10.0, 12.0], started=9.0) is None  # still at it
