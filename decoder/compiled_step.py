@@ -6,9 +6,9 @@ dispatch; compiled, they fuse into a few loops around the products, which stay t
 C++ code, one a graph, kept in a folder under the model cache keyed by what makes the code valid: torch's
 version, the CPU's ISA, the model, its weights' format, the row counts, the thread count and the modules
 traced. Building takes a minute or two, so it never happens on a request: a build in the background (the
-server) or ahead (`specdec precompile`). A later start loads the packages (a second: no tracing) and hands
-them the model's own weights (no copy on disk or in memory). The steps (target_steps.EagerTarget) switch to
-it between two requests; until then they run eagerly.
+server runs `specdec precompile` in a process of its own) or ahead. A later start loads the packages (a
+second: no tracing) and hands them the model's own weights (no copy on disk or in memory). The steps
+(target_steps.EagerTarget) switch to it between two requests; until then they run eagerly.
 
 A graph takes the cache's buffers (grown to CAPACITY tokens) as inputs and writes the new rows' keys and
 values into them in place; how many tokens they hold comes in as the length of an empty tensor, a shape,
@@ -30,6 +30,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -141,6 +142,7 @@ class CompiledStep:
         assert buffers is not None  # covers()
         held = cache.get_seq_length()
         keys, values = buffers
+        # the package's own loader, flat tensors in and out: the wrapper's call re-reads its pytree specs each call
         out = self._runners[graph].loader.boxed_run([torch.tensor([ids]), torch.empty(held, 0), *keys, *values])
         set_length(cache, held + len(ids))
         return out[0], (out[1] if self.taps else None)
@@ -271,12 +273,22 @@ def entry_path(key: str) -> Path:
 
 
 def build_or_load(
-    model, quantization: str, max_rows: int, hidden: bool, threads: int | None = None, taps: tuple[int, ...] = ()
+    model,
+    quantization: str,
+    max_rows: int,
+    hidden: bool,
+    threads: int | None = None,
+    taps: tuple[int, ...] = (),
+    build: Callable[[], None] | None = None,
 ) -> tuple[CompiledStep, BuildReport]:
     """The compiled step for `model` at `threads` intra-op threads (default: the caller's count): from the
     cache folder where one is valid, else compiled from nothing and the folder written. A corrupt or
     unloadable entry is logged, removed and rebuilt. Slow (a second warm, minutes cold): never call it on a
-    request's path. Raises CompiledStepError for a step whose verify rows are not its one-row steps."""
+    request's path. Raises CompiledStepError for a step whose verify rows are not its one-row steps.
+
+    build: writes the entry in another process (`specdec precompile` for the same model and settings). Tracing
+    patches torch process-wide, so a build here breaks whatever else runs the model meanwhile (the server's
+    decodes); loading traces nothing."""
     began = time.perf_counter()
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)  # compiled into the graphs; a fresh thread has whatever count was set last
@@ -290,12 +302,15 @@ def build_or_load(
             shutil.rmtree(path, ignore_errors=True)
     loaded = runners is not None
     if runners is None:
-        partial = path.with_name(f"{path.name}.{os.getpid()}.part")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        _compile(model, taps, max_rows, hidden, partial)
-        shutil.rmtree(path, ignore_errors=True)
-        partial.rename(path)  # whole or not at all
+        if build is not None:
+            build()
+        else:
+            partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            _compile(model, taps, max_rows, hidden, partial)
+            shutil.rmtree(path, ignore_errors=True)
+            partial.rename(path)  # whole or not at all
         runners = _load(model, taps, max_rows, hidden, path)
     step = CompiledStep(model, max_rows, threads, taps, runners)
     step.check_verify_rows(hidden)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -88,11 +89,14 @@ def can_compile_steps(decoder) -> bool:
     )
 
 
-def compile_steps(decoder: SpeculativeDecoder, quantization: str) -> tuple[CompiledStep, BuildReport]:
+def compile_steps(
+    decoder: SpeculativeDecoder, quantization: str, build: Callable[[], None] | None = None
+) -> tuple[CompiledStep, BuildReport]:
     """The target's compiled CPU step for every feed `decoder` makes (compiled_step.py), from the disk cache
     or built; slow, so the server calls it off its decode worker and installs the result between two
     requests (EagerTarget.use_compiled). `quantization`: the target's weights, "none" or "int8". Call it
-    once they are packed (use_cpu_kernels): the graphs run the modules they were traced with."""
+    once they are packed (use_cpu_kernels): the graphs run the modules they were traced with. `build`: where
+    no entry is cached, what writes it in another process (compiled_step.build_or_load)."""
     if not can_compile_steps(decoder):
         raise ValueError("compiled CPU steps run eager-step targets of the lean forward's families on the CPU")
     steps = decoder.steps
@@ -105,6 +109,7 @@ def compile_steps(decoder: SpeculativeDecoder, quantization: str) -> tuple[Compi
         # the count an idle machine decodes at, not whatever the worker's last request left (IdleCores)
         threads=decoder.idle_cores.ceiling if decoder.idle_cores is not None else None,
         taps=steps.features.taps if steps.features is not None else (),
+        build=build,
     )
 
 

@@ -1,5 +1,6 @@
 """Loading the models on the decode worker, with the editor's progress bar and the status bar; then
-the compiled CPU step, built or loaded on a thread of its own and installed on the worker.
+the compiled CPU step, loaded on a thread of its own (built first by `specdec precompile` in a process of
+its own where the model cache lacks it) and installed on the worker.
 
 The worker is one thread that runs every job in order: the loads here, and every decode (server/lsp.py).
 """
@@ -10,6 +11,8 @@ import asyncio
 import logging
 import os
 import queue
+import subprocess
+import sys
 import threading
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
@@ -106,6 +109,17 @@ async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
     ls.optimizing = True
     ls.send_status()
     built: Future = Future()
+    options = ls.loaded_with
+
+    def precompile() -> None:
+        """Build the entry in a process of its own: tracing the model here would break the worker's decodes."""
+        assert options is not None  # set with the engine
+        ls.precompiling = child = subprocess.Popen(
+            precompile_command(options), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        _, errors = child.communicate()
+        if child.returncode != 0:
+            raise RuntimeError(f"specdec precompile exited with {child.returncode}: {errors.strip()[-2000:]}")
 
     def build() -> None:
         try:
@@ -115,7 +129,7 @@ async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
         except (AttributeError, OSError):
             pass
         try:
-            built.set_result(compile_steps(decoder, engine.quantization))
+            built.set_result(compile_steps(decoder, engine.quantization, build=precompile))
         except BaseException as e:
             built.set_exception(e)
 
@@ -131,6 +145,24 @@ async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
     if load_id == ls.loads:
         ls.optimizing = False
         ls.send_status()
+
+
+def precompile_command(options: ServerOptions) -> list[str]:
+    """`specdec precompile` for the models and settings `options` load, so that it builds the entry the server
+    then looks for (compiled_step.entry_key)."""
+    return [
+        sys.executable,
+        "-m",
+        "speccomplete.cli",
+        "precompile",
+        f"--target={options.target}",
+        f"--draft={options.draft}",
+        f"--device={options.device}",
+        f"--dtype={options.dtype}",
+        f"--gamma={options.gamma}",
+        f"--draft-confidence={options.draft_confidence}",
+        f"--quantization={options.quantization}",
+    ]
 
 
 async def begin_progress(ls: SpecdecServer, token: str, message: str) -> str | None:

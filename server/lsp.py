@@ -28,6 +28,7 @@ import dataclasses
 import importlib.metadata
 import logging
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -114,6 +115,7 @@ class SpecdecServer(LanguageServer):
         self.load_task: asyncio.Task | None = None
         self.optimizing = False  # the compiled CPU step is being built or loaded (server/loading.py)
         self.compile_task: asyncio.Task | None = None
+        self.precompiling: subprocess.Popen | None = None  # `specdec precompile` building the step (loading.py)
         self.loaded_with: ServerOptions | None = None  # the options the engine was loaded with
         # the document whose prompt the decoder read last (a request's or a warm-up's), and the warm-up's switch
         self.read_last: str | None = None
@@ -360,11 +362,13 @@ class SpecdecServer(LanguageServer):
 
     def stop_work(self) -> None:
         """Stop whatever the worker runs or holds queued: decodes, a warm-up, decodes ahead (each at its next
-        round or chunk)."""
+        round or chunk); and a compiled step's build for the models loaded."""
         for cancel in (*self.running.values(), self.warming):
             cancel.set()
         for key in list(self.ahead):
             self.drop_ahead(key)
+        if self.precompiling is not None and self.precompiling.poll() is None:
+            self.precompiling.terminate()  # a build for these models, which are going
 
     def drop_ahead(self, key: str) -> None:
         ahead = self.ahead.pop(key, None)

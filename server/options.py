@@ -116,7 +116,7 @@ class ServerOptions:
         "The target's linear weights: `auto` (int8 on the CPU), `none`, `int8`.",
         reloads=True,
     )
-    # off by default: loading a built step still costs about a minute of CPU at every start (docs/cpu.md)
+    # off by default: while a first start builds it, answers wait a fifth longer (docs/reliability.md)
     compile_step: bool = option(
         False,
         "On the CPU, compile the target's step once per machine, in the background, keep it in the model cache "
