@@ -12,13 +12,14 @@ second: no tracing) and hands them the model's own weights (no copy on disk or i
 
 A graph takes the cache's buffers (grown to CAPACITY tokens) as inputs and writes the new rows' keys and
 values into them in place; how many tokens they hold comes in as the length of an empty tensor, a shape,
-so that one graph serves every cache length. One graph for any row count up to `max_rows` (a dynamic
-dimension) covers a step and every verify width: the same code for all, so a verify's rows are bit-equal to
-one-row steps (checked at every build and load; a graph specialized to one row reduced a wide model's rows
-in another order). Attention is one opaque operator a layer (lean_forward.attend_each_row), each row as a
-one-row step, so the graph never branches on the cache's length. The hidden-state steps (the self draft's)
-get a graph for their one row; a longer feed of them, and any feed past `max_rows` (a prefill), runs
-eagerly.
+so that one graph serves every cache length. One graph, of the final hidden states, for any row count up
+to `max_rows` (a dynamic dimension) covers a step, every verify width and the self draft's steps; the head
+runs eagerly after it (one opaque product). The same code for every feed is what keeps speculation exact: a
+verify's rows are bit-equal to one-row steps (checked at every build and load; a graph specialized to one
+row reduced a wide model's rows in another order), and the self draft's hidden states, whose keys and values
+the verify keeps, are the ones a logits step would have made (two graphs fused them differently). Attention
+is one opaque operator a layer (lean_forward.attend_each_row), each row as a one-row step, so the graph never
+branches on the cache's length. A feed past `max_rows` (a prefill) runs eagerly.
 """
 
 from __future__ import annotations
@@ -39,12 +40,21 @@ import torch
 from transformers.cache_utils import Cache
 
 from . import lean_forward
-from .kv_cache import PreallocatedLayer, lean_hidden_tapped, lean_logits_tapped, new_cache, reserve, set_length
+from .kv_cache import (
+    PreallocatedLayer,
+    head_logits,
+    lean_hidden_tapped,
+    lean_logits_tapped,
+    new_cache,
+    reserve,
+    set_length,
+)
 
 log = logging.getLogger(__name__)
 
 # the entries' layout: a new one keys every entry anew
-FORMAT = 3
+FORMAT = 4
+PACKAGE = "step.pt2"  # an entry's one package
 # tokens a cache's buffers hold while a compiled step appends to them: a graph takes them at this size; a
 # longer context runs eagerly
 CAPACITY = 4096
@@ -87,42 +97,37 @@ class _Buffers:
 
 
 class _Graph(torch.nn.Module):
-    """What one package runs: (input_ids [1, T], held [tokens held, 0], keys, values) -> logits of every row
-    (or hidden states), and the tapped states where there are taps."""
+    """What the package runs: (input_ids [1, T], held [tokens held, 0], keys, values) -> the final hidden
+    states of every row, and the tapped states where there are taps."""
 
-    def __init__(self, model, taps: tuple[int, ...], hidden: bool):
+    def __init__(self, model, taps: tuple[int, ...]):
         super().__init__()
-        self.model, self.taps, self.hidden = model, taps, hidden
+        self.model, self.taps = model, taps
 
     def forward(self, input_ids, held, keys, values):
         cache = cast(Cache, _Buffers(keys, values, held.shape[0]))  # all of a Cache the lean forward asks for
-        if self.hidden:
-            out, states = lean_hidden_tapped(self.model, cache, input_ids, self.taps)
-        else:
-            out, states = lean_logits_tapped(self.model, cache, input_ids, input_ids.shape[1], self.taps)
+        out, states = lean_hidden_tapped(self.model, cache, input_ids, self.taps)
         return (out, states) if self.taps else (out,)
 
 
 class CompiledStep:
     """The lean forward's logits and hidden-state steps, compiled for feeds of up to `max_rows` rows."""
 
-    max_hidden_rows = 1
-
-    def __init__(self, model, max_rows: int, threads: int, taps: tuple[int, ...], runners: dict):
+    def __init__(self, model, max_rows: int, threads: int, taps: tuple[int, ...], runner):
         self.model = model
         self.max_rows = max_rows
         self.threads = threads  # the graphs' thread count: compiled into them (cpu_threads.IdleCores moves it)
         self.taps = taps
-        self._runners = runners  # graph name -> AOTICompiledModel
+        self._runner = runner  # an AOTICompiledModel
 
-    def covers(self, rows: int, cache, hidden: bool = False) -> bool:
+    def covers(self, rows: int, cache) -> bool:
         """Whether a feed of `rows` onto `cache` runs compiled: short feeds onto a cache that holds tokens and
         has room for them within CAPACITY, at the thread count it was built for (a prefill, the first write
         into an empty cache, a context past CAPACITY, and a step while other work leaves fewer cores
         idle run eagerly)."""
         held = cache.get_seq_length()
         return (
-            rows <= (self.max_hidden_rows if hidden else self.max_rows)
+            rows <= self.max_rows
             and 0 < held <= CAPACITY - rows
             and torch.get_num_threads() == self.threads
             and _buffers(cache) is not None
@@ -130,24 +135,21 @@ class CompiledStep:
 
     def logits(self, cache, ids: list[int], keep: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append `ids` to `cache`: the logits of the last `keep` and the tapped states of all (None without
-        taps). The graph applies the head to every row, so that `keep` is no shape of it."""
-        out, states = self._run("logits", cache, ids)
-        return out[len(ids) - keep :], states
+        taps): the graph's hidden states, then the head eagerly, as the self draft's verify applies it."""
+        hidden, states = self.hidden(cache, ids)
+        return head_logits(self.model, self.model.get_output_embeddings(), hidden[len(ids) - keep :]), states
 
     def hidden(self, cache, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self._run("hidden", cache, ids)
-
-    def _run(self, graph: str, cache, ids: list[int]):
         buffers = _buffers(cache)
         assert buffers is not None  # covers()
         held = cache.get_seq_length()
         keys, values = buffers
         # the package's own loader, flat tensors in and out: the wrapper's call re-reads its pytree specs each call
-        out = self._runners[graph].loader.boxed_run([torch.tensor([ids]), torch.empty(held, 0), *keys, *values])
+        out = self._runner.loader.boxed_run([torch.tensor([ids]), torch.empty(held, 0), *keys, *values])
         set_length(cache, held + len(ids))
         return out[0], (out[1] if self.taps else None)
 
-    def check_verify_rows(self, hidden: bool) -> None:
+    def check_verify_rows(self) -> None:
         """Raise CompiledStepError unless a verify's logits are its one-row steps', bit for bit (what makes
         speculation on this step token-identical to its AR), and run every graph once."""
         with torch.inference_mode():
@@ -156,9 +158,6 @@ class CompiledStep:
             verify, _ = self.logits(cache, ids, keep=len(ids))
             set_length(cache, 8)
             one_by_one = torch.cat([self.logits(cache, [token], keep=1)[0] for token in ids])
-            if hidden:
-                set_length(cache, 8)
-                self.hidden(cache, ids[:1])
         if not torch.equal(verify, one_by_one):
             raise CompiledStepError("the compiled step's verify rows differ from its one-row steps")
 
@@ -184,33 +183,27 @@ def _scratch_cache(model, taps: tuple[int, ...]):
     return cache
 
 
-def _graphs(max_rows: int, hidden: bool) -> dict[str, tuple[bool, int]]:
-    """Each graph's name: whether it returns hidden states, and its most rows (a dynamic count from one)."""
-    return {"logits": (False, max_rows)} | ({"hidden": (True, 1)} if hidden else {})
-
-
-def _compile(model, taps: tuple[int, ...], max_rows: int, hidden: bool, folder: Path) -> None:
-    """Export and compile every graph into `folder` (a package each), at the calling thread's thread count."""
+def _compile(model, taps: tuple[int, ...], max_rows: int, folder: Path) -> None:
+    """Export and compile the graph into `folder`, at the calling thread's thread count."""
     cache = _scratch_cache(model, taps)
     keys, values = _buffers(cache) or ([], [])
     layers = len(keys)
+    rows = torch.export.Dim("rows", min=1, max=max_rows)
     held = torch.export.Dim("held", min=1, max=CAPACITY - max_rows)
-    for name, (returns_hidden, most) in _graphs(max_rows, hidden).items():
-        rows = None if most == 1 else {1: torch.export.Dim("rows", min=1, max=most)}
-        example = (torch.zeros((1, most), dtype=torch.long), torch.empty(8, 0), keys, values)
-        with torch.no_grad():
-            program = torch.export.export(
-                _Graph(model, taps, returns_hidden),
-                example,
-                dynamic_shapes=(rows, {0: held}, [None] * layers, [None] * layers),
-                strict=False,
-            )
-        torch._inductor.aoti_compile_and_package(
-            program,
-            package_path=str(folder / f"{name}.pt2"),
-            # the weights stay the model's: handed to the package at load (_load)
-            inductor_configs={"aot_inductor.package_constants_in_so": False},
+    example = (torch.zeros((1, max_rows), dtype=torch.long), torch.empty(8, 0), keys, values)
+    with torch.no_grad():
+        program = torch.export.export(
+            _Graph(model, taps),
+            example,
+            dynamic_shapes=({1: rows} if max_rows > 1 else None, {0: held}, [None] * layers, [None] * layers),
+            strict=False,
         )
+    torch._inductor.aoti_compile_and_package(
+        program,
+        package_path=str(folder / PACKAGE),
+        # the weights stay the model's: handed to the package at load (_load)
+        inductor_configs={"aot_inductor.package_constants_in_so": False},
+    )
 
 
 def _tensor_at(module: torch.nn.Module, fqn: str) -> torch.Tensor:
@@ -220,19 +213,16 @@ def _tensor_at(module: torch.nn.Module, fqn: str) -> torch.Tensor:
     return tensor
 
 
-def _load(model, taps: tuple[int, ...], max_rows: int, hidden: bool, folder: Path) -> dict:
-    """Every graph's package in `folder`, given the model's own tensors as its constants."""
-    graph = _Graph(model, taps, hidden=False)
-    runners = {}
-    for name in _graphs(max_rows, hidden):
-        runner = torch._inductor.aoti_load_package(str(folder / f"{name}.pt2"))
-        constants = {fqn: _tensor_at(graph, fqn) for fqn in runner.get_constant_fqns()}
-        runner.load_constants(constants, check_full_update=True, user_managed=True)
-        runners[name] = runner
-    return runners
+def _load(model, taps: tuple[int, ...], folder: Path):
+    """The package in `folder`, given the model's own tensors as its constants."""
+    graph = _Graph(model, taps)
+    runner = torch._inductor.aoti_load_package(str(folder / PACKAGE))
+    constants = {fqn: _tensor_at(graph, fqn) for fqn in runner.get_constant_fqns()}
+    runner.load_constants(constants, check_full_update=True, user_managed=True)
+    return runner
 
 
-def entry_key(model, quantization: str, max_rows: int, hidden: bool, threads: int, taps: tuple[int, ...]) -> str:
+def entry_key(model, quantization: str, max_rows: int, threads: int, taps: tuple[int, ...]) -> str:
     """What a cache entry is valid for: torch, the CPU's ISA, the model's config and weights, their
     format, the feeds compiled and the thread count."""
     from .kernels import int8_full_range, weight_sample
@@ -247,7 +237,6 @@ def entry_key(model, quantization: str, max_rows: int, hidden: bool, threads: in
         "weights": weight_sample(model.get_input_embeddings().weight),
         "quantization": quantization,
         "max_rows": max_rows,
-        "hidden": hidden,
         "threads": threads,
         "taps": list(taps),
     }
@@ -276,7 +265,6 @@ def build_or_load(
     model,
     quantization: str,
     max_rows: int,
-    hidden: bool,
     threads: int | None = None,
     taps: tuple[int, ...] = (),
     build: Callable[[], None] | None = None,
@@ -292,28 +280,28 @@ def build_or_load(
     began = time.perf_counter()
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)  # compiled into the graphs; a fresh thread has whatever count was set last
-    path = entry_path(entry_key(model, quantization, max_rows, hidden, threads, taps))
-    runners = None
+    path = entry_path(entry_key(model, quantization, max_rows, threads, taps))
+    runner = None
     if path.exists():
         try:
-            runners = _load(model, taps, max_rows, hidden, path)
+            runner = _load(model, taps, path)
         except Exception as e:  # a truncated write, a file another torch wrote, a model that changed
             log.warning("compiled step cache %s is unreadable (%s); compiling it again", path, e)
             shutil.rmtree(path, ignore_errors=True)
-    loaded = runners is not None
-    if runners is None:
+    loaded = runner is not None
+    if runner is None:
         if build is not None:
             build()
         else:
             partial = path.with_name(f"{path.name}.{os.getpid()}.part")
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
-            _compile(model, taps, max_rows, hidden, partial)
+            _compile(model, taps, max_rows, partial)
             shutil.rmtree(path, ignore_errors=True)
             partial.rename(path)  # whole or not at all
-        runners = _load(model, taps, max_rows, hidden, path)
-    step = CompiledStep(model, max_rows, threads, taps, runners)
-    step.check_verify_rows(hidden)
+        runner = _load(model, taps, path)
+    step = CompiledStep(model, max_rows, threads, taps, runner)
+    step.check_verify_rows()
     size = sum(f.stat().st_size for f in path.iterdir())
     report = BuildReport(path, loaded, time.perf_counter() - began, size)
     log.info(

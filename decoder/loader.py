@@ -105,7 +105,6 @@ def compile_steps(
         decoder.target,
         quantization,
         round_rows(decoder.gamma, drafter),
-        hidden=drafter is not None and drafter.drafts_on_the_target,
         # the count an idle machine decodes at, not whatever the worker's last request left (IdleCores)
         threads=decoder.idle_cores.ceiling if decoder.idle_cores is not None else None,
         taps=steps.features.taps if steps.features is not None else (),

@@ -91,7 +91,6 @@ class EagerTarget:
             ids,
             lambda compiled: compiled.hidden(self.cache, ids),
             lambda: forward_hidden_tapped(self.model, self.cache, ids, self._taps()),
-            hidden=True,
         )
         if self.features is not None:
             self.features.append(states)
@@ -110,10 +109,10 @@ class EagerTarget:
     def _taps(self) -> tuple[int, ...]:
         return self.features.taps if self.features is not None else ()
 
-    def _append(self, ids: list[int], run_compiled, run_eager, hidden: bool = False):
+    def _append(self, ids: list[int], run_compiled, run_eager):
         compiled = self.compiled
         try:
-            if compiled is not None and compiled.covers(len(ids), self.cache, hidden):
+            if compiled is not None and compiled.covers(len(ids), self.cache):
                 try:
                     out = run_compiled(compiled)
                 except RuntimeError as e:  # the package refused the feed (it sets the cache's length only after)

@@ -379,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
         if args.compiled and quantization is not None:
             from speccomplete.decoder.compiled_step import build_or_load
 
-            kwargs["compiled"], report = build_or_load(model, quantization, max(widths), hidden=False)
+            kwargs["compiled"], report = build_or_load(model, quantization, max(widths))
             builds[name] = {"from_cache": report.loaded, "seconds": report.seconds, "bytes": report.bytes}
         rows[name] = step_costs(
             model, prompt, widths=widths, repeats=args.repeats, eagle3=eagle3, read_bytes=weight_bytes, **kwargs

@@ -15,7 +15,7 @@ import torch
 from helpers.decoding import assert_greedy_matches, generate, random_prompts
 
 from speccomplete.decoder import compiled_step
-from speccomplete.decoder.drafts import ModelDrafter, derive_draft
+from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.lean_forward import attend_row_by_row
@@ -55,7 +55,7 @@ def test_compiled_steps_write_what_eager_steps_write(int8, llama, tokenizer, cac
     """Greedy: compiled AR = eager AR, and speculation on the compiled step = its own AR, token for token;
     with int8 too, whose verify rows attend row by row."""
     target, draft = packed_pair(llama, int8)
-    compiled, report = compiled_step.build_or_load(target, "int8" if int8 else "none", ROWS, hidden=False)
+    compiled, report = compiled_step.build_or_load(target, "int8" if int8 else "none", ROWS)
     assert not report.loaded and report.path.exists() and report.bytes > 0
     eager_ar, spec, compiled_ar = decoders(target, draft, tokenizer, compiled)
     prompts = random_prompts(4)
@@ -68,13 +68,31 @@ def test_compiled_steps_write_what_eager_steps_write(int8, llama, tokenizer, cac
     assert spec.steps.compiled is compiled  # never fell back to eager
 
 
+@pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
+def test_the_self_draft_on_the_compiled_step_is_its_ar(int8, gemma3, tokenizer, cache_dir):
+    """The self draft's hidden states are the target's own, and the verify keeps their keys and values: on the
+    compiled step they must be what its logits steps make, with a lookup's copied rows fed beside them."""
+    target = copy.deepcopy(gemma3)
+    vocabulary = torch.randperm(target.config.vocab_size, generator=torch.Generator().manual_seed(0))
+    drafter = HybridDrafter(SelfDrafter(target, vocabulary[: target.config.vocab_size // 2]), lookup_tokens=3)
+    use_cpu_kernels(SimpleNamespace(records_graphs=False), target, int8=int8)
+    compiled, _ = compiled_step.build_or_load(target, "int8" if int8 else "none", ROWS)
+    steps = EagerTarget(target)
+    steps.use_compiled(compiled)
+    spec = SpeculativeDecoder(target, tokenizer, drafter, FixedGamma(GAMMA), steps=steps)
+    compiled_ar = SpeculativeDecoder(target, tokenizer, None, None, steps=steps)
+    prompts = [p + p for p in random_prompts(3)]  # repeats for the lookup to copy
+    assert_greedy_matches(compiled_ar, spec, prompts, max_new_tokens=24)
+    assert spec.steps.compiled is compiled
+
+
 def test_int8_verify_rows_equal_one_row_steps(gemma3, cache_dir):
     """What makes int8 speculation exact, compiled too: a verify's logits are the one-row steps', bit for bit
     (Gemma-3: sliding-window layers and q/k norms)."""
     target = copy.deepcopy(gemma3)
     use_cpu_kernels(SimpleNamespace(records_graphs=False), target, int8=True)
     attend_row_by_row(target)
-    compiled, _ = compiled_step.build_or_load(target, "int8", ROWS, hidden=False)
+    compiled, _ = compiled_step.build_or_load(target, "int8", ROWS)
     ids = torch.randint(0, target.config.vocab_size, (20,), generator=torch.Generator().manual_seed(3)).tolist()
     with torch.inference_mode():
         steps = EagerTarget(target)
@@ -88,14 +106,14 @@ def test_int8_verify_rows_equal_one_row_steps(gemma3, cache_dir):
 
 def test_the_cache_entry_is_loaded_and_a_corrupt_one_rebuilt(llama, cache_dir, caplog):
     target, _ = packed_pair(llama, int8=False)
-    _, built = compiled_step.build_or_load(target, "none", ROWS, hidden=True)
-    _, loaded = compiled_step.build_or_load(target, "none", ROWS, hidden=True)
+    _, built = compiled_step.build_or_load(target, "none", ROWS)
+    _, loaded = compiled_step.build_or_load(target, "none", ROWS)
     assert not built.loaded and loaded.loaded and loaded.path == built.path
-    (built.path / "logits.pt2").write_bytes(b"not a cache")
+    (built.path / compiled_step.PACKAGE).write_bytes(b"not a cache")
     with caplog.at_level(logging.WARNING):
-        step, rebuilt = compiled_step.build_or_load(target, "none", ROWS, hidden=True)
+        step, rebuilt = compiled_step.build_or_load(target, "none", ROWS)
     assert not rebuilt.loaded and "unreadable" in caplog.text
-    assert (rebuilt.path / "logits.pt2").read_bytes() != b"not a cache"
+    assert (rebuilt.path / compiled_step.PACKAGE).read_bytes() != b"not a cache"
     with torch.inference_mode():  # and it runs
         steps = EagerTarget(target)
         steps.use_compiled(step)
@@ -111,7 +129,7 @@ def test_a_step_built_on_another_thread_runs_at_the_count_asked_for(llama, cache
     built: dict = {}
 
     def build() -> None:
-        built["step"], _ = compiled_step.build_or_load(target, "none", ROWS, hidden=False, threads=asked)
+        built["step"], _ = compiled_step.build_or_load(target, "none", ROWS, threads=asked)
 
     torch.set_num_threads(1)  # what the worker sets while the build keeps a core busy
     builder = threading.Thread(target=build)
@@ -125,13 +143,13 @@ def test_a_step_built_on_another_thread_runs_at_the_count_asked_for(llama, cache
 
 
 def test_the_key_says_what_the_code_is_valid_for(llama, gemma3):
-    key = compiled_step.entry_key(llama, "none", ROWS, False, 2, ())
-    assert key == compiled_step.entry_key(llama, "none", ROWS, False, 2, ())
+    key = compiled_step.entry_key(llama, "none", ROWS, 2, ())
+    assert key == compiled_step.entry_key(llama, "none", ROWS, 2, ())
     others = [
-        compiled_step.entry_key(gemma3, "none", ROWS, False, 2, ()),
-        compiled_step.entry_key(llama, "int8", ROWS, False, 2, ()),
-        compiled_step.entry_key(llama, "none", ROWS + 1, False, 2, ()),
-        compiled_step.entry_key(llama, "none", ROWS, True, 2, ()),
-        compiled_step.entry_key(llama, "none", ROWS, False, 1, ()),
+        compiled_step.entry_key(gemma3, "none", ROWS, 2, ()),
+        compiled_step.entry_key(llama, "int8", ROWS, 2, ()),
+        compiled_step.entry_key(llama, "none", ROWS + 1, 2, ()),
+        compiled_step.entry_key(llama, "none", ROWS, 2, (1,)),
+        compiled_step.entry_key(llama, "none", ROWS, 1, ()),
     ]
     assert key not in others and len(set(others)) == len(others)
