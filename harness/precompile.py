@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         "models_s": round(loaded_s, 1),
         "compile_s": round(report.seconds, 1),
         "bytes": report.bytes,
-        "rows": f"1, and 2 to {compiled.max_rows}",
+        "rows": f"1 to {compiled.max_rows}",
         "path": str(report.path),
     }
     print(
