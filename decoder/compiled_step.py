@@ -2,15 +2,15 @@
 
 An eager step is ~1,600 small operators (norms, rotary, activation quantization, residuals), each paying
 dispatch; compiled, they fuse into a few loops around the products, which stay the packed kernels
-(kernels.opaque_linear). The step is exported (torch.export) and compiled ahead of time into packages of
-C++ code, one a graph, kept in a folder under the model cache keyed by what makes the code valid: torch's
+(kernels.opaque_linear). The step is exported (torch.export) and compiled ahead of time into a package of
+C++ code, kept in a folder under the model cache keyed by what makes the code valid: torch's
 version, the CPU's ISA, the model, its weights' format, the row counts, the thread count and the modules
 traced. Building takes a minute or two, so it never happens on a request: a build in the background (the
-server runs `specdec precompile` in a process of its own) or ahead. A later start loads the packages (a
-second: no tracing) and hands them the model's own weights (no copy on disk or in memory). The steps
+server runs `specdec precompile` in a process of its own) or ahead. A later start loads the package (a
+second: no tracing) and hands it the model's own weights (no copy on disk or in memory). The steps
 (target_steps.EagerTarget) switch to it between two requests; until then they run eagerly.
 
-A graph takes the cache's buffers (grown to CAPACITY tokens) as inputs and writes the new rows' keys and
+The graph takes the cache's buffers (grown to CAPACITY tokens) as inputs and writes the new rows' keys and
 values into them in place; how many tokens they hold comes in as the length of an empty tensor, a shape,
 so that one graph serves every cache length. One graph, of the final hidden states, for any row count up
 to `max_rows` (a dynamic dimension) covers a step, every verify width and the self draft's steps; the head
@@ -116,7 +116,7 @@ class CompiledStep:
     def __init__(self, model, max_rows: int, threads: int, taps: tuple[int, ...], runner):
         self.model = model
         self.max_rows = max_rows
-        self.threads = threads  # the graphs' thread count: compiled into them (cpu_threads.IdleCores moves it)
+        self.threads = threads  # the graph's thread count: compiled into it (cpu_threads.IdleCores moves it)
         self.taps = taps
         self._runner = runner  # an AOTICompiledModel
 
@@ -255,7 +255,7 @@ def _code_digest() -> str:
 
 
 def entry_path(key: str) -> Path:
-    """The folder of an entry's packages."""
+    """The folder of an entry's package."""
     from .models import cache_root
 
     return cache_root() / "compiled" / key
@@ -279,7 +279,7 @@ def build_or_load(
     decodes); loading traces nothing."""
     began = time.perf_counter()
     threads = threads or torch.get_num_threads()
-    torch.set_num_threads(threads)  # compiled into the graphs; a fresh thread has whatever count was set last
+    torch.set_num_threads(threads)  # compiled into the graph; a fresh thread has whatever count was set last
     path = entry_path(entry_key(model, quantization, max_rows, threads, taps))
     runner = None
     if path.exists():
