@@ -217,9 +217,26 @@ def _load(model, taps: tuple[int, ...], folder: Path):
     """The package in `folder`, given the model's own tensors as its constants."""
     graph = _Graph(model, taps)
     runner = torch._inductor.aoti_load_package(str(folder / PACKAGE))
+    _remove_extracted_packages()
     constants = {fqn: _tensor_at(graph, fqn) for fqn in runner.get_constant_fqns()}
     runner.load_constants(constants, check_full_update=True, user_managed=True)
     return runner
+
+
+def _remove_extracted_packages() -> None:
+    """Remove the folders that the package loader extracted for this process: its library is mapped by now,
+    and the loader removes them only if it is destroyed, which a process that exits or is stopped skips, so
+    each start would leave its few MB in the temporary folder. Linux: read from /proc/self/maps."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            mapped = {line.split(maxsplit=5)[-1].strip() for line in f if "/aotinductor_" in line}
+    except OSError:
+        return
+    for library in mapped:
+        head, _, tail = library.partition("/aotinductor_")
+        folder = Path(f"{head}/aotinductor_{tail.split('/')[0]}")
+        if folder.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def entry_key(model, quantization: str, max_rows: int, threads: int, taps: tuple[int, ...]) -> str:
@@ -252,6 +269,25 @@ def _code_digest() -> str:
         digest.update(Path(module.__file__ or "").read_bytes())
     digest.update(Path(__file__).read_bytes())
     return digest.hexdigest()
+
+
+def _remove_abandoned_builds(path: Path) -> None:
+    """Remove the partial folders of builds of `path` whose process is gone (a server that stopped terminates
+    its build) or is this one."""
+    for partial in path.parent.glob(f"{path.name}.*.part"):
+        pid = partial.name.removeprefix(f"{path.name}.").removesuffix(".part")
+        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def entry_path(key: str) -> Path:
@@ -293,10 +329,16 @@ def build_or_load(
         if build is not None:
             build()
         else:
+            _remove_abandoned_builds(path)
+            from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
             partial = path.with_name(f"{path.name}.{os.getpid()}.part")
-            shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
-            _compile(model, taps, max_rows, partial)
+            # Inductor's own cache (hundreds of MB a build) in the scratch folder, gone with it, rather than
+            # in the temporary folder, which is memory on many systems, for as long as the machine is up
+            with temporary_cache_dir(str(partial / "inductor")):
+                _compile(model, taps, max_rows, partial)
+            shutil.rmtree(partial / "inductor")
             shutil.rmtree(path, ignore_errors=True)
             partial.rename(path)  # whole or not at all
         runner = _load(model, taps, path)

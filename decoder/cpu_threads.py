@@ -2,12 +2,12 @@
 
 A decode step is over a hundred small products, each an OpenMP parallel region, and so is each
 element-wise op of a prefill. Workers that sleep between regions (OMP_WAIT_POLICY=PASSIVE) are
-woken for each one, about 110 µs apiece on the 2-core EPYC of docs/benchmarks, longer than a
-small product takes, so `specdec` leaves libgomp's default: workers spin a few ms between regions,
-then sleep. But two workers spinning where another process keeps a core busy starve each other
-(our AR took 206 ms a token instead of 99 under PASSIVE). So a decoder on the CPU takes a thread
-only for each core left idle, read from /proc/stat less this process's own CPU time, and looks
-again every half second while it decodes.
+woken for each one, which takes longer than a small product (docs/cpu.md, "Threads"), so `specdec`
+leaves libgomp's default: workers spin a few ms between regions, then sleep. But two workers
+spinning where another process keeps a core busy starve each other, so a decoder on the CPU takes a
+thread only for each core left idle, read from /proc/stat less this process's own CPU time and work
+at a lowered priority (which yields its core to ours), and looks again every half second while it
+decodes.
 """
 
 from __future__ import annotations
@@ -25,14 +25,32 @@ def _read_machine_busy() -> float | None:
     """CPU seconds that every core has spent busy since boot (Linux), or None where unknown."""
     try:
         with open("/proc/stat", encoding="ascii") as f:
-            fields = f.readline().split()
+            line = f.readline()
     except OSError:
         return None
+    ticks = busy_ticks(line, count_nice=_niced())
+    return None if ticks is None else ticks / os.sysconf("SC_CLK_TCK")
+
+
+def busy_ticks(line: str, count_nice: bool) -> int | None:
+    """The busy ticks of /proc/stat's first line. Time at a lowered priority (nice) counts as idle unless
+    `count_nice` (this process runs at one too): the scheduler gives such work a sliver of a core that a
+    normal-priority thread wants (a nice-19 build beside us gets about 1.5%), so our threads take its core
+    all the same."""
+    fields = line.split()
     if not fields or fields[0] != "cpu":
         return None
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
     # steal: time the hypervisor gave our cores to someone else, as unavailable to us as a busy core
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    return user + (nice if count_nice else 0) + system + irq + softirq + steal
+
+
+def _niced() -> bool:
+    """Whether this process runs at a lowered priority, its own CPU time then counted as nice by /proc/stat."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0) > 0
+    except (AttributeError, OSError):
+        return False
 
 
 def _sample() -> Sample | None:

@@ -14,7 +14,7 @@ from .engine import SpeculativeDecoder, round_rows
 from .gamma import parse_gamma_policy
 from .kernels import can_int8, int8_full_range, pack_linear_weights
 from .lean_forward import attend_row_by_row, supports
-from .models import Progress, load_model
+from .models import Progress, load_model, parameter_count
 from .target_steps import EagerTarget, target_steps
 
 # what the target's linear weights become on the CPU: packed fp32 ("none"), int8 (decoder/kernels.py), or
@@ -77,6 +77,19 @@ def load_decoder(
         compiled, _ = compile_steps(decoder, quantization)
         stepper.use_compiled(compiled)
     return LoadedDecoder(decoder, target_model, tokenizer, draft_model, quantization)
+
+
+# `compileStep: auto` compiles a target of at least this many parameters: the smallest coders people run (SmolLM2-135M,
+# Gemma-3-270M) and up. Below it a step is a few ms eager, and a build's minute of a core is spent for little.
+COMPILE_MIN_PARAMETERS = 100_000_000
+
+
+def wants_compiled_step(setting: bool | str, decoder) -> bool:
+    """Whether the server should build or load `decoder`'s compiled step: `setting` is compileStep (true, false
+    or "auto"), and only a decoder that can_compile_steps can."""
+    if setting is False or not can_compile_steps(decoder):
+        return False
+    return setting is True or parameter_count(decoder.target.config) >= COMPILE_MIN_PARAMETERS
 
 
 def can_compile_steps(decoder) -> bool:

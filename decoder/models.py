@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .gguf_safetensors import staged_folder
+from .gguf_safetensors import convert_with_meta, staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +170,33 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
         out = cache_root() / "models" / f"{gguf.stem}-{key}"
     if (out / "model.safetensors").exists() or (out / "model.safetensors.index.json").exists():
         return out
+    meta = shipped_meta(spec)
+    if meta is not None:
+        try:
+            return _convert_with_meta(gguf, meta, out, progress)
+        except Exception as e:  # a package that changed its GGUF: the slow path still converts it
+            log.warning("the shipped meta of %s does not fit %s (%s); converting through transformers", spec, gguf, e)
     log.info("converting %s (%s) to safetensors once; this takes a minute or two", spec, gguf.name)
     return convert_gguf(gguf, out, progress)
+
+
+# The metadata files and tensor map of each packaged model (decoder/gguf_safetensors.py), built by
+# `python -m tools.model_meta`: with them a first start converts the GGUF in seconds, where transformers
+# parses its metadata for a minute and more.
+SHIPPED_META = Path(__file__).parent / "meta"
+
+
+def shipped_meta(spec: str) -> Path | None:
+    """The packaged alias `spec`'s shipped meta archive, or None (another model, or a package without it)."""
+    archive = SHIPPED_META / f"{spec}.tar.xz"
+    return archive if spec in PACKAGED and archive.is_file() else None
+
+
+def _convert_with_meta(gguf: Path, meta: Path, out: Path, progress: Progress | None) -> Path:
+    log.info("converting %s to safetensors once, with its shipped meta", gguf.name)
+    with _ConversionProgress(progress or (lambda fraction, message: None), gguf.name, CONVERT_WITH_META_SECONDS):
+        convert_with_meta(gguf, meta, out)
+    return out
 
 
 # Where a first conversion's time goes (gemma3-270m on the 2-core CPU, 2026-11-27): transformers
@@ -179,31 +204,33 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
 # (37 s); saving takes 2 s. It reports nothing while it parses, so the bar moves by these expected times
 # and waits short of a phase's end until the phase is done.
 CONVERT_SECONDS = {"weights": 51.0, "tokenizer": 37.0, "saving": 2.0}
+# The same with the shipped meta: only the tensors are read, dequantized and saved.
+CONVERT_WITH_META_SECONDS = {"tensors": 8.0}
 
 
 class _ConversionProgress:
     """Reports a conversion's progress every half second from a daemon thread, phase by phase."""
 
-    def __init__(self, progress: Progress, name: str):
-        self.progress, self.name = progress, name
-        self.total = sum(CONVERT_SECONDS.values())
+    def __init__(self, progress: Progress, name: str, phases: dict[str, float] = CONVERT_SECONDS):
+        self.progress, self.name, self.phases = progress, name, phases
+        self.total = sum(phases.values())
         self.done_before, self.phase, self.started = 0.0, "", time.monotonic()
         self.finished = threading.Event()
         self.thread = threading.Thread(target=self._tick, name="specdec-convert-progress", daemon=True)
 
     def __enter__(self) -> _ConversionProgress:
-        self.begin("weights")
+        self.begin(next(iter(self.phases)))
         self.thread.start()
         return self
 
     def begin(self, phase: str) -> None:
         if self.phase:
-            self.done_before += CONVERT_SECONDS[self.phase]
+            self.done_before += self.phases[self.phase]
         self.phase, self.started = phase, time.monotonic()
         self.report()
 
     def report(self) -> None:
-        expected = CONVERT_SECONDS[self.phase]
+        expected = self.phases[self.phase]
         within = min(0.95, (time.monotonic() - self.started) / expected)  # never claims a phase done early
         self.progress((self.done_before + within * expected) / self.total, f"converting {self.name}: {self.phase}")
 
@@ -269,6 +296,14 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
         }[dtype]
     except KeyError:
         raise ModelError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16") from None
+
+
+def parameter_count(config) -> int:
+    """A causal LM's parameters (tied ones once), counted on the meta device: no memory taken."""
+    from transformers import AutoModelForCausalLM  # slow to import: only where it is used
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
 
 
 def available_bytes(device: torch.device) -> int | None:

@@ -73,19 +73,11 @@ def shape_config(shape: str):
     return Qwen2Config(**facts, rope_parameters={"rope_type": "default", "rope_theta": 1e6}, rms_norm_eps=1e-6)
 
 
-def parameter_count(config) -> int:
-    """A causal LM's parameters (tied ones once), counted on the meta device: no memory taken."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        return sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
-
-
 def random_model(shape: str, seed: int = 0):
     """A Qwen2 causal LM of `shape` (SHAPES) with random weights, in fp32 on the CPU."""
     from transformers import Qwen2ForCausalLM
 
-    from speccomplete.decoder.models import available_bytes
+    from speccomplete.decoder.models import available_bytes, parameter_count
 
     config = shape_config(shape)
     need, have = parameter_count(config) * 4, available_bytes(torch.device("cpu")) or 0

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types
 
-from speccomplete.decoder.loader import can_compile_steps, compile_steps
+from speccomplete.decoder.loader import compile_steps, wants_compiled_step
 
 from .completion import Engine, load_engine
 from .options import ServerOptions
@@ -93,7 +93,7 @@ async def load(ls: SpecdecServer, load_id: int, options: ServerOptions) -> None:
     ls.engine, ls.loaded_with = engine, options
     log.info("models ready: %s on %s", what, engine.device)
     ls.set_status("ready", f"{engine.target} + {engine.draft} on {engine.device}")
-    if options.compile_step and can_compile_steps(engine.decoder):
+    if wants_compiled_step(options.compile_step, engine.decoder):
         ls.compile_task = asyncio.ensure_future(compile_step(ls, load_id, engine))
 
 
@@ -104,7 +104,7 @@ async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
     from speccomplete.decoder.target_steps import EagerTarget
 
     decoder = engine.decoder
-    assert isinstance(decoder, SpeculativeDecoder) and isinstance(decoder.steps, EagerTarget)  # can_compile_steps
+    assert isinstance(decoder, SpeculativeDecoder) and isinstance(decoder.steps, EagerTarget)  # wants_compiled_step
     steps = decoder.steps
     ls.optimizing = True
     ls.send_status()

@@ -555,6 +555,13 @@ def accept(ls: SpecdecServer, request_id: str) -> bool:
 
 def serve(tcp: bool = False, port: int = 2087) -> None:
     limit_logging()
+    # The server reports loading itself ($/progress, specdec/status); transformers' and the hub's progress bars
+    # on stderr would land in the editors' logs as warnings or errors, a line per redraw.
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    disable_progress_bars()
+    transformers_logging.disable_progress_bar()
     if tcp:
         serve_tcp(SERVER.protocol, SERVER, port)
     else:

@@ -116,12 +116,11 @@ class ServerOptions:
         "The target's linear weights: `auto` (int8 on the CPU), `none`, `int8`.",
         reloads=True,
     )
-    # off by default: while a first start builds it, answers wait a fifth longer (docs/reliability.md)
-    compile_step: bool = option(
-        False,
+    compile_step: bool | Literal["auto"] = option(
+        "auto",
         "On the CPU, compile the target's step once per machine, in the background, keep it in the model cache "
         "and load it at later starts; answers come from the eager step until it is in use (`optimizing` in "
-        "the status). `specdec precompile` builds it ahead.",
+        "the status). `auto`: for a target of 100M parameters or more. `specdec precompile` builds it ahead.",
         reloads=True,
     )
     gguf: str | None = option(

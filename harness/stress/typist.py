@@ -15,8 +15,9 @@ and system time over the typing's wall time, pauses left out).
 It runs the server on the same files and keys under each setting of one rhythm (`RHYTHMS`): steady typing at
 about 10 keys/s on the defaults and with `prefillOnEdit` off (what reading a file's prompt at its first edit
 buys); 5 keys/s with a short pause after each word at a 150 and a 300 ms debounce (what the debounce costs
-in decodes started and cancelled, and in CPU); or 10 keys/s with `compileStep` off, on at a first start
-(which builds the step while the keys come, unless the model cache holds it) and on again (which loads it).
+in decodes started and cancelled, and in CPU); or 10 keys/s with `compileStep` off, then on the defaults at
+a first start (which builds the step while the keys come, unless the model cache holds it) and again (which
+loads it).
 The full version types into a few of the package's own modules with the default model (`--files` names
 others); the short one into one, with a tiny random model.
 """
@@ -75,12 +76,12 @@ RHYTHMS = {
     # about 5 keys/s with a short pause after each word, long enough for the debounce to fire: what the
     # debounce costs in decodes started and cancelled, and in CPU
     "words": Rhythm((0.15, 0.25), (0.3, 0.6), {"defaults": {}, "debounceMs 300": {"debounceMs": 300}}),
-    # about 10 keys/s, with the compiled step: the first start builds it while the keys come (unless the model
-    # cache holds it), the second loads what the first built
+    # about 10 keys/s, without the compiled step and with it (the default): the defaults' first start builds it
+    # while the keys come (unless the model cache holds it), and their second loads what the first built
     "compiled": Rhythm(
         (0.07, 0.13),
         (0.0, 0.0),
-        {"defaults": {}, "compileStep": {"compileStep": True}, "compileStep again": {"compileStep": True}},
+        {"compileStep off": {"compileStep": False}, "defaults": {}, "defaults again": {}},
     ),
 }
 

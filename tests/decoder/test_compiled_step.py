@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import subprocess
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -110,9 +112,13 @@ def test_the_cache_entry_is_loaded_and_a_corrupt_one_rebuilt(llama, cache_dir, c
     _, loaded = compiled_step.build_or_load(target, "none", ROWS)
     assert not built.loaded and loaded.loaded and loaded.path == built.path
     (built.path / compiled_step.PACKAGE).write_bytes(b"not a cache")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    abandoned = built.path.with_name(f"{built.path.name}.{gone.stdout.strip()}.part")  # a build whose server stopped
+    abandoned.mkdir()
     with caplog.at_level(logging.WARNING):
         step, rebuilt = compiled_step.build_or_load(target, "none", ROWS)
     assert not rebuilt.loaded and "unreadable" in caplog.text
+    assert not abandoned.exists()
     assert (rebuilt.path / compiled_step.PACKAGE).read_bytes() != b"not a cache"
     with torch.inference_mode():  # and it runs
         steps = EagerTarget(target)
@@ -153,3 +159,13 @@ def test_the_key_says_what_the_code_is_valid_for(llama, gemma3):
         compiled_step.entry_key(llama, "none", ROWS, 1, ()),
     ]
     assert key not in others and len(set(others)) == len(others)
+
+
+def test_compile_step_auto_compiles_targets_of_real_size(llama, tokenizer, monkeypatch):
+    from speccomplete.decoder import loader
+
+    decoder = SpeculativeDecoder(llama, tokenizer, None, None, steps=EagerTarget(llama))
+    assert loader.wants_compiled_step(True, decoder) and not loader.wants_compiled_step(False, decoder)
+    assert not loader.wants_compiled_step("auto", decoder)  # a tiny model: its step is cheap eager already
+    monkeypatch.setattr(loader, "COMPILE_MIN_PARAMETERS", sum(p.numel() for p in llama.parameters()))
+    assert loader.wants_compiled_step("auto", decoder)

@@ -66,6 +66,14 @@ def test_proc_stat_is_read_where_there_is_one():
     assert cpu_threads._read_machine_busy() >= busy > 0
 
 
+def test_work_at_a_lowered_priority_counts_as_idle_unless_we_run_at_one_too():
+    # user nice system idle iowait irq softirq steal
+    line = "cpu  100 400 20 900 7 1 2 3 0 0"
+    assert cpu_threads.busy_ticks(line, count_nice=False) == 100 + 20 + 1 + 2 + 3
+    assert cpu_threads.busy_ticks(line, count_nice=True) == 100 + 400 + 20 + 1 + 2 + 3
+    assert cpu_threads.busy_ticks("intr 1 2 3", count_nice=False) is None
+
+
 def test_a_cpu_decoder_looks_before_its_prefill_and_each_round(llama, tokenizer, monkeypatch):
     torch.set_num_threads(2)
     looks = itertools.count()

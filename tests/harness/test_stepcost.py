@@ -2,10 +2,10 @@
 
 from helpers.tiny_models import tiny_llama
 
+from speccomplete.decoder.models import parameter_count
 from speccomplete.harness.stepcost import (
     SHAPES,
     WEIGHT_PRODUCTS,
-    parameter_count,
     profile_passes,
     shape_config,
     step_costs,
