@@ -4,7 +4,9 @@ tiny Gemma 3 (norm weights stored as w + 1, quantized tensors)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -157,3 +159,31 @@ def test_the_tensor_reader_reads_what_gguf_reader_reads_without_the_vocabulary(c
         if field.types[-1] != 8 or field.types[0] != 9:  # all but the arrays of strings
             assert fast.fields[key].contents() == field.contents(), key
     assert fast.fields["tokenizer.ggml.tokens"].contents() == []  # stepped over, not read
+
+
+def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_transformers(
+    converted, tmp_path, monkeypatch
+):
+    from speccomplete.decoder import models
+
+    gguf, reference, meta = converted
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(models.PACKAGED, "tiny", SimpleNamespace(gguf_path=lambda: gguf))
+    monkeypatch.setattr(models, "SHIPPED_META", tmp_path / "meta")
+    pack_meta(meta, tmp_path / "meta" / "tiny.tar.xz")
+    slow = []
+    monkeypatch.setattr(models, "convert_gguf", lambda *args: slow.append(args) or convert_gguf(*args))
+    reports = []
+    fast = Path(models.resolve("tiny", progress=lambda fraction, message: reports.append((fraction, message))))
+    assert slow == [] and same_files(reference, fast)
+    assert reports[0][0] < 0.01 and reports[0][1] == f"converting {gguf.name}: tensors"
+    assert reports[-1] == (1.0, f"converted {gguf.name}")
+    # a package whose GGUF changed: its meta no longer fits, and transformers converts it as before
+    shutil.rmtree(fast)
+    other = (
+        write_tiny_gguf(tmp_path / "other.gguf")
+        if "gemma" in gguf.name
+        else write_tiny_gemma3_gguf(tmp_path / "o.gguf")
+    )
+    monkeypatch.setitem(models.PACKAGED, "tiny", SimpleNamespace(gguf_path=lambda: other))
+    assert Path(models.resolve("tiny")) == fast and len(slow) == 1 and (fast / "model.safetensors").is_file()
