@@ -355,7 +355,11 @@ if extmark then
 end
 
 step('ghost-text highlights have a terminal colour', function(next)
-  for _, group in ipairs({ 'SpecdecGhostText', 'SpecdecGhostTextHint' }) do
+  local groups = { 'SpecdecGhostText', 'SpecdecGhostTextHint' }
+  if vim.fn.hlexists('ComplHint') == 1 then -- 0.12+: its own display's
+    table.insert(groups, 'ComplHint')
+  end
+  for _, group in ipairs(groups) do
     if vim.fn.synIDattr(vim.fn.synIDtrans(vim.fn.hlID(group)), 'fg', 'cterm') == '' then
       error(group .. ' has no ctermfg: ' .. vim.fn.execute('highlight ' .. group))
     end
@@ -369,16 +373,52 @@ step('ghost-text highlights have a terminal colour', function(next)
   next()
 end)
 
+step('the load shown as it goes, ready said once, and a missing server said', function(next)
+  local before = specdec.status
+  vim.cmd('messages clear')
+  specdec._on_status({ state = 'loading', message = 'converting m.gguf: tensors (40%)' })
+  specdec._on_status({ state = 'ready', message = 'm on cpu' })
+  specdec._on_status({ state = 'ready', message = 'm on cpu' })
+  wait('"ready" said', 2000, function()
+    return vim.fn.execute('messages'):find('specdec: ready (m on cpu)', 1, true)
+  end, function()
+    local messages = vim.fn.execute('messages')
+    local _, readies = messages:gsub('specdec: ready %(m on cpu%)', '')
+    if readies ~= 1 then
+      return fail('"ready" said ' .. readies .. ' times: ' .. messages)
+    end
+    if messages:find('converting m.gguf', 1, true) then
+      return fail('the progress went into :messages: ' .. messages)
+    end
+    local server = require('specdec.server')
+    local find = server.find_executable
+    server.find_executable = function()
+      return nil
+    end
+    local found = specdec.check_server({})
+    server.find_executable = find
+    if found or not specdec.statusline():find('specdec missing', 1, true) then
+      return fail('no server, yet the statusline says ' .. specdec.statusline())
+    end
+    wait('a missing server said', 2000, function()
+      return vim.fn.execute('messages'):find('no specdec server found; :SpecdecInstall sets one up', 1, true)
+    end, function()
+      specdec.status = before
+      next()
+    end)
+  end)
+end)
+
 step(':SpecdecInstall: its plan, and the finder preferring its venv', function(next)
   local install = require('specdec.install')
-  local pip = { '/v/bin/python', '-m', 'pip', 'install', '--disable-pip-version-check' }
+  local pip = { '/v/bin/python', '-m', 'pip', 'install', '--disable-pip-version-check', '--no-compile' }
   local cpu = install.plan({ python = '/usr/bin/python3', nvidia = false, venv = '/v', repo = '/r' })
   local want = {
     { title = 'creating /v', cmd = { '/usr/bin/python3', '-m', 'venv', '/v' } },
     {
       title = 'installing PyTorch, CPU build (torch==2.13.0)',
-      cmd = vim.list_extend(vim.deepcopy(pip), { '--retries', '1', '--timeout', '15', 'torch==2.13.0', '--index-url',
-        'https://download.pytorch.org/whl/cpu' }),
+      cmd = vim.list_extend(vim.deepcopy(pip), { '--retries', '1', '--timeout', '15', '--no-deps', 'torch==2.13.0',
+        '--index-url', 'https://download.pytorch.org/whl/cpu' }),
     },
     { title = 'installing speccomplete from /r', cmd = vim.list_extend(vim.deepcopy(pip), { '/r' }) },
   }
@@ -418,7 +458,8 @@ end)
 
 -- The README's and :help's snippets, as written, in a fresh Neovim of this version: the sh block
 -- that links the plugin into a package folder (with a $HOME of its own), then each Lua block as an
--- init.lua. The lazy.nvim spec needs lazy.nvim and is left out; vim.lsp.config's needs 0.11.
+-- init.lua. A lazy.nvim spec by repository name needs lazy.nvim and is left out; one with `dir` runs as
+-- lazy (0.8+) runs it (the folder on the runtimepath, then `config`); vim.lsp.config's needs 0.11.
 step("the README's and :help's snippets run", function(next)
   local home = dir .. '/home'
   local function blocks(path, open, close)
@@ -443,7 +484,14 @@ step("the README's and :help's snippets run", function(next)
   local ran = 0
   for _, snippet in ipairs(snippets) do
     local text = snippet.text:gsub('/path/to/specdec', vim.fn.getcwd())
+    if snippet.kind == 'lua' and text:match('^{') and text:find('dir = ', 1, true) then
+      text = 'local spec = ' .. text .. '\nvim.opt.rtp:prepend(spec.dir)\nvim.cmd("runtime! plugin/specdec.lua")'
+        .. '\nspec.config({ dir = spec.dir }, spec.opts)'
+        .. "\nassert(vim.fn.filereadable(spec.dir .. '/doc/tags') == 1, 'no help tags')"
+    end
+    local lazy_spec = text:match('^local spec = ') ~= nil
     local skip = text:find('<owner>/<repo>', 1, true)
+      or (lazy_spec and vim.fn.has('nvim-0.8') == 0) -- lazy.nvim needs 0.8
       or (text:find('vim.lsp.config', 1, true) and vim.fn.has('nvim-0.11') == 0)
     if snippet.kind == 'sh' and not skip then
       local out = vim.fn.system({ 'env', 'HOME=' .. home, 'sh', '-c', text })

@@ -6,4 +6,5 @@
 -- cmd: `specdec` on $PATH, else this repository's .venv/bin/specdec. No filetypes: every file buffer.
 -- One server for the whole Neovim (reuse_client): it holds the models in memory.
 -- plugin/specdec.lua adds the ghost text and keys to the buffers it attaches to.
+require('specdec').check_server(require('specdec.config').options)
 return require('specdec.server').config()

@@ -38,6 +38,9 @@ M.defaults = {
   },
   -- 'popup' on 0.11+: open the menu as you type (false: only on <C-x><C-o>).
   autotrigger = true,
+  -- Show the server's model loading in the command line and say "ready" once (false: only the
+  -- statusline and :SpecdecStatus say it).
+  progress = true,
 }
 
 M.options = vim.deepcopy(M.defaults)

@@ -27,6 +27,11 @@ end
 function M.define_highlights()
   define(M.HL, 'Comment')
   define(M.HL_HINT, 'NonText')
+  -- Neovim 0.12's own display (native.lua) draws in ComplHint, linked to NonText, which has no ctermfg
+  -- either: grey it where nothing gives it a terminal colour, keeping its GUI colour.
+  if vim.fn.hlexists('ComplHint') == 1 and not fg_of('ComplHint', 'cterm') then
+    vim.api.nvim_set_hl(0, 'ComplHint', { ctermfg = 8, fg = fg_of('ComplHint', 'gui') or '#808080' })
+  end
 end
 
 local has_inline = nil

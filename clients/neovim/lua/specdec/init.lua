@@ -15,13 +15,22 @@ local M = {}
 -- The latest `specdec/status` notification: { state, message, acceptance, p50_ms }.
 M.status = { state = 'loading', message = '', acceptance = nil, p50_ms = nil }
 
+local said_ready = false
+
 function M._on_status(params)
   M.status = params
-  if params.state == 'error' then
-    vim.schedule(function()
-      vim.notify('specdec: ' .. (params.message or 'error'), vim.log.levels.ERROR)
-    end)
-  end
+  local message = type(params.message) == 'string' and params.message or ''
+  vim.schedule(function()
+    if params.state == 'error' then
+      vim.notify('specdec: ' .. (message ~= '' and message or 'error'), vim.log.levels.ERROR)
+    elseif params.state == 'loading' and config.options.progress then
+      -- the load's progress in the command line, not kept in :messages ("converting ...: weights (40%)")
+      vim.api.nvim_echo({ { 'specdec: ' .. message } }, false, {})
+    elseif params.state == 'ready' and not said_ready and config.options.progress then
+      said_ready = true
+      vim.notify('specdec: ready (' .. message .. ')', vim.log.levels.INFO)
+    end
+  end)
   vim.schedule(function()
     vim.api.nvim_exec_autocmds('User', { pattern = 'SpecdecStatus', modeline = false })
     vim.cmd('redrawstatus!') -- a statusline showing M.statusline() follows without waiting for a redraw
@@ -52,6 +61,7 @@ M.REASONS = {
   binary = 'the file is binary',
   error = 'the completion failed; :SpecdecStatus and the LSP log say why',
   loading = 'the server is still loading its models',
+  missing = 'no specdec server found; :SpecdecInstall sets one up',
   undrawable = 'its answer replaces text this display cannot show',
 }
 
@@ -75,7 +85,7 @@ function M.explain_empty(bufnr, reason, since)
     reason = note.params.reason
   end
   if not reason and M.status.state ~= 'ready' then
-    reason = 'loading'
+    reason = M.status.state == 'missing' and 'missing' or 'loading'
   end
   local message = 'specdec: nothing to offer (' .. M.reason_words(reason) .. ')'
   vim.api.nvim_echo({ { message, 'WarningMsg' } }, true, {})
@@ -206,6 +216,23 @@ function M.setup(opts)
   local hooked = M.hook()
   M.commands()
   server.start(options, not hooked and M.attach or nil)
+  M.check_server(options)
+end
+
+-- With no `cmd` option and no specdec found, say so once and show it in the statusline: Neovim would
+-- otherwise start nothing without a word.
+function M.check_server(options)
+  if options.cmd or server.find_executable() then
+    return true
+  end
+  if M.status.state == 'missing' then
+    return false -- said already
+  end
+  M.status = { state = 'missing', message = 'no specdec server found; :SpecdecInstall sets one up' }
+  vim.schedule(function()
+    vim.notify('specdec: ' .. M.status.message .. ' (or put specdec on $PATH)', vim.log.levels.WARN)
+  end)
+  return false
 end
 
 return M

@@ -65,15 +65,19 @@ end
 function M.plan(opts)
   local venv = opts.venv or M.venv()
   local python = venv .. (vim.fn.has('win32') == 1 and '/Scripts/python.exe' or '/bin/python')
-  local pip = { python, '-m', 'pip', 'install', '--disable-pip-version-check' }
+  -- --no-compile: pip would byte-compile every module of torch and transformers (tens of seconds on a small
+  -- CPU); Python compiles the ones the server imports on first use instead.
+  local pip = { python, '-m', 'pip', 'install', '--disable-pip-version-check', '--no-compile' }
   local steps = { { title = 'creating ' .. venv, cmd = { opts.python, '-m', 'venv', venv } } }
   if not opts.nvidia then
-    -- One retry, short timeout: where PyTorch's index cannot be reached, pip's own find-links or
-    -- mirror (pip.conf) may still hold the wheel, and it should get there in seconds, not minutes.
+    -- Only torch comes from the CPU index, with --no-deps: pip asks the one index for each package it
+    -- resolves, so torch's dependencies come with speccomplete's from the usual index in the next step.
+    -- That keeps the CPU index to one lookup, with one retry and a short timeout: where it cannot be
+    -- reached, pip's own find-links or mirror (pip.conf) may still hold the wheel, in seconds.
     table.insert(steps, {
       title = 'installing PyTorch, CPU build (' .. M.TORCH .. ')',
-      cmd = vim.list_extend(vim.deepcopy(pip), { '--retries', '1', '--timeout', '15', M.TORCH, '--index-url',
-        M.CPU_INDEX }),
+      cmd = vim.list_extend(vim.deepcopy(pip), { '--retries', '1', '--timeout', '15', '--no-deps', M.TORCH,
+        '--index-url', M.CPU_INDEX }),
     })
   end
   table.insert(steps, {
