@@ -1,11 +1,11 @@
 """Linear layers on oneDNN-packed weights, for batch-1 decoding on the CPU.
 
-MKL's fp32 GEMM, which `nn.Linear` uses on the CPU, is slow for the few-row inputs of decoding:
-on the 2-core EPYC of docs/benchmarks, a 5-row product with Gemma-3's 262k x 640 head took
-145 ms against 51 ms for one row, so verifying γ drafts cost 2.2x a plain step. With the weights
-reordered once into oneDNN's blocked layout (what inductor does under `freezing`), one row
-takes 27 ms, near the memory-bandwidth bound, and five rows 37 ms. That is what makes verifying
-a few drafts nearly as cheap as one step, the premise of speculative decoding.
+MKL's fp32 GEMM, which `nn.Linear` uses on the CPU, is slow for the few-row inputs of decoding: a
+5-row product with Gemma-3's 262k x 640 head costs several times a one-row one, so verifying γ drafts
+would cost twice a plain step and more. With the weights reordered once into oneDNN's blocked layout
+(what inductor does under `freezing`), one row runs near the memory-bandwidth bound and five rows cost
+little more (docs/cpu.md has the figures). That is what makes verifying a few drafts nearly as cheap
+as one step, the premise of speculative decoding.
 
 Gated MLPs (LLaMA, Gemma, Qwen: down(act(gate(x)) * up(x))) get gate and up fused into one
 packed product: one parallel region fewer per layer. So do the linears a module names as

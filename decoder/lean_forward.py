@@ -5,9 +5,8 @@ masks and rotary embeddings through layers of helpers, each module call goes thr
 keyword plumbing, and each RMSNorm is six operations. This forward runs the same modules'
 weights, and the packed products of kernels.py where they are packed, through a few calls a
 layer: `F.rms_norm`, rotary tables made once a forward, one mask per window for a multi-token
-feed, and SDPA over grouped keys and values. Its logits equal HF's (tests/decoder/test_lean_forward.py;
-max |Δ| 0.0 on both packaged models). On the 2-core EPYC of docs/benchmarks a 1-9 token step got
-1.04-1.07x faster on Gemma-3-270M (18 layers) and 1.11-1.28x on SmolLM2-135M (30 layers).
+feed, and SDPA over grouped keys and values. Its logits equal HF's (tests/decoder/test_lean_forward.py),
+and a step costs less, the more so the more layers a model has (docs/cpu.md).
 
 The families it runs (`_FAMILIES`) differ in a few facts, each read from one table (`Family`) or from the
 modules themselves: the kind of norm, Gemma's norms after attention and MLP, a sliding window per layer or

@@ -13,6 +13,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from transformers import PreTrainedTokenizerBase
+
 from speccomplete.decoder.backends import TextDecoder
 from speccomplete.decoder.drafts import draft_label
 from speccomplete.decoder.engine import DecodeOptions, Generation, SpeculativeDecoder
@@ -50,6 +52,8 @@ class Engine:
     # the ids a FIM prompt's decode stops at (prompt.fim_stop_ids); the other backends stop by themselves
     fim_stops: frozenset[int] = frozenset()
     quantization: str = "none"  # the local target's linear weights (decoder/loader.py)
+    # the local target's tokenizer: the gate counts the tokens behind the shown text with it; other backends: None
+    tokenizer: PreTrainedTokenizerBase | None = None
 
 
 def load_engine(options: ServerOptions, progress: Progress | None = None) -> Engine:
@@ -97,6 +101,7 @@ def load_engine(options: ServerOptions, progress: Progress | None = None) -> Eng
         fim,
         fim_stops=stops,
         quantization=loaded.quantization,
+        tokenizer=tokenizer,
     )
 
 
@@ -337,7 +342,7 @@ def _answer(
             and not context.rest_of_line.strip()
         )
         reason = "finished-line" if finished_line else "no-text"
-    found = gate.evidence(generation, completion, getattr(engine.decoder, "tokenizer", None))
+    found = gate.evidence(generation, completion, engine.tokenizer)
     if completion and gate.silenced(found, options.min_confidence):
         log.info(
             "%s: not shown, first line's confidence %.2f < minConfidence %.2f",

@@ -8,6 +8,7 @@ import importlib.util
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,9 @@ def test_serve_takes_verbose_after_the_subcommand_too():
     parse = build_parser().parse_args
     assert parse(["serve", "-v"]).verbose and parse(["-v", "serve"]).verbose
     assert not parse(["serve"]).verbose
+
+
+def test_the_readmes_harness_row_names_every_subcommand():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `harness/` |"))
+    assert [s.name for s in SUBCOMMANDS if f"`{s.name}`" not in row] == []

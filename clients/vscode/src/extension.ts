@@ -25,7 +25,7 @@ import {
   onInterpreterChange,
 } from './locate';
 import { TraceChannel, pipeStderr } from './logs';
-import { MANAGED, initManagedEnvironment, setUpServerEnvironment } from './setup';
+import { MANAGED, initManagedEnvironment, managedServer, setUpServerEnvironment } from './setup';
 import { openTelemetryReport } from './report';
 import {
   commandChanged,
@@ -190,7 +190,7 @@ function createClient(found: Server): LanguageClient {
 
 async function start(): Promise<void> {
   statusBar.update(status('loading', 'finding the server'));
-  const found = await findServer().catch((e) => {
+  const found = await findServer(managedServer()).catch((e) => {
     output.error(`finding the server: ${e}`);
     return undefined;
   });
@@ -305,7 +305,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       else if (!client) statusBar.update(status('error', 'server not found'));
     }),
     vscode.commands.registerCommand('specdec.openTelemetryReport', async () => {
-      const found = server ?? (await findServer());
+      const found = server ?? (await findServer(managedServer()));
       if (found) await openTelemetryReport(output, found);
       else void offerInstall();
     }),

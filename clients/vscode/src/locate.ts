@@ -1,7 +1,7 @@
 // Finding the server, in this order:
 //   1. `specdec.server.command` if set;
 //   2. `specdec.server.pythonPath` if set (run as `python -m speccomplete`);
-//   3. the managed environment, once "Set up specdec" has made it (setup.ts);
+//   3. the managed environment, once "Set up specdec" has made it (setup.ts finds it; the caller passes it);
 //   4. the Python extension's active interpreter (ms-python.python, optional), if it has speccomplete;
 //   5. `specdec` on PATH;
 //   6. `.venv/bin/specdec` (Windows: `.venv\Scripts\specdec.exe`) in a workspace folder, only in a
@@ -12,7 +12,6 @@ import { execFile } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { managedServer } from './setup';
 
 export interface Server {
   command: string;
@@ -113,13 +112,13 @@ function inWorkspaceVenv(): string | undefined {
   return undefined;
 }
 
-export async function findServer(): Promise<Server | undefined> {
+// `managed`: the managed environment's server (setup.ts, managedServer), if it is set up.
+export async function findServer(managed: Server | undefined): Promise<Server | undefined> {
   const config = vscode.workspace.getConfiguration('specdec');
   const command = config.get<string>('server.command', '');
   if (command) return { command, args: [], source: 'specdec.server.command' };
   const python = config.get<string>('server.pythonPath', '');
   if (python) return { command: python, args: ['-m', 'speccomplete'], source: 'specdec.server.pythonPath' };
-  const managed = managedServer();
   if (managed) return managed;
   const interpreter = await activeInterpreter();
   if (interpreter && (await hasSpeccomplete(interpreter))) {
