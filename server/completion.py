@@ -134,6 +134,7 @@ class Request:
     received: float  # time.perf_counter() when the server took the request up (after any debounce)
     open_documents: tuple[OpenDocument, ...] = ()  # the editor's other open documents, most recent first
     continues_block: bool = False  # the user accepted the first lines of a block here: decode its next lines
+    debounce_ms: float = 0.0  # how long the server waited for more typing before taking it up
 
 
 @dataclass
@@ -429,6 +430,7 @@ def _event(
         outcome=outcome,
         empty_reason=None if text else empty_reason,
         stage=stage,
+        debounce_ms=request.debounce_ms,
         source=options.telemetry_source,
         text=text if options.telemetry_text and text else None,
     )

@@ -15,10 +15,11 @@ Server -> client notifications beyond LSP:
   "p50_ms"}: the status bar. `percentage` (0-100, or null) is how far a first run's model conversion
   got, as in the `$/progress` reports; `acceptance` is the share of resolved completions the user
   accepted, `p50_ms` the median latency, both over the last 100.
-- `specdec/completed` {"uri", "requestId", "outcome", "latencyMs", "reason", "stage"} after each completion
-  request that reached the pipeline, so a harness can tie its own records to the event's request id and
-  a client can say why an answer was empty (`reason`, the event's `empty_reason`; null when shown) and
-  whether it was a block's first lines (`stage`: "first", "continued" or null, as in the event).
+- `specdec/completed` {"uri", "requestId", "outcome", "latencyMs", "reason", "stage", "debounceMs"} after
+  each completion request that reached the pipeline, so a harness can tie its own records to the event's
+  request id and a client can say why an answer was empty (`reason`, the event's `empty_reason`; null when
+  shown), whether it was a block's first lines (`stage`: "first", "continued" or null, as in the event),
+  and how long the server waited for more typing before `latencyMs` began (`debounceMs`).
 """
 
 from __future__ import annotations
@@ -322,7 +323,7 @@ class SpecdecServer(LanguageServer):
                     raise
                 if cancel.is_set() or document.version != version:  # the user typed on; a newer request follows
                     return self.deliver(place, request, cancelled(engine, self.options, request))
-                request.received = time.perf_counter()
+                request.received, request.debounce_ms = time.perf_counter(), wait_ms
             if self.engine is None:
                 return None  # a reload began while waiting
             engine, options = self.engine, self.options  # settings may have changed while waiting
@@ -403,6 +404,7 @@ class SpecdecServer(LanguageServer):
                 "latencyMs": event.latency_ms,
                 "reason": event.empty_reason,
                 "stage": event.stage,
+                "debounceMs": event.debounce_ms,
             },
         )
         self.send_status()

@@ -103,6 +103,7 @@ class CompletionEvent:
     outcome: Outcome = "shown"
     empty_reason: str | None = None  # why nothing was shown: one of EMPTY_REASONS or "filter:<module>"
     stage: Stage | None = None  # of a block answered in stages (None: whole)
+    debounce_ms: float | None = None  # the server's wait for more typing before latency_ms began (its producer's)
     accepted_chars: int | None = None
     case_id: str | None = None  # set by eval/bench/sweep harnesses
     source: Source | None = None

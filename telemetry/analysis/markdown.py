@@ -189,6 +189,29 @@ def markdown(data, tables, groups, pair, plots, reps) -> str:
             ),
             "",
         ]
+    if len(tables["stages"]):
+        md += [
+            "## Waits per kind of answer",
+            "",
+            "Answered requests (not cancelled), in ms. A block is answered whole, or in stages: its first lines at its "
+            "time budget, then its next lines once those are taken. The wait is the server's debounce (its wait for "
+            "more typing) plus its latency after it; the editor's own delays are not in it.",
+            "",
+            md_table(
+                tables["stages"],
+                [
+                    ("config", "config"),
+                    ("answer", "answer"),
+                    ("n", "n"),
+                    ("debounce_p50_ms", "debounce p50"),
+                    ("latency_p50_ms", "latency p50"),
+                    ("latency_p95_ms", "latency p95"),
+                    ("wait_p50_ms", "wait p50"),
+                    ("wait_p95_ms", "wait p95"),
+                ],
+            ),
+            "",
+        ]
     md += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(md)
 

@@ -33,6 +33,9 @@ REPORT_COLUMNS = [
     "rejected_rounds",
     "total_ms",
     "latency_ms",
+    "multiline",
+    "stage",
+    "debounce_ms",
     "target",
     "device",
     "backend",
@@ -151,6 +154,51 @@ def language_table(con) -> pd.DataFrame:
     df["user_acceptance"] = ratio(df.user_accepted, df.user_shown).where(df.with_feedback > 0)
     df["speedup"] = speedup(df.sp_tokens, df.sp_ms, df.ar_tokens, df.ar_ms).where(~df.is_ar)
     return df
+
+
+# What an answer was, for the wait per stage: a single line, or a block whole, its first lines (answered at
+# the block's time budget) or its next lines after those were taken.
+ANSWER_KIND = """CASE WHEN NOT coalesce(multiline, false) THEN 'single line'
+    WHEN stage = 'first' THEN 'block, first lines' WHEN stage = 'continued' THEN 'block, next lines'
+    ELSE 'block, whole' END"""
+
+
+def stage_table(con) -> pd.DataFrame:
+    """One row per configuration and kind of answer (ANSWER_KIND), answered ones only: the server's wait for
+    more typing (debounce) and its latency after it, p50 and p95, and their sum's p50: the wait from the last
+    key that the server accounts for."""
+    rows = con.execute(f"""
+        SELECT {CONFIG_LABEL} AS config, {ANSWER_KIND} AS answer, count(*) AS n,
+               list(coalesce(debounce_ms, 0) ORDER BY coalesce(debounce_ms, 0)) AS debounces,
+               list({LATENCY} ORDER BY {LATENCY}) AS latencies,
+               list(coalesce(debounce_ms, 0) + {LATENCY} ORDER BY coalesce(debounce_ms, 0) + {LATENCY}) AS waits
+        FROM events WHERE outcome <> 'cancelled' AND {LATENCY} IS NOT NULL GROUP BY ALL ORDER BY config, answer
+    """).fetchall()
+    return pd.DataFrame(
+        [
+            (
+                config,
+                answer,
+                n,
+                percentile(debounces, 50),
+                percentile(latencies, 50),
+                percentile(latencies, 95),
+                percentile(waits, 50),
+                percentile(waits, 95),
+            )
+            for config, answer, n, debounces, latencies, waits in rows
+        ],
+        columns=[
+            "config",
+            "answer",
+            "n",
+            "debounce_p50_ms",
+            "latency_p50_ms",
+            "latency_p95_ms",
+            "wait_p50_ms",
+            "wait_p95_ms",
+        ],
+    )
 
 
 def pooled(con, where: str, by: dict[str, str]) -> pd.DataFrame:

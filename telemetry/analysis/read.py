@@ -56,6 +56,8 @@ COLUMNS = {
     "settings": "JSON",
     "outcome": "VARCHAR",
     "accepted_chars": "BIGINT",
+    "stage": "VARCHAR",
+    "debounce_ms": "DOUBLE",
     "case_id": "VARCHAR",
     "source": "VARCHAR",
     "text": "VARCHAR",

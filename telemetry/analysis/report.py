@@ -27,7 +27,7 @@ import pandas as pd
 from .groups import default_groups
 from .markdown import markdown
 from .plots import write_plots
-from .queries import REPORT_COLUMNS, language_table, prepare, rq1, rq3
+from .queries import REPORT_COLUMNS, language_table, prepare, rq1, rq3, stage_table
 from .read import connect
 from .statistics import U_DEFINITION, bootstrap, ci, delta_disparity, disparity, u_replicates
 
@@ -72,6 +72,7 @@ def build_report(
     rq1_table = rq1(con, pair) if pair else pd.DataFrame()
     rq3_table = rq3(con)
     rq3_langs = rq3(con, by_language=True)
+    stages = stage_table(con)
 
     tables = {
         "languages": langs.drop(columns=["sp_tokens", "sp_ms", "ar_tokens", "ar_ms"]),
@@ -80,6 +81,7 @@ def build_report(
         "rq1": rq1_table,
         "rq3": rq3_table,
         "rq3_by_language": rq3_langs,
+        "stages": stages,
     }
     for name, table in tables.items():
         if len(table):
@@ -106,6 +108,10 @@ def build_report(
                 "spec tokens/s ÷ AR tokens/s over cases with both (same target, backend, device, T, max_new_tokens)"
             ),
             "bootstrap": f"{reps} Poisson-bootstrap resamples of cases within each language; 95% percentile intervals",
+            "wait": (
+                "the server's debounce (its wait for more typing) plus its latency after it, per answer; "
+                "the editor's own delays and the pipe are not in it"
+            ),
         },
         "base_tuned": list(pair) if pair else None,
         "plots": plots,

@@ -191,6 +191,7 @@ async def test_debounced_request_for_a_changed_document_never_decodes(client: La
     assert skipped["outcome"] == "cancelled", "a request cancelled in its debounce is recorded"
     assert skipped["prompt_tokens"] == 0 and skipped["generated_tokens"] == 0, "and never reached the decoder"
     assert decoded["outcome"] == "shown" and decoded["generated_tokens"] == 8
+    assert decoded["debounce_ms"] >= 500, "the wait before decoding is recorded, apart from the latency after it"
     configure(client, debounceMs=0)
     close_document(client, uri)
 

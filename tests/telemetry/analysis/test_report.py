@@ -261,3 +261,32 @@ def test_speedup_pairs_spec_with_the_ar_of_its_own_run(tmp_path):
     data = build_report([str(tmp_path / "events.jsonl")], tmp_path / "out", reps=10)
     speedup = {r["draft"]: r["speedup"] for r in data["languages"] if r["draft"] != "none"}
     assert speedup == {"base": pytest.approx(2.0), "tuned": pytest.approx(1.25)}  # pooled AR would give 1.5 and 1.875
+
+
+def test_waits_per_kind_of_answer_add_the_debounce_to_the_latency(tmp_path):
+    """An editor's answers: single lines, a staged block's first and next lines, a cancelled request (left
+    out); each kind's wait is the server's debounce plus its latency after it."""
+
+    def answer(ms, debounce, multiline=False, stage=None, outcome="shown"):
+        event = _event("python", 0, "ngram+self", "heuristic", ms=ms, debounce_ms=debounce, multiline=multiline)
+        event.stage, event.outcome, event.source = stage, outcome, "editor"
+        return event
+
+    with EventLog(tmp_path / "events.jsonl") as log:
+        for event in (
+            answer(100.0, 150.0),
+            answer(300.0, 150.0),
+            answer(200.0, 300.0),
+            answer(400.0, 150.0, multiline=True, stage="first"),
+            answer(5.0, 0.0, multiline=True, stage="continued"),
+            answer(900.0, 150.0, outcome="cancelled"),
+        ):
+            log.write(event)
+    data = build_report([str(tmp_path / "events.jsonl")], tmp_path / "out", reps=10)
+    stages = {row["answer"]: row for row in data["stages"]}
+    assert set(stages) == {"single line", "block, first lines", "block, next lines"}
+    single = stages["single line"]
+    assert single["n"] == 3 and single["debounce_p50_ms"] == 150 and single["latency_p50_ms"] == 200
+    assert single["wait_p50_ms"] == 450  # of 250, 450 and 500
+    assert stages["block, first lines"]["wait_p50_ms"] == 550 and stages["block, next lines"]["wait_p50_ms"] == 5
+    assert "## Waits per kind of answer" in (tmp_path / "out" / "report.md").read_text()
