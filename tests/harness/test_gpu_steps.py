@@ -113,6 +113,42 @@ def test_train_smoke_stops_on_time_resumes_and_returns_the_eagle3_draft(gpu_root
     assert (folder / "README.md").exists()
 
 
+def test_the_ratchet_takes_a_draft_that_continued_from_the_shipped_one(gpu_root, tmp_path):
+    """The whole path of a lending's draft, on the tiny target: a draft trained here stands for the shipped
+    one; a train call continues from it, as on a lent GPU; the ratchet joins what came back, checks it and,
+    where its dev acceptance rose, writes the commit-ready folder that loads as the target's draft."""
+    import shutil
+
+    from speccomplete.decoder.drafts.eagle3 import load_eagle3
+    from speccomplete.decoder.models import load_model
+    from tools import ratchet
+
+    root = tmp_path / "gpu"  # the module's root, without its earlier training runs
+    shutil.copytree(gpu_root, root, ignore=lambda d, _: {"train", "train-derived"} if Path(d) == gpu_root else set())
+    first = tmp_path / "first"
+    run_step(root, first, "train", "--smoke", TRAIN_MINUTES="5")
+    shipped = tmp_path / "weights" / "tiny-eagle3"
+    shutil.copytree(join_returned_draft(first, json.loads((first / "train.json").read_text())), shipped)
+    (shipped / "NOTICE").write_text("licence notice\n")
+    shutil.rmtree(root / "train")
+    lent = tmp_path / "lent"
+    run_step(root, lent, "train", "--smoke", TRAIN_MINUTES="5", TRAIN_TOKENS="8k", TRAIN_INIT=f"draft:{shipped}")
+    summary = json.loads((lent / "train.json").read_text())
+    before, after = (summary[f"dev_{w}"]["all"]["expected_acceptance"] for w in ("before", "after"))
+    out = tmp_path / "ratchet"
+    assert (ratchet.main([str(lent), "--shipped", str(shipped), "--out", str(out)]) == 0) == (after > before)
+    # The tiny random target's acceptance barely moves, so the taken path runs on the same returned files with
+    # a rise written into their summary: what is joined, checked, carded and loaded is what the trainer wrote.
+    summary["dev_after"]["all"]["expected_acceptance"] = before + 0.1
+    (lent / "train.json").write_text(json.dumps(summary))
+    assert ratchet.main([str(lent), "--shipped", str(shipped), "--out", str(out)]) == 0
+    lineage = json.loads((out / "lineage.json").read_text())
+    assert lineage["tokens"] == summary["tokens"] + json.loads((first / "train.json").read_text())["tokens"]
+    assert (out / "NOTICE").exists() and "## Lineage" in (out / "README.md").read_text()
+    target, _ = load_model(str(root / "models" / "tiny"), device="cpu")
+    assert load_eagle3(out, target).shape.draft_vocab == 64
+
+
 def test_bench_trained_smoke_compares_the_eagle3_draft(gpu_root, tmp_path):
     eagle_dir = gpu_root / "train" / "draft"
     if not (eagle_dir / "config.json").exists():
