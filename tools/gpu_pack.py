@@ -31,11 +31,15 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from speccomplete.harness.returns import sha256_file
 from speccomplete.harness.tiny_gguf import write_tiny_gguf
+
+# the shipped EAGLE-3 draft's record of the text its lendings trained on (tools/ratchet.py)
+SHIPPED_LINEAGE = Path(__file__).resolve().parents[1] / "decoder" / "weights" / "gemma3-270m-eagle3" / "lineage.json"
 
 CALL_BYTES = 64 * 2**20  # what one device call may carry: the working tree and the carried folders
 MARGIN_BYTES = 3 * 2**20  # room for the tree to grow between packing and the GPU session
@@ -324,15 +328,18 @@ def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging:
     from speccomplete.decoder.training.corpus import (
         CHUNK_TEXT_BYTES,
         PACKED_INDEX,
+        Document,
         balanced_chunks,
         compress_documents,
         compressed_chunks,
+        documents_at,
         encode_texts,
         packed_file_name,
         packed_index,
         parse_budgets,
         record_packed_file,
         sampled_documents,
+        sampled_paths,
         split_lists,
         text_bytes,
         text_chunks,
@@ -392,9 +399,15 @@ def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging:
         else:
             print(f"gpu-pack: no room for the dev sample of {language}")
     estimate = 0.0
-    chunks = balanced_chunks(
-        {lang: sampled_documents(listing, lang, args.corpus_seed) for lang, listing in train_lists.items()}, chunk_bytes
-    )
+    # Each language's files in the seeded order, past the ones earlier lendings' packs took (--seen): new text
+    order = {lang: sampled_paths(listing, lang, args.corpus_seed) for lang, listing in train_lists.items()}
+    seen = {lang: min(args.seen.get(lang, 0), len(paths)) for lang, paths in order.items()}
+    position = {lang: {path: i for i, path in enumerate(paths)} for lang, paths in order.items()}
+    taken = dict(seen)  # each language's files taken up to, earlier lendings' included
+    unseen_documents: dict[str, Iterable[Document]] = {
+        lang: documents_at(paths[seen[lang] :], lang) for lang, paths in order.items()
+    }
+    chunks = balanced_chunks(unseen_documents, chunk_bytes)
     with contextlib.closing(compressed_chunks(chunks, workers=os.cpu_count() or 1)) as packed_chunks:
         for language, number, documents, data in packed_chunks:
             if language not in bytes_per_token["train"]:
@@ -403,6 +416,7 @@ def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging:
             if estimate + tokens > token_cap or not place("train", language, number, documents, data):
                 break
             estimate += tokens
+            taken[language] = position[language][documents[-1].source] + 1
     if not splits["train"]:
         print("gpu-pack: no corpus: no train chunk fits the room left")
         return None
@@ -438,6 +452,20 @@ def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging:
         ),
         "loads": [folders[first_load + slot].name for slot in sorted(used_slots)],
         "pack_seconds": round(time.monotonic() - started, 1),
+        # what the ratchet records in the draft's lineage, and the next pack skips (--seen)
+        "files_taken": taken,
+        "files_seen_before": seen,
+        "unseen": {
+            lang: {
+                "files": len(paths) - taken[lang],
+                "tokens_estimate": round(
+                    sum(_size(path) for path in paths[taken[lang] :]) / bytes_per_token["train"][lang]
+                )
+                if lang in bytes_per_token["train"]
+                else None,
+            }
+            for lang, paths in sorted(order.items())
+        },
         "per_language": {
             lang: {
                 "documents": row["documents"],
@@ -450,6 +478,27 @@ def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging:
             for lang, row in sorted(splits["train"].items())
         },
     }
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def seen_files(lineage_path: Path | None, seed: int) -> dict[str, int]:
+    """Per language, how far into the seeded file order (--corpus-seed) the lendings of a draft's lineage took
+    text (tools/ratchet.py records each pack's `files_taken`); empty without a lineage or for another seed."""
+    if lineage_path is None or not lineage_path.is_file():
+        return {}
+    seen: dict[str, int] = {}
+    for lending in json.loads(lineage_path.read_text()).get("lendings", []):
+        corpus = lending.get("corpus") or {}
+        if corpus.get("seed") == seed:
+            for language, files in corpus.get("files_taken", {}).items():
+                seen[language] = max(seen.get(language, 0), files)
+    return seen
 
 
 # --------------------------------------------------------------------------- the command
@@ -497,6 +546,13 @@ def parser() -> argparse.ArgumentParser:
         "--corpus-tokenizer", default=None, help="model spec whose tokenizer estimates the tokens (default: the target)"
     )
     p.add_argument("--corpus-seed", type=int, default=0, help="seed of the per-language samples")
+    p.add_argument(
+        "--seen",
+        type=Path,
+        default=SHIPPED_LINEAGE,
+        help="a draft's lineage.json (tools/ratchet.py): skip the text its lendings saw (default: the shipped "
+        "EAGLE-3 draft's; --seen '' takes text from the start)",
+    )
     p.add_argument(
         "--corpus-dev-bytes", type=int, default=256 * 2**10, help="dev text per language, from <lang>.dev.txt"
     )
@@ -563,6 +619,7 @@ def run(args) -> int:
     corpus = None
     if args.splits:
         args.corpus_tokenizer = args.corpus_tokenizer or DEFAULT_TARGET
+        args.seen = seen_files(args.seen if str(args.seen) not in ("", ".") else None, args.corpus_seed)
         corpus = add_corpus(args, loads, folders, room, out / "cache" / "corpus")
     else:
         print("gpu-pack: no training corpus packed (this machine has none): give --splits DIR to pack one")
@@ -662,6 +719,21 @@ def plan_markdown(plan: dict) -> str:
             f"(estimated here; unpack.sh tokenizes it into {corpus['seq_len']}-token sequences once the model is in); "
             f"{len(corpus['languages'])} languages: {languages}."
         )
+        unseen = corpus.get("unseen") or {}
+        if unseen:
+            skipped = sum(corpus.get("files_seen_before", {}).values())
+            lines += [
+                "",
+                f"New text: {skipped} files that earlier lendings took are skipped (--seen). Left unseen after this "
+                "pack, per language (files, estimated tokens); a language near 0 runs out at the next lending:",
+                "",
+                "| language | files | tokens |",
+                "|---|---|---|",
+                *(f"| {lang} | {row['files']} | {row['tokens_estimate'] or '?'} |" for lang, row in unseen.items()),
+            ]
+            out = [lang for lang, row in unseen.items() if row["files"] == 0]
+            if out:
+                lines += ["", f"Ran out of unseen text: {', '.join(out)} (a later lending repeats their text)."]
     return "\n".join(lines) + "\n"
 
 

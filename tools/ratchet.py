@@ -10,9 +10,9 @@ compares the dev acceptance after training with the dev acceptance of the draft 
 that run on the same dev sequences (train.json's dev_after and dev_before, "all", expected acceptance at step 0).
 Higher: the folder gets the returned config.json, card (README.md) and weights, the shipped folder's licence
 files, and lineage.json, the shipped draft's lineage with this lending added (its tokens, tokens/s, the corpus
-chunks it saw, and the dev acceptance per language before and after); the card gains a table of that lineage.
-Not higher: nothing is written, and it exits 1. Whether the new draft becomes the product's default is a separate
-decision, made by the CPU bench (docs/gpu.md).
+text it trained on, from the pack's plan, and the dev acceptance per language before and after); the card gains a
+table of that lineage. Not higher: nothing is written, and it exits 1. Whether the new draft becomes the product's
+default is a separate decision, made by the CPU bench (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -68,15 +68,18 @@ def per_language(dev: dict) -> dict[str, float]:
     return {language: round(float(m["expected_acceptance"]), 4) for language, m in sorted(dev.items())}
 
 
-def lending_record(summary: dict, date: str | None) -> dict[str, Any]:
+def lending_record(summary: dict, date: str | None, plan: dict | None) -> dict[str, Any]:
     facts = summary.get("device") or {}
+    packed = (plan or {}).get("corpus") or {}
+    # how far into each language's seeded file order the lending's pack took text: the next pack starts there
+    corpus = {"seed": packed["seed"], "files_taken": packed["files_taken"]} if "files_taken" in packed else None
     return {
         "date": date or (facts.get("date_utc") or "")[:10] or None,
         "device": facts.get("gpu") or facts.get("cpu"),
         "tokens": int(summary["tokens"]),
         "tokens_per_s": round(float(summary.get("tokens_per_s") or 0)),
         "steps": summary.get("steps"),
-        "corpus_chunks": summary.get("corpus_chunks"),
+        "corpus": corpus,
         "model_sha256": summary["model_sha256"],
         "dev_before": per_language(summary["dev_before"]),
         "dev_after": per_language(summary["dev_after"]),
@@ -114,7 +117,7 @@ def lineage_table(lineage: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
-def ratchet(files: Path, shipped: Path, out: Path, date: str | None = None) -> dict[str, Any]:
+def ratchet(files: Path, shipped: Path, out: Path, date: str | None = None, plan: dict | None = None) -> dict[str, Any]:
     """Write the commit-ready folder `out` from the returned `files`, or raise RatchetRefused."""
     summary_path = files / "train.json"
     if not summary_path.is_file():
@@ -148,7 +151,7 @@ def ratchet(files: Path, shipped: Path, out: Path, date: str | None = None) -> d
         if (shipped / name).is_file():
             shutil.copy2(shipped / name, out / name)
     lineage = read_lineage(shipped)
-    lineage["lendings"].append(lending_record(summary, date))
+    lineage["lendings"].append(lending_record(summary, date, plan))
     lineage["tokens"] = lineage["tokens"] + int(summary["tokens"])
     (out / LINEAGE).write_text(json.dumps(lineage, indent=1) + "\n")
     card = (out / "README.md").read_text()
@@ -170,10 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="the commit-ready folder (default: out/ratchet/<draft>)")
     parser.add_argument("--date", help="the lending's date (default: the one train.json's device facts give)")
     parser.add_argument("--install", action="store_true", help="copy the new draft into the shipped folder")
+    parser.add_argument(
+        "--plan",
+        type=Path,
+        default=REPO / ".carry" / "plan.json",
+        help="the pack's plan.json (tools/gpu_pack.py): which text the lending trained on, for the next pack",
+    )
     args = parser.parse_args(argv)
     out = args.out or REPO / "out" / "ratchet" / args.shipped.name
+    plan = json.loads(args.plan.read_text()) if args.plan.is_file() else None
+    if plan is None:
+        print(f"ratchet: no pack plan at {args.plan}: the lineage will not say which text this lending saw")
     try:
-        result = ratchet(args.files, args.shipped, out, args.date)
+        result = ratchet(args.files, args.shipped, out, args.date, plan)
     except RatchetRefused as e:
         print(f"ratchet: kept the shipped draft: {e}", file=sys.stderr)
         return 1

@@ -319,9 +319,14 @@ CHUNK_TEXT_BYTES = 4 * 2**20
 def sampled_documents(list_file: str | Path, language: str, seed: int) -> Iterator[Document]:
     """The documents of a file list in a deterministic order per (seed, language). The paths are shuffled,
     not the documents, so a sample reads only the files it takes."""
+    return documents_at(sampled_paths(list_file, language, seed), language)
+
+
+def sampled_paths(list_file: str | Path, language: str, seed: int) -> list[str]:
+    """A file list's paths in sampled_documents' order."""
     paths = listed_paths(list_file)
     random.Random(f"{seed}:{language}").shuffle(paths)
-    return documents_at(paths, language)
+    return paths
 
 
 def text_bytes(document: Document) -> int:

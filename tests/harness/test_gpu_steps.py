@@ -136,12 +136,16 @@ def test_the_ratchet_takes_a_draft_that_continued_from_the_shipped_one(gpu_root,
     summary = json.loads((lent / "train.json").read_text())
     before, after = (summary[f"dev_{w}"]["all"]["expected_acceptance"] for w in ("before", "after"))
     out = tmp_path / "ratchet"
-    assert (ratchet.main([str(lent), "--shipped", str(shipped), "--out", str(out)]) == 0) == (after > before)
+    assert (
+        ratchet.main([str(lent), "--shipped", str(shipped), "--out", str(out), "--plan", str(tmp_path / "none")]) == 0
+    ) == (after > before)
     # The tiny random target's acceptance barely moves, so the taken path runs on the same returned files with
     # a rise written into their summary: what is joined, checked, carded and loaded is what the trainer wrote.
     summary["dev_after"]["all"]["expected_acceptance"] = before + 0.1
     (lent / "train.json").write_text(json.dumps(summary))
-    assert ratchet.main([str(lent), "--shipped", str(shipped), "--out", str(out)]) == 0
+    assert (
+        ratchet.main([str(lent), "--shipped", str(shipped), "--out", str(out), "--plan", str(tmp_path / "none")]) == 0
+    )
     lineage = json.loads((out / "lineage.json").read_text())
     assert lineage["tokens"] == summary["tokens"] + json.loads((first / "train.json").read_text())["tokens"]
     assert (out / "NOTICE").exists() and "## Lineage" in (out / "README.md").read_text()

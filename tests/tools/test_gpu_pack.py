@@ -22,7 +22,7 @@ from helpers.tokenizers import make_byte_tokenizer
 
 from speccomplete.decoder.gguf_safetensors import differing_tensors
 from speccomplete.decoder.models import load_model
-from speccomplete.decoder.training.corpus import Shards
+from speccomplete.decoder.training.corpus import Shards, read_packed_file
 from tools.gpu_pack import Part, main, plan_loads, wheel_requirements
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def smoke_splits(tmp: Path) -> Path:
     return splits
 
 
-def smoke_gpu_pack(tmp: Path, out: Path) -> None:
+def smoke_gpu_pack(tmp: Path, out: Path, *more: str) -> None:
     tokenizer_dir = tmp / "tokenizer"
     if not tokenizer_dir.exists():
         tiny_llama().config.save_pretrained(tokenizer_dir)  # a model folder: `resolve` wants its config.json
@@ -67,7 +67,8 @@ def smoke_gpu_pack(tmp: Path, out: Path) -> None:
         "1",
     ]
     corpus = ["--corpus-tokenizer", str(tokenizer_dir), "--seq-len", "32", "--corpus-dev-bytes", "2000"]
-    assert main([*argv, *corpus]) == 0
+    # the text the shipped draft's lendings saw (its lineage) is the repository's, not this pack's inputs'
+    assert main([*argv, *corpus, "--seen", "", *more]) == 0
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +175,33 @@ def test_the_packed_corpus_is_deterministic(smoke_pack, tmp_path):
 
     first = corpus_files(smoke_pack)
     assert first and corpus_files(again) == first
+
+
+def test_a_pack_takes_text_the_lineage_has_not_seen_and_says_what_is_left(smoke_pack, tmp_path):
+    """The next lending's pack starts where the draft's earlier lendings' packs stopped, per language, in the
+    same seeded order; another seed's record says nothing of this order."""
+    from speccomplete.decoder.training.corpus import sampled_paths
+
+    first = json.loads((smoke_pack / "plan.json").read_text())["corpus"]
+    assert first["files_seen_before"] == {"python": 0, "rust": 0} and first["files_taken"]["python"] >= 1
+    lineage = tmp_path / "lineage.json"
+    lending = {"corpus": {"seed": 0, "files_taken": {"python": 3}}}
+    other_seed = {"corpus": {"seed": 7, "files_taken": {"rust": 5}}}
+    lineage.write_text(json.dumps({"tokens": 0, "lendings": [lending, other_seed]}))
+    smoke_gpu_pack(smoke_pack.parent, tmp_path / "carry", "--seen", str(lineage))
+    plan = json.loads((tmp_path / "carry" / "plan.json").read_text())
+    corpus = plan["corpus"]
+    assert corpus["files_seen_before"] == {"python": 3, "rust": 0}
+    assert corpus["files_taken"]["python"] > 3
+    index = json.loads(next((tmp_path / "carry").glob("load-*/corpus/packed.json")).read_text())
+    skipped = set(sampled_paths(smoke_pack.parent / "splits" / "python.train.txt", "python", 0)[:3])
+    packed = set()
+    for name in index["splits"]["train"]["python"]["files"]:
+        path = next((tmp_path / "carry").glob(f"load-*/corpus/{name}"))
+        packed |= {d.source for d in read_packed_file(path, "python")}
+    assert packed and not packed & skipped
+    assert corpus["unseen"]["python"]["files"] == 6 - corpus["files_taken"]["python"]
+    assert "New text: 3 files" in (tmp_path / "carry" / "PLAN.md").read_text()
 
 
 def test_without_the_meta_unpack_converts_through_transformers(tmp_path):

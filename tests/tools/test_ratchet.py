@@ -53,7 +53,9 @@ def test_a_draft_whose_dev_acceptance_rose_is_taken_and_its_lineage_carried_on(t
     shipped = shipped_draft(tmp_path)
     files = returned_files(tmp_path, before=0.18, after=0.48)
     out = tmp_path / "out"
-    assert ratchet.main([str(files), "--shipped", str(shipped), "--out", str(out)]) == 0
+    plan = tmp_path / "plan.json"  # the pack's: how far into each language's seeded file order it took text
+    plan.write_text(json.dumps({"corpus": {"seed": 0, "files_taken": {"python": 12, "rust": 7}}}))
+    assert ratchet.main([str(files), "--shipped", str(shipped), "--out", str(out), "--plan", str(plan)]) == 0
     assert (out / "model.safetensors").read_bytes() == WEIGHTS
     assert (out / "NOTICE").read_text() == "licence notice\n"  # the licence files stay with the weights
     lineage = json.loads((out / "lineage.json").read_text())
@@ -61,14 +63,22 @@ def test_a_draft_whose_dev_acceptance_rose_is_taken_and_its_lineage_carried_on(t
     (lending,) = lineage["lendings"]
     assert lending["date"] == "2026-11-29" and lending["device"].startswith("NVIDIA H200")
     assert lending["dev_before"] == {"all": 0.18, "python": 0.17} and lending["dev_after"]["all"] == 0.48
+    assert lending["corpus"] == {"seed": 0, "files_taken": {"python": 12, "rust": 7}}  # the next pack skips these
     card = (out / "README.md").read_text()
     assert card.startswith("# EAGLE-3 draft") and "| 2026-11-29 | NVIDIA H200" in card and "0.180 → 0.480" in card
     assert (shipped / "model.safetensors").read_bytes() == b"old weights"  # nothing installed without --install
 
     # the next lending continues the lineage, and --install puts the draft in place
     files2 = returned_files(tmp_path / "next", before=0.48, after=0.55)
-    assert ratchet.main([str(files), "--shipped", str(shipped), "--out", str(out), "--install"]) == 0
-    assert ratchet.main([str(files2), "--shipped", str(shipped), "--out", str(tmp_path / "out2")]) == 0
+    assert (
+        ratchet.main([str(files), "--shipped", str(shipped), "--out", str(out), "--install", "--plan", str(plan)]) == 0
+    )
+    assert (
+        ratchet.main(
+            [str(files2), "--shipped", str(shipped), "--out", str(tmp_path / "out2"), "--plan", str(tmp_path / "none")]
+        )
+        == 0
+    )
     lineage = json.loads((tmp_path / "out2" / "lineage.json").read_text())
     assert lineage["tokens"] == 11000 and len(lineage["lendings"]) == 2
     assert (tmp_path / "out2" / "README.md").read_text().count("## Lineage") == 1
@@ -85,7 +95,12 @@ def test_a_draft_whose_dev_acceptance_rose_is_taken_and_its_lineage_carried_on(t
 def test_a_draft_that_is_not_better_than_its_start_is_not_taken(tmp_path, capsys, before, after, init, why):
     shipped = shipped_draft(tmp_path)
     files = returned_files(tmp_path, before, after, init)
-    assert ratchet.main([str(files), "--shipped", str(shipped), "--out", str(tmp_path / "out")]) == 1
+    assert (
+        ratchet.main(
+            [str(files), "--shipped", str(shipped), "--out", str(tmp_path / "out"), "--plan", str(tmp_path / "none")]
+        )
+        == 1
+    )
     assert why in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
@@ -94,5 +109,10 @@ def test_parts_that_do_not_join_into_what_the_machine_wrote_are_refused(tmp_path
     files = returned_files(tmp_path, before=0.18, after=0.48)
     part = sorted((files / "draft").glob("model.safetensors.part-*"))[1]
     part.write_bytes(part.read_bytes()[:-1])
-    assert ratchet.main([str(files), "--shipped", str(shipped), "--out", str(tmp_path / "out")]) == 1
+    assert (
+        ratchet.main(
+            [str(files), "--shipped", str(shipped), "--out", str(tmp_path / "out"), "--plan", str(tmp_path / "none")]
+        )
+        == 1
+    )
     assert "sha256" in capsys.readouterr().err and not (tmp_path / "out").exists()
