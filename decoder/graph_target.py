@@ -35,8 +35,8 @@ import torch.nn.functional as F
 
 from . import lean_forward
 from .cuda_graphs import Captured
+from .families import Family
 from .kv_cache import head_logits
-from .lean_forward import Family
 from .sampling import accept_greedy, verdict
 from .step_shapes import TappedStates, row_buckets, verify_by_logits
 

@@ -42,6 +42,7 @@ from typing import cast
 import torch
 
 from . import lean_forward
+from .families import FAMILIES, LEAN_ATTENTIONS
 
 log = logging.getLogger(__name__)
 
@@ -255,25 +256,12 @@ def _fusable_projections(module: torch.nn.Module, lean_int8: bool) -> dict[str, 
     forward then reads from `projections`, and HF's could not): one activation quantization instead of three,
     and the same numbers, since each output row has its own scale. Biases are concatenated with them."""
     names = getattr(module, "fusable_projections", ())
-    if not names and lean_int8 and type(module).__name__ in _LEAN_ATTENTIONS:
+    if not names and lean_int8 and type(module).__name__ in LEAN_ATTENTIONS:
         names = ("q_proj", "k_proj", "v_proj")
     linears = {name: getattr(module, name, None) for name in names}
     if not linears or not all(isinstance(m, torch.nn.Linear) for m in linears.values()):
         return {}
     return cast(dict[str, torch.nn.Linear], linears)
-
-
-# the attention modules of the models decoder/lean_forward.py runs: int8 needs that forward (loader.use_cpu_kernels)
-_LEAN_ATTENTIONS = {
-    "LlamaAttention",
-    "MistralAttention",
-    "Qwen2Attention",
-    "Qwen3Attention",
-    "GemmaAttention",
-    "Gemma2Attention",
-    "Gemma3Attention",
-    "Starcoder2Attention",
-}
 
 
 def _is_gated_mlp(module: torch.nn.Module) -> bool:
@@ -289,9 +277,9 @@ def _is_gated_mlp(module: torch.nn.Module) -> bool:
     )
 
 
-# Checked against transformers 5: each forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)); so is an
-# EAGLE-3 draft's (drafts/eagle3.py).
-_GATED_MLPS = {"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP", "Gemma3MLP", "Eagle3MLP"}
+# Each forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)): the families' (families.py) and an EAGLE-3
+# draft's (drafts/eagle3.py).
+_GATED_MLPS = {family.gated_mlp for family in FAMILIES if family.gated_mlp} | {"Eagle3MLP"}
 
 
 def can_pack(model) -> bool:

@@ -8,8 +8,8 @@ layer: `F.rms_norm`, rotary tables made once a forward, one mask per window for 
 feed, and SDPA over grouped keys and values. Its logits equal HF's (tests/decoder/test_lean_forward.py),
 and a step costs less, the more so the more layers a model has (docs/cpu.md).
 
-The families it runs (`_FAMILIES`) differ in a few facts, each read from one table (`Family`) or from the
-modules themselves: the kind of norm, Gemma's norms after attention and MLP, a sliding window per layer or
+The families it runs (decoder/families.py, one record each) differ in a few facts, read from their record or
+from the modules themselves: the kind of norm, Gemma's norms after attention and MLP, a sliding window per layer or
 for the whole model, soft-capped attention logits (Gemma 2: attended by hand, since SDPA cannot cap).
 Biases (Qwen2's q, k and v; StarCoder2's everywhere), q and k norms (Qwen3, Gemma-3), the MLP (gated, or
 StarCoder2's plain GELU), Gemma's embedding scale and Gemma 2's final soft-cap are the modules' and the
@@ -27,41 +27,20 @@ Anything else keeps HF's forward.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
-from typing import Literal, cast
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache
 
+from .families import BY_MODEL, Family
 
-@dataclass(frozen=True)
-class Family:
-    """Where a family's layer differs from Llama's, as its modeling file in transformers 5 computes it."""
-
-    norm: Literal["w", "1+w", "layer"] = "w"  # RMS norm times w; times 1 + w (Gemma); LayerNorm with bias
-    sandwich: bool = False  # norms after attention and after the MLP as well (Gemma 2 and 3)
-    window_in_config: bool = False  # every layer slides over config.sliding_window (Mistral, StarCoder2)
-    attention_softcap: bool = False  # attention logits soft-capped as the attention module says (Gemma 2)
-
-
-# the base model's class -> its facts
-_FAMILIES = {
-    "LlamaModel": Family(),
-    "MistralModel": Family(window_in_config=True),
-    "Qwen2Model": Family(),  # a per-layer window (use_sliding_window) is its attention's sliding_window
-    "Qwen3Model": Family(),
-    "GemmaModel": Family(norm="1+w"),
-    "Gemma2Model": Family(norm="1+w", sandwich=True, attention_softcap=True),
-    "Gemma3TextModel": Family(norm="1+w", sandwich=True),
-    "Starcoder2Model": Family(norm="layer", window_in_config=True),
-}
 _FIXED_ROPE = {"default", "linear"}
 
 
 def family_of(model) -> Family | None:
     """The facts of `model`'s family (a causal LM), None for a family this forward does not run."""
-    return _FAMILIES.get(type(getattr(model, "base_model", None)).__name__)
+    return BY_MODEL.get(type(getattr(model, "base_model", None)).__name__)
 
 
 def supports(model, dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> bool:
@@ -149,7 +128,7 @@ def lean_hidden(
     the state entering layer k; the number of layers: the final, normed, states),
     as HF's output_hidden_states[k] holds them. An EAGLE-3 draft reads them (drafts/eagle3.py)."""
     base = model.base_model
-    family = _FAMILIES[type(base).__name__]
+    family = BY_MODEL[type(base).__name__]
     rows = input_ids.shape[1]
     start = cache.get_seq_length()
     end = start + rows

@@ -11,6 +11,7 @@ from . import compiled_step
 from .compiled_step import BuildReport, CompiledStep
 from .drafts import build_drafter, parse_draft_spec
 from .engine import SpeculativeDecoder, round_rows
+from .families import NAMES
 from .gamma import parse_gamma_policy
 from .kernels import can_int8, int8_full_range, pack_linear_weights
 from .lean_forward import attend_row_by_row, supports
@@ -144,7 +145,7 @@ def use_cpu_kernels(steps, *models, int8: bool = False) -> None:
         if steps.records_graphs or not can_int8(target) or not supports(target):
             raise ValueError(
                 "int8 weights run on the CPU, with eager steps, for float32 targets of the families in "
-                "docs/models.md (Llama, Mistral, Qwen2, Qwen3, Gemma 1-3, StarCoder2)"
+                f"docs/models.md ({NAMES})"
             )
         attend_row_by_row(target)
     if not steps.records_graphs:

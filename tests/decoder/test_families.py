@@ -16,6 +16,8 @@ from helpers.tiny_models import (
     TEST_DEVICE,
     tiny_gemma,
     tiny_gemma2,
+    tiny_gemma3,
+    tiny_llama,
     tiny_mistral,
     tiny_qwen2,
     tiny_qwen3,
@@ -23,9 +25,10 @@ from helpers.tiny_models import (
 )
 from transformers import DynamicCache
 
-from speccomplete.decoder import lean_forward
+from speccomplete.decoder import kernels, lean_forward
 from speccomplete.decoder.drafts import ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
+from speccomplete.decoder.families import BY_MODEL
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.kernels import Int8Linear, PackedProjections, pack_linear_weights
 from speccomplete.decoder.kv_cache import forward_logits, new_cache
@@ -200,3 +203,20 @@ def test_int8_keeps_qkv_apart_where_hfs_forward_runs():
     assert not hasattr(attention, "projections") and isinstance(attention.q_proj, Int8Linear)
     got = model(input_ids=ids).logits
     assert ((got - want).norm() / want.norm()).item() < 0.05
+
+
+def test_every_family_in_the_table_runs_lean_and_int8():
+    """decoder/families.py and the tests' tiny builders name the same families, and each record's modules are
+    the ones its model has: a record without a builder, or a builder without a record, fails here."""
+    builders = {**FAMILY_BUILDERS, "llama": tiny_llama, "gemma3": tiny_gemma3}
+    built = {name: build() for name, build in builders.items()}
+    assert {type(model.base_model).__name__ for model in built.values()} == set(BY_MODEL)
+    for name, model in built.items():
+        family = BY_MODEL[type(model.base_model).__name__]
+        layer = model.model.layers[0]
+        assert type(layer.self_attn).__name__ == family.attention, name
+        assert kernels._is_gated_mlp(layer.mlp) == (family.gated_mlp is not None), name
+        assert lean_forward.supports(model), name
+        if INT8_RUNS:
+            use_cpu_kernels(SimpleNamespace(records_graphs=False), model, None, int8=True)
+            assert not any(isinstance(m, torch.nn.Linear) for m in model.modules()), name
