@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from lsprotocol import types
 
@@ -23,9 +23,6 @@ from speccomplete.decoder.loader import compile_steps, wants_compiled_step
 
 from .completion import Engine, load_engine
 from .options import ServerOptions
-
-if TYPE_CHECKING:
-    from .lsp import SpecdecServer
 
 log = logging.getLogger(__name__)
 
@@ -58,93 +55,158 @@ class Worker:
                     future.set_exception(e)
 
 
-def start_loading(ls: SpecdecServer) -> None:
-    ls.loads += 1
-    ls.load_progress = None
-    ls.optimizing = False  # a build for the old models may run on, but its step is never installed
-    ls.engine = None  # free the old models before loading new ones; requests answer empty meanwhile
-    ls.stop_work()  # the load waits on the worker behind it
-    ls.read_last = None
-    ls.load_task = asyncio.ensure_future(load(ls, ls.loads, ls.options))
+class LoadingHost(Protocol):
+    """What a Loader needs of the server it loads for: its worker, where the models go, its status, and the
+    client's progress bars."""
+
+    worker: Worker
+    engine: Engine | None
+
+    @property
+    def client_capabilities(self) -> types.ClientCapabilities: ...
+
+    @property
+    def work_done_progress(self) -> Any: ...  # pygls' progress API
+
+    def set_status(self, state: str, message: str) -> None: ...
+
+    def send_status(self) -> None: ...
+
+    def show_error(self, message: str) -> None: ...
 
 
-async def load(ls: SpecdecServer, load_id: int, options: ServerOptions) -> None:
-    what = f"{options.target} with draft {options.draft}"
-    ls.set_status("loading", f"loading {what}")
-    token = await begin_progress(ls, f"specdec-load-{load_id}", f"loading {what}")
-    loop = asyncio.get_running_loop()
+class Loader:
+    """The model loads of one server, each superseding the last, and the compiled step's build or load after
+    each: what they have got to, for the status, and the build's process, to stop with the models."""
 
-    def progress(fraction: float, message: str) -> None:  # called on the worker thread
-        loop.call_soon_threadsafe(report_progress, ls, load_id, token, round(fraction * 100), message)
+    def __init__(self, host: LoadingHost):
+        self.host = host
+        self.loads = 0  # counts model loads, so a superseded load does not install its models
+        self.progress: tuple[int, str] | None = None  # the last (percentage, message) reported
+        self.task: asyncio.Task | None = None
+        self.loaded_with: ServerOptions | None = None  # the options the host's engine was loaded with
+        self.optimizing = False  # the compiled CPU step is being built or loaded
+        self.compile_task: asyncio.Task | None = None
+        self.precompiling: subprocess.Popen | None = None  # `specdec precompile` building the step
 
-    try:
-        engine = await asyncio.wrap_future(ls.worker.submit(load_engine, options, progress))
-    except Exception as e:  # any failure (missing model, OOM, bad draft spec) leaves the server up
-        log.exception("could not load %s", what)
-        if load_id == ls.loads:
-            # the message first: a client that sees the error state has the reason already
-            ls.show_error(f"specdec: could not load the models ({what}): {e}")
-            ls.set_status("error", f"could not load {what}: {e}")
-        end_progress(ls, token, "failed")
-        return
-    end_progress(ls, token, "ready")
-    if load_id != ls.loads:
-        return  # the settings changed while it loaded; the newer load installs its own
-    ls.engine, ls.loaded_with = engine, options
-    log.info("models ready: %s on %s", what, engine.device)
-    ls.set_status("ready", f"{engine.target} + {engine.draft} on {engine.device}")
-    if wants_compiled_step(options.compile_step, engine.decoder):
-        ls.compile_task = asyncio.ensure_future(compile_step(ls, load_id, engine))
+    def start(self, options: ServerOptions) -> None:
+        """Load the models for `options` on the host's worker (the host has dropped its engine and stopped its
+        work first, so that the load waits behind nothing)."""
+        self.loads += 1
+        self.progress = None
+        self.optimizing = False  # a build for the old models may run on, but its step is never installed
+        self.loaded_with = None
+        self.task = asyncio.ensure_future(self.load(self.loads, options))
 
+    def stop(self) -> None:
+        """Stop a compiled step's build for the models loaded, which are going."""
+        if self.precompiling is not None and self.precompiling.poll() is None:
+            self.precompiling.terminate()
 
-async def compile_step(ls: SpecdecServer, load_id: int, engine: Engine) -> None:
-    """Build or load the compiled step on a low-priority thread while the worker answers from the eager one,
-    then install it on the worker, between two requests. A failure leaves the eager step in place."""
-    from speccomplete.decoder.engine import SpeculativeDecoder
-    from speccomplete.decoder.target_steps import EagerTarget
+    async def load(self, load_id: int, options: ServerOptions) -> None:
+        host = self.host
+        what = f"{options.target} with draft {options.draft}"
+        host.set_status("loading", f"loading {what}")
+        token = await self.begin_progress(f"specdec-load-{load_id}", f"loading {what}")
+        loop = asyncio.get_running_loop()
 
-    decoder = engine.decoder
-    assert isinstance(decoder, SpeculativeDecoder) and isinstance(decoder.steps, EagerTarget)  # wants_compiled_step
-    steps = decoder.steps
-    ls.optimizing = True
-    ls.send_status()
-    built: Future = Future()
-    options = ls.loaded_with
+        def progress(fraction: float, message: str) -> None:  # called on the worker thread
+            loop.call_soon_threadsafe(self.report_progress, load_id, token, round(fraction * 100), message)
 
-    def precompile() -> None:
-        """Build the entry in a process of its own: tracing the model here would break the worker's decodes."""
-        assert options is not None  # set with the engine
-        ls.precompiling = child = subprocess.Popen(
-            precompile_command(options), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
-        _, errors = child.communicate()
-        if child.returncode != 0:
-            raise RuntimeError(f"specdec precompile exited with {child.returncode}: {errors.strip()[-2000:]}")
-
-    def build() -> None:
         try:
-            # this thread only: the editor's requests keep the cores first (Linux: a thread's own nice value,
-            # which the compiler processes it starts inherit)
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (AttributeError, OSError):
-            pass
-        try:
-            built.set_result(compile_steps(decoder, engine.quantization, build=precompile))
-        except BaseException as e:
-            built.set_exception(e)
+            engine = await asyncio.wrap_future(host.worker.submit(load_engine, options, progress))
+        except Exception as e:  # any failure (missing model, OOM, bad draft spec) leaves the server up
+            log.exception("could not load %s", what)
+            if load_id == self.loads:
+                # the message first: a client that sees the error state has the reason already
+                host.show_error(f"specdec: could not load the models ({what}): {e}")
+                host.set_status("error", f"could not load {what}: {e}")
+            self.end_progress(token, "failed")
+            return
+        self.end_progress(token, "ready")
+        if load_id != self.loads:
+            return  # the settings changed while it loaded; the newer load installs its own
+        host.engine, self.loaded_with = engine, options
+        log.info("models ready: %s on %s", what, engine.device)
+        host.set_status("ready", f"{engine.target} + {engine.draft} on {engine.device}")
+        if wants_compiled_step(options.compile_step, engine.decoder):
+            self.compile_task = asyncio.ensure_future(self.compile_step(load_id, engine, options))
 
-    threading.Thread(target=build, name="specdec-compile", daemon=True).start()
-    try:
-        compiled, report = await asyncio.wrap_future(built)
-    except Exception:
-        log.exception("could not compile the CPU step; answering from the eager step")
-        compiled = None
-    if compiled is not None and load_id == ls.loads and ls.engine is engine:
-        await asyncio.wrap_future(ls.worker.submit(steps.use_compiled, compiled))
-        log.info("compiled step in use (%s in %.1f s)", "loaded" if report.loaded else "built", report.seconds)
-    if load_id == ls.loads:
-        ls.optimizing = False
-        ls.send_status()
+    async def compile_step(self, load_id: int, engine: Engine, options: ServerOptions) -> None:
+        """Build or load the compiled step on a low-priority thread while the worker answers from the eager one,
+        then install it on the worker, between two requests. A failure leaves the eager step in place."""
+        from speccomplete.decoder.engine import SpeculativeDecoder
+        from speccomplete.decoder.target_steps import EagerTarget
+
+        host = self.host
+        decoder = engine.decoder
+        assert isinstance(decoder, SpeculativeDecoder) and isinstance(decoder.steps, EagerTarget)  # wants_compiled_step
+        steps = decoder.steps
+        self.optimizing = True
+        host.send_status()
+        built: Future = Future()
+
+        def precompile() -> None:
+            """Build the entry in a process of its own: tracing the model here would break the worker's decodes."""
+            self.precompiling = child = subprocess.Popen(
+                precompile_command(options), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+            _, errors = child.communicate()
+            if child.returncode != 0:
+                raise RuntimeError(f"specdec precompile exited with {child.returncode}: {errors.strip()[-2000:]}")
+
+        def build() -> None:
+            try:
+                # this thread only: the editor's requests keep the cores first (Linux: a thread's own nice value,
+                # which the compiler processes it starts inherit)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            except (AttributeError, OSError):
+                pass
+            try:
+                built.set_result(compile_steps(decoder, engine.quantization, build=precompile))
+            except BaseException as e:
+                built.set_exception(e)
+
+        threading.Thread(target=build, name="specdec-compile", daemon=True).start()
+        try:
+            compiled, report = await asyncio.wrap_future(built)
+        except Exception:
+            log.exception("could not compile the CPU step; answering from the eager step")
+            compiled = None
+        if compiled is not None and load_id == self.loads and host.engine is engine:
+            await asyncio.wrap_future(host.worker.submit(steps.use_compiled, compiled))
+            log.info("compiled step in use (%s in %.1f s)", "loaded" if report.loaded else "built", report.seconds)
+        if load_id == self.loads:
+            self.optimizing = False
+            host.send_status()
+
+    async def begin_progress(self, token: str, message: str) -> str | None:
+        host = self.host
+        if not getattr(host.client_capabilities.window, "work_done_progress", False):
+            return None
+        try:
+            await host.work_done_progress.create_async(token)
+        except Exception as e:  # the client refused; loading goes on without a progress bar
+            log.warning("window/workDoneProgress/create failed: %s", e)
+            return None
+        # a percentage in the begin tells the client to draw a bar that the reports fill
+        begin = types.WorkDoneProgressBegin(title="specdec", message=message, percentage=0)
+        host.work_done_progress.begin(token, begin)
+        return token
+
+    def report_progress(self, load_id: int, token: str | None, percentage: int, message: str) -> None:
+        """A load's progress, once per whole percent (the reports come twice a second)."""
+        if load_id != self.loads or (percentage, message) == self.progress:
+            return  # a newer load has its own bar; or nothing new to say
+        self.progress = (percentage, message)
+        if token is not None:
+            report = types.WorkDoneProgressReport(message=message, percentage=percentage)
+            self.host.work_done_progress.report(token, report)
+        self.host.set_status("loading", f"{message} ({percentage}%)")
+
+    def end_progress(self, token: str | None, message: str) -> None:
+        if token is not None:
+            self.host.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
 
 
 def precompile_command(options: ServerOptions) -> list[str]:
@@ -163,32 +225,3 @@ def precompile_command(options: ServerOptions) -> list[str]:
         f"--draft-confidence={options.draft_confidence}",
         f"--quantization={options.quantization}",
     ]
-
-
-async def begin_progress(ls: SpecdecServer, token: str, message: str) -> str | None:
-    if not getattr(ls.client_capabilities.window, "work_done_progress", False):
-        return None
-    try:
-        await ls.work_done_progress.create_async(token)
-    except Exception as e:  # the client refused; loading goes on without a progress bar
-        log.warning("window/workDoneProgress/create failed: %s", e)
-        return None
-    # a percentage in the begin tells the client to draw a bar that the reports fill
-    begin = types.WorkDoneProgressBegin(title="specdec", message=message, percentage=0)
-    ls.work_done_progress.begin(token, begin)
-    return token
-
-
-def report_progress(ls: SpecdecServer, load_id: int, token: str | None, percentage: int, message: str) -> None:
-    """A load's progress, once per whole percent (the reports come twice a second)."""
-    if load_id != ls.loads or (percentage, message) == ls.load_progress:
-        return  # a newer load has its own bar; or nothing new to say
-    ls.load_progress = (percentage, message)
-    if token is not None:
-        ls.work_done_progress.report(token, types.WorkDoneProgressReport(message=message, percentage=percentage))
-    ls.set_status("loading", f"{message} ({percentage}%)")
-
-
-def end_progress(ls: SpecdecServer, token: str | None, message: str) -> None:
-    if token is not None:
-        ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))

@@ -29,7 +29,6 @@ import dataclasses
 import importlib.metadata
 import logging
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -59,7 +58,7 @@ from .completion import (
 )
 from .debounce import Debounce
 from .documents import document_key, path_of, use_lsp_lines
-from .loading import Worker, start_loading
+from .loading import Loader, Worker
 from .log_limits import PopupLimit, limit_logging
 from .options import EVENT_LOG_FIELDS, ServerOptions, models_changed, parse_options
 from .outcomes import Outcomes
@@ -111,13 +110,7 @@ class SpecdecServer(LanguageServer):
         self.debounce = Debounce()  # how long automatic requests wait: the user's typing pace
         self.outcomes = Outcomes(lambda: self.events)  # the shown completions and the user's verdicts
         self.recent: dict[str, None] = {}  # keys of open documents, the most recently edited or asked for last
-        self.loads = 0  # counts model loads, so a superseded load does not install its models
-        self.load_progress: tuple[int, str] | None = None  # the last (percentage, message) reported
-        self.load_task: asyncio.Task | None = None
-        self.optimizing = False  # the compiled CPU step is being built or loaded (server/loading.py)
-        self.compile_task: asyncio.Task | None = None
-        self.precompiling: subprocess.Popen | None = None  # `specdec precompile` building the step (loading.py)
-        self.loaded_with: ServerOptions | None = None  # the options the engine was loaded with
+        self.loader = Loader(self)  # the model loads, and the compiled step's build after each
         # the document whose prompt the decoder read last (a request's or a warm-up's), and the warm-up's switch
         self.read_last: str | None = None
         self.warming = threading.Event()
@@ -183,8 +176,8 @@ class SpecdecServer(LanguageServer):
             {
                 "state": self.state,
                 "message": self.state_message,
-                "percentage": self.load_progress[0] if self.state == "loading" and self.load_progress else None,
-                "optimizing": self.optimizing,
+                "percentage": self.loader.progress[0] if self.state == "loading" and self.loader.progress else None,
+                "optimizing": self.loader.optimizing,
                 "acceptance": sum(verdicts) / len(verdicts) if verdicts else None,
                 "p50_ms": statistics.median(self.latencies) if self.latencies else None,
             },
@@ -368,8 +361,15 @@ class SpecdecServer(LanguageServer):
             cancel.set()
         for key in list(self.ahead):
             self.drop_ahead(key)
-        if self.precompiling is not None and self.precompiling.poll() is None:
-            self.precompiling.terminate()  # a build for these models, which are going
+        self.loader.stop()
+
+    def reload(self) -> None:
+        """Load the models for the options now: the old ones go first (requests answer empty meanwhile), and
+        what the worker runs or holds is stopped, so that the load waits behind nothing."""
+        self.engine = None
+        self.stop_work()
+        self.read_last = None
+        self.loader.start(self.options)
 
     def drop_ahead(self, key: str) -> None:
         ahead = self.ahead.pop(key, None)
@@ -432,10 +432,11 @@ def initialize(ls: SpecdecServer, params: types.InitializeParams) -> None:
 
 @SERVER.feature(types.INITIALIZED)
 def initialized(ls: SpecdecServer, params: types.InitializedParams) -> None:
-    if ls.engine is not None and ls.loaded_with is not None and not models_changed(ls.loaded_with, ls.options):
+    loaded_with = ls.loader.loaded_with
+    if ls.engine is not None and loaded_with is not None and not models_changed(loaded_with, ls.options):
         ls.set_status("ready", ls.state_message)  # a TCP client came back: its models are loaded already
         return
-    start_loading(ls)
+    ls.reload()
 
 
 @SERVER.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -446,7 +447,7 @@ def did_change_configuration(ls: SpecdecServer, params: types.DidChangeConfigura
         return
     old = ls.configure(settings)
     if models_changed(old, ls.options):
-        start_loading(ls)
+        ls.reload()
     elif ls.engine is not None and (old.gamma, old.draft_confidence) != (ls.options.gamma, ls.options.draft_confidence):
         ls.engine = retune(ls.engine, ls.options)
     log.info("settings now %s", dataclasses.asdict(ls.options))
