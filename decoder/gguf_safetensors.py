@@ -195,10 +195,17 @@ def pack_meta(meta: str | Path, archive: str | Path) -> Path:
 
 
 def unpack_meta(archive: str | Path, folder: str | Path) -> Path:
+    """The meta archive's files (plain files, no folders: pack_meta's) into `folder`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive, "r:xz") as tar:
-        tar.extractall(folder, filter="data")
+        for member in tar.getmembers():
+            # checked here rather than by extractall's filter=, which Pythons before 3.11.4 lack
+            if not member.isfile() or Path(member.name).name != member.name:
+                raise MetaMismatchError(f"{archive} holds {member.name!r}, not a plain file of the meta")
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file
+            (folder / member.name).write_bytes(source.read())
     return folder
 
 

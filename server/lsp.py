@@ -28,6 +28,7 @@ import asyncio
 import dataclasses
 import importlib.metadata
 import logging
+import os
 import statistics
 import sys
 import threading
@@ -565,6 +566,7 @@ def serve(tcp: bool = False, port: int = 2087) -> None:
 
     disable_progress_bars()
     transformers_logging.disable_progress_bar()
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the bars that use tqdm directly (transformers' GGUF loading)
     if tcp:
         serve_tcp(SERVER.protocol, SERVER, port)
     else:

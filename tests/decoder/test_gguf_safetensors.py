@@ -187,3 +187,19 @@ def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_
     )
     monkeypatch.setitem(models.PACKAGED, "tiny", SimpleNamespace(gguf_path=lambda: other))
     assert Path(models.resolve("tiny")) == fast and len(slow) == 1 and (fast / "model.safetensors").is_file()
+
+
+def test_a_meta_archive_with_anything_but_plain_files_is_refused(tmp_path):
+    import io
+    import tarfile
+
+    from speccomplete.decoder.gguf_safetensors import unpack_meta
+
+    archive = tmp_path / "meta.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        member = tarfile.TarInfo("../outside.json")
+        member.size = 2
+        tar.addfile(member, io.BytesIO(b"{}"))
+    with pytest.raises(MetaMismatchError, match="not a plain file"):
+        unpack_meta(archive, tmp_path / "out")
+    assert not (tmp_path / "outside.json").exists()
