@@ -1,10 +1,10 @@
-"""VS Code's first run without a terminal (issue 43): the packaged extension in a clean code-server profile, a
+"""VS Code's first run without a terminal: the packaged extension in a clean code-server profile, a
 project that is not the clone, no specdec anywhere and only the system Python; one click on "Set up specdec"
 makes the managed environment and starts the server, and ghost text comes while typing. The driver
 (vscode_install_test.mjs) times the click to the ghost text and its parts; they go to the test's output, against
-issue 43's target, and to out/editor-tests/vscode-install/install.json for the issue's closing note.
+the target, and to out/editor-tests/vscode-install/install.json for a closing note.
 
-Slow (a cold pip install of torch and speccomplete's dependencies, and a cold GGUF conversion), so outside the
+Slow (a cold pip install of torch and speccomplete's dependencies, and a first GGUF conversion), so outside the
 fast suite like test_editors.py; clients/tests/run.sh packages the extension (with its bundled wheel) and runs it.
 """
 
@@ -18,8 +18,8 @@ import subprocess
 import pytest
 from editor_support import TIMEOUT_S, VSIX, run_node, save_artifacts
 
-# Issue 43's target for the click on "Set up specdec" to the first ghost text, on the 2-core Xeon.
-TARGET_S = 180
+# The target for the click on "Set up specdec" to the first ghost text: a minute, on 2 vCPUs at load <= 2.
+TARGET_S = 60
 
 
 def test_vscode_sets_up_server(editors, tmp_path):
