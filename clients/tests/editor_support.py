@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 VSIX = REPO / "clients" / "vscode" / "specdec-vscode.vsix"
 CACHE = Path(os.environ.get("SPECDEC_EDITORS_CACHE", Path.home() / ".cache" / "specdec-editors"))
 ARTIFACTS = Path(os.environ.get("SPECDEC_EDITOR_ARTIFACTS", REPO / "out" / "editor-tests"))
-# Loading the models (the first use converts the GGUF, ~90 s) plus decoding on a shared CPU.
+# Loading the models (the first use converts the GGUF) plus decoding on a shared CPU.
 TIMEOUT_S = 1200
 
 

@@ -1,7 +1,7 @@
 """The shipped trained draft on the real packaged Gemma-3-270M: `auto` picks it, it drafts tokens the
 target accepts, and greedy speculative output equals plain greedy output token for token.
 
-The first use converts the packaged GGUF once into ~/.cache/specdec (about 90 s).
+The first use converts the packaged GGUF once into ~/.cache/specdec (seconds, with its shipped meta).
 """
 
 from __future__ import annotations

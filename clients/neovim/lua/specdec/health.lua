@@ -140,7 +140,7 @@ local function check_model(options)
       report('ok', string.format('target %s is cached: %s', target, dir))
     else
       report('warn', string.format('target %s is not cached in %s yet', target, dir), {
-        'The first start converts the packaged GGUF there (about 90 s); later starts take a second.',
+        'The first start converts the packaged GGUF there (seconds); later starts take a second.',
       })
     end
   end
