@@ -1,0 +1,82 @@
+"""What a first start costs, in one run: each packaged model's GGUF converted with its shipped meta and through
+transformers, and `specdec serve` from its start to ready on a cold model cache and on a warm one. Prints a table
+and writes JSON.
+
+    python -m tools.first_start --json out/first-start.json
+
+It empties the packaged models' folders in the model cache (they are converted again as it goes), so run it where
+that costs nothing but the minutes, and alone on the machine: it is a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from speccomplete.decoder import models
+from speccomplete.harness.eval import server_command, start_session, stop_session
+from speccomplete.harness.returns import device_facts
+
+
+def conversions() -> list[dict]:
+    rows = []
+    for alias in models.PACKAGED:
+        try:
+            models.PACKAGED[alias].gguf_path()
+        except models.ModelNotFoundError as e:
+            print(f"first-start: {alias} left out: {e}", file=sys.stderr)
+            continue
+        for way in ("shipped meta", "transformers"):
+            shutil.rmtree(models.cache_root() / "models" / alias, ignore_errors=True)
+            shipped = models.SHIPPED_META
+            if way == "transformers":
+                models.SHIPPED_META = Path("/nonexistent")  # as for a GGUF that ships no meta
+            try:
+                began = time.perf_counter()
+                models.resolve(alias)
+                rows.append({"model": alias, "way": way, "convert_s": round(time.perf_counter() - began, 1)})
+            finally:
+                models.SHIPPED_META = shipped
+    return rows
+
+
+async def server_starts() -> list[dict]:
+    rows = []
+    for cache in ("cold", "warm"):
+        if cache == "cold":
+            shutil.rmtree(models.cache_root() / "models" / models.DEFAULT_TARGET, ignore_errors=True)
+        session = await start_session(server_command(), {}, 900)
+        await asyncio.sleep(1)  # what it writes on stderr once ready
+        rows.append(
+            {"model cache": cache, "ready_s": round(session.ready_s or 0, 1), "stderr_lines": len(session.stderr)}
+        )
+        await stop_session(session)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+    converted = conversions()
+    started = asyncio.run(server_starts())
+    print(f"{'model':<14} {'conversion':<14} {'seconds':>8}")
+    for row in converted:
+        print(f"{row['model']:<14} {row['way']:<14} {row['convert_s']:>8}")
+    print(f"\n{'specdec serve, model cache':<28} {'start to ready (s)':>18} {'stderr lines':>13}")
+    for row in started:
+        print(f"{row['model cache']:<28} {row['ready_s']:>18} {row['stderr_lines']:>13}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        data = {"device": device_facts(), "conversions": converted, "server": started}
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
