@@ -456,6 +456,37 @@ step(':SpecdecInstall: its plan, and the finder preferring its venv', function(n
   next()
 end)
 
+step('a finished :SpecdecInstall starts the server it installed, unless cmd names another', function(next)
+  local install, server, config = require('specdec.install'), require('specdec.server'), require('specdec.config')
+  local start, find, options, status = server.start, server.find_executable, config.options, specdec.status
+  local started = {}
+  server.start = function(opts, on_attach)
+    table.insert(started, { cmd = server.cmd(opts), on_attach = on_attach })
+  end
+  server.find_executable = function()
+    return '/venv/bin/specdec', 'in the venv :SpecdecInstall made'
+  end
+  local function restore()
+    server.start, server.find_executable, config.options, specdec.status = start, find, options, status
+  end
+  config.options = vim.deepcopy(options)
+  config.options.cmd = nil -- the default: the server the finder finds
+  install.run({ { title = 'nothing to install', cmd = { 'true' } } }, function(ok)
+    local ours = #started == 1 and vim.deep_equal(started[1].cmd, { '/venv/bin/specdec', 'serve' })
+    config.options = vim.tbl_extend('force', options, { cmd = { 'my-server' } })
+    install.run({ { title = 'nothing to install', cmd = { 'true' } } }, function(ok2)
+      restore()
+      if not (ok and ok2 and ours and #started == 1) then
+        return fail('started after the installs: ' .. vim.inspect(started))
+      end
+      if (vim.fn.exists('##LspAttach') == 0) ~= (started[1].on_attach ~= nil) then
+        return fail('on_attach where LspAttach is missing only: ' .. vim.inspect(started[1]))
+      end
+      next()
+    end)
+  end)
+end)
+
 -- The README's and :help's snippets, as written, in a fresh Neovim of this version: the sh block
 -- that links the plugin into a package folder (with a $HOME of its own), then each Lua block as an
 -- init.lua. A lazy.nvim spec by repository name needs lazy.nvim and is left out; one with `dir` runs as

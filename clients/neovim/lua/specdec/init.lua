@@ -219,6 +219,19 @@ function M.setup(opts)
   M.check_server(options)
 end
 
+-- After :SpecdecInstall: start the server it installed, for the buffers open now and later, as setup() would
+-- have (on 0.11+ Neovim's own vim.lsp.enable, whose config now finds it). A `cmd` option names another server:
+-- that one is left to a restart. Returns whether it started one.
+function M.start_installed()
+  local options = config.options
+  if options.cmd or not server.find_executable() then
+    return false
+  end
+  M.status = { state = 'loading', message = 'starting the installed server' }
+  server.start(options, vim.fn.exists('##LspAttach') == 0 and M.attach or nil)
+  return true
+end
+
 -- With no `cmd` option and no specdec found, say so once and show it in the statusline: Neovim would
 -- otherwise start nothing without a word.
 function M.check_server(options)

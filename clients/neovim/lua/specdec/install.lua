@@ -118,8 +118,13 @@ function M.run(steps, done)
   local function step(i)
     local s = steps[i]
     if not s then
-      notify(string.format('installed %s; restart Neovim to start it', M.executable() or M.venv()))
-      return finish(true)
+      vim.schedule(function()
+        local started = require('specdec').start_installed()
+        notify(string.format('installed %s; %s', M.executable() or M.venv(),
+          started and 'starting it' or 'restart Neovim to start it'))
+        finish(true)
+      end)
+      return
     end
     notify(string.format('[%d/%d] %s ...', i, #steps, s.title))
     if log then
