@@ -323,7 +323,6 @@ local function lines_with(lines, row, text)
 end
 
 local results = {}
-local started = vim.loop.now() -- the driver's start: Neovim's, for a test that times its first ghost text
 local run_case -- defined below: runs CASES[i], then the next
 
 local function finish_case(i, result) -- the cases test_editors.py checks, in result.json
@@ -368,7 +367,6 @@ local function ghost_case(i, case, bufnr)
     wait_for('ghost text', completion_timeout_ms, function()
       return not busy(bufnr) and ghost_text(bufnr)
     end, function(ghost)
-      local ghost_after_ms = vim.loop.now() - started
       log(case.file .. ': ghost text ' .. vim.inspect(ghost) .. ' after ' .. (cmp.sent - completions_before)
         .. ' textDocument/completion requests beside it')
       local accept_key = keys_opt[case.accept]
@@ -424,7 +422,6 @@ local function ghost_case(i, case, bufnr)
               typed = #case.typed,
               inline_requests = sent.inline - inline_before,
               presses = presses,
-              ghost_after_ms = ghost_after_ms,
             })
             end)
           end)
