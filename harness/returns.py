@@ -85,15 +85,18 @@ def split_into_parts(path: str | Path, folder: str | Path, part_bytes: int = PAR
     return names
 
 
-def join_parts(folder: str | Path, name: str) -> Path:
-    """Join `folder`/NAME.part-* back into `folder`/NAME and remove the parts."""
+def join_parts(folder: str | Path, name: str, into: str | Path | None = None) -> Path:
+    """Join `folder`/NAME.part-* back into `folder`/NAME and remove the parts; or, given `into`, into that file
+    and leave the parts (a folder the device tool brought back is read-only)."""
     folder = Path(folder)
     parts = sorted(folder.glob(f"{name}.part-*"))
     if not parts:
         raise FileNotFoundError(f"no {name}.part-* in {folder}")
-    with open(folder / name, "wb") as out:
+    joined = Path(into) if into is not None else folder / name
+    with open(joined, "wb") as out:
         for part in parts:
             out.write(part.read_bytes())
-    for part in parts:
-        part.unlink()
-    return folder / name
+    if into is None:
+        for part in parts:
+            part.unlink()
+    return joined

@@ -312,7 +312,9 @@ INDEX_BYTES = 64 * 2**10  # per load: room kept for the packed corpus's packed.j
 FILE_OVERHEAD = 256  # per corpus file: its line in the load's SHA256SUMS and its name in packed.json
 
 
-def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging: Path) -> dict | None:
+def add_corpus(
+    args, loads: list[Load], folders: list[Path], room: int, staging: Path, seen_before: dict[str, int]
+) -> dict | None:
     """Pack source text, xz-compressed, into the room the last load leaves and into --corpus-loads loads of its own.
 
     Per language a seeded sample of its file lists, balanced by text bytes: a dev chunk of --corpus-dev-bytes
@@ -401,7 +403,7 @@ def add_corpus(args, loads: list[Load], folders: list[Path], room: int, staging:
     estimate = 0.0
     # Each language's files in the seeded order, past the ones earlier lendings' packs took (--seen): new text
     order = {lang: sampled_paths(listing, lang, args.corpus_seed) for lang, listing in train_lists.items()}
-    seen = {lang: min(args.seen.get(lang, 0), len(paths)) for lang, paths in order.items()}
+    seen = {lang: min(seen_before.get(lang, 0), len(paths)) for lang, paths in order.items()}
     position = {lang: {path: i for i, path in enumerate(paths)} for lang, paths in order.items()}
     taken = dict(seen)  # each language's files taken up to, earlier lendings' included
     unseen_documents: dict[str, Iterable[Document]] = {
@@ -619,8 +621,8 @@ def run(args) -> int:
     corpus = None
     if args.splits:
         args.corpus_tokenizer = args.corpus_tokenizer or DEFAULT_TARGET
-        args.seen = seen_files(args.seen if str(args.seen) not in ("", ".") else None, args.corpus_seed)
-        corpus = add_corpus(args, loads, folders, room, out / "cache" / "corpus")
+        seen = seen_files(args.seen if str(args.seen) not in ("", ".") else None, args.corpus_seed)
+        corpus = add_corpus(args, loads, folders, room, out / "cache" / "corpus", seen)
     else:
         print("gpu-pack: no training corpus packed (this machine has none): give --splits DIR to pack one")
 

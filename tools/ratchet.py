@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from speccomplete.harness.returns import sha256_file
+from speccomplete.harness.returns import join_parts, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "decoder" / "weights" / "gemma3-270m-eagle3"
@@ -139,10 +139,7 @@ def ratchet(files: Path, shipped: Path, out: Path, date: str | None = None, plan
         raise RatchetRefused(f"the parts in {returned} are not the ones train.json lists: {summary.get('parts')}")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    with open(out / WEIGHTS, "wb") as joined:
-        for part in parts:
-            joined.write(part.read_bytes())
-    if sha256_file(out / WEIGHTS) != summary["model_sha256"]:
+    if sha256_file(join_parts(returned, WEIGHTS, into=out / WEIGHTS)) != summary["model_sha256"]:
         shutil.rmtree(out)
         raise RatchetRefused("the joined weights' sha256 is not train.json's model_sha256: a part is missing or bad")
     for name in ("config.json", "README.md"):
