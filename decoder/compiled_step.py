@@ -151,7 +151,7 @@ class CompiledStep:
 
     def check_verify_rows(self) -> None:
         """Raise CompiledStepError unless a verify's logits are its one-row steps', bit for bit (what makes
-        speculation on this step token-identical to its AR), and run every graph once."""
+        speculation on this step token-identical to its AR)."""
         with torch.inference_mode():
             cache = _scratch_cache(self.model, self.taps)
             ids = list(range(1, self.max_rows + 1))
