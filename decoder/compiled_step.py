@@ -18,8 +18,10 @@ runs eagerly after it (one opaque product). The same code for every feed is what
 verify's rows are bit-equal to one-row steps (checked at every build and load; a graph specialized to one
 row reduced a wide model's rows in another order), and the self draft's hidden states, whose keys and values
 the verify keeps, are the ones a logits step would have made (two graphs fused them differently). Attention
-is one opaque operator a layer (lean_forward.attend_each_row), each row as a one-row step, so the graph never
-branches on the cache's length. A feed past `max_rows` (a prefill) runs eagerly.
+is one opaque operator a layer (lean_forward.attend_tree_rows), each row as a one-row step, so the graph never
+branches on the cache's length. A draft tree's verify (decoder/tree.py) is the same graph: each row comes with
+its depth and its parent row, a chain's being its index and the row before. A feed past `max_rows` (a prefill)
+runs eagerly.
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ from .kv_cache import (
     reserve,
     set_length,
 )
+from .tree import DraftTree, TreeShape
 
 log = logging.getLogger(__name__)
 
 # the entries' layout: a new one keys every entry anew
-FORMAT = 4
+FORMAT = 5
 PACKAGE = "step.pt2"  # an entry's one package
 # tokens a cache's buffers hold while a compiled step appends to them: a graph takes them at this size; a
 # longer context runs eagerly
@@ -97,16 +100,16 @@ class _Buffers:
 
 
 class _Graph(torch.nn.Module):
-    """What the package runs: (input_ids [1, T], held [tokens held, 0], keys, values) -> the final hidden
-    states of every row, and the tapped states where there are taps."""
+    """What the package runs: (input_ids [1, T], depths [T], parents [T], held [tokens held, 0], keys, values) ->
+    the final hidden states of every row, and the tapped states where there are taps."""
 
     def __init__(self, model, taps: tuple[int, ...]):
         super().__init__()
         self.model, self.taps = model, taps
 
-    def forward(self, input_ids, held, keys, values):
+    def forward(self, input_ids, depths, parents, held, keys, values):
         cache = cast(Cache, _Buffers(keys, values, held.shape[0]))  # all of a Cache the lean forward asks for
-        out, states = lean_hidden_tapped(self.model, cache, input_ids, self.taps)
+        out, states = lean_hidden_tapped(self.model, cache, input_ids, self.taps, TreeShape(depths, parents, None))
         return (out, states) if self.taps else (out,)
 
 
@@ -133,19 +136,25 @@ class CompiledStep:
             and _buffers(cache) is not None
         )
 
-    def logits(self, cache, ids: list[int], keep: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def logits(
+        self, cache, ids: list[int], keep: int, tree: TreeShape | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append `ids` to `cache`: the logits of the last `keep` and the tapped states of all (None without
-        taps): the graph's hidden states, then the head eagerly, as the self draft's verify applies it."""
-        hidden, states = self.hidden(cache, ids)
+        taps): the graph's hidden states, then the head eagerly, as the self draft's verify applies it.
+        tree: the rows are a draft tree's (decoder/tree.py); None: a chain."""
+        hidden, states = self.hidden(cache, ids, tree)
         return head_logits(self.model, self.model.get_output_embeddings(), hidden[len(ids) - keep :]), states
 
-    def hidden(self, cache, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def hidden(self, cache, ids: list[int], tree: TreeShape | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         buffers = _buffers(cache)
         assert buffers is not None  # covers()
         held = cache.get_seq_length()
         keys, values = buffers
+        shape = tree or _chain(len(ids))
         # the package's own loader, flat tensors in and out: the wrapper's call re-reads its pytree specs each call
-        out = self._runner.loader.boxed_run([torch.tensor([ids]), torch.empty(held, 0), *keys, *values])
+        out = self._runner.loader.boxed_run(
+            [torch.tensor([ids]), shape.depths, shape.parents, torch.empty(held, 0), *keys, *values]
+        )
         set_length(cache, held + len(ids))
         return out[0], (out[1] if self.taps else None)
 
@@ -160,6 +169,29 @@ class CompiledStep:
             one_by_one = torch.cat([self.logits(cache, [token], keep=1)[0] for token in ids])
         if not torch.equal(verify, one_by_one):
             raise CompiledStepError("the compiled step's verify rows differ from its one-row steps")
+        self._check_tree_rows()
+
+    def _check_tree_rows(self) -> None:
+        """The same for a draft tree's verify: each row is the one-row step at the end of its path."""
+        tree = DraftTree.of_paths([[1, 2, 3], [1, 4], [5]])
+        if len(tree) + 1 > self.max_rows:
+            return
+        with torch.inference_mode():
+            cache = _scratch_cache(self.model, self.taps)
+            ids = [6, *tree.tokens]
+            verify, _ = self.logits(cache, ids, keep=len(ids), tree=tree.shape())
+            for row in range(len(ids)):
+                set_length(cache, 8)
+                for token in [ids[r] for r in tree.path_rows(row)]:
+                    step, _ = self.logits(cache, [token], keep=1)
+                if not torch.equal(verify[row], step[0]):
+                    raise CompiledStepError("the compiled step's tree rows differ from its one-row steps")
+
+
+@functools.cache
+def _chain(rows: int) -> TreeShape:
+    """A chain of `rows` as the graph takes it."""
+    return TreeShape.chain(rows)
 
 
 def _buffers(cache) -> tuple[list[torch.Tensor], list[torch.Tensor]] | None:
@@ -190,12 +222,27 @@ def _compile(model, taps: tuple[int, ...], max_rows: int, folder: Path) -> None:
     layers = len(keys)
     rows = torch.export.Dim("rows", min=1, max=max_rows)
     held = torch.export.Dim("held", min=1, max=CAPACITY - max_rows)
-    example = (torch.zeros((1, max_rows), dtype=torch.long), torch.empty(8, 0), keys, values)
+    chain = TreeShape.chain(max_rows)
+    example = (
+        torch.zeros((1, max_rows), dtype=torch.long),
+        chain.depths,
+        chain.parents,
+        torch.empty(8, 0),
+        keys,
+        values,
+    )
     with torch.no_grad():
         program = torch.export.export(
             _Graph(model, taps),
             example,
-            dynamic_shapes=({1: rows} if max_rows > 1 else None, {0: held}, [None] * layers, [None] * layers),
+            dynamic_shapes=(
+                {1: rows} if max_rows > 1 else None,
+                {0: rows} if max_rows > 1 else None,
+                {0: rows} if max_rows > 1 else None,
+                {0: held},
+                [None] * layers,
+                [None] * layers,
+            ),
             strict=False,
         )
     torch._inductor.aoti_compile_and_package(
@@ -262,10 +309,10 @@ def entry_key(model, quantization: str, max_rows: int, threads: int, taps: tuple
 
 def _code_digest() -> str:
     """The modules a compiled step traces: an edit to one keys every entry anew."""
-    from . import kernels, kv_cache
+    from . import kernels, kv_cache, tree
 
     digest = hashlib.blake2b(digest_size=8)
-    for module in (lean_forward, kernels, kv_cache):
+    for module in (lean_forward, kernels, kv_cache, tree):
         digest.update(Path(module.__file__ or "").read_bytes())
     digest.update(Path(__file__).read_bytes())
     return digest.hexdigest()

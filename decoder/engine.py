@@ -43,6 +43,9 @@ from .sampling import SamplingParams, accept_greedy, accept_sampled, probabiliti
 from .stats import GenerationStats
 from .target_steps import EagerTarget, Steps, context_window
 from .text import TextStream
+from .tree import DraftTree
+from .tree import accept_greedy as tree_accept_greedy
+from .tree import accept_sampled as tree_accept_sampled
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +127,14 @@ class SpeculativeDecoder:
         gamma=None,
         draft_confidence: float = 0.0,
         steps: Steps | None = None,
+        tree_nodes: int = 0,
     ):
+        """tree_nodes: the most drafts a round's draft tree holds (decoder/tree.py), where the drafter proposes
+        trees and the steps verify them; 0: chains only."""
+        if tree_nodes < 0:
+            raise ValueError(f"tree_nodes must be >= 0, got {tree_nodes}")
         self.target = target
+        self.tree_nodes = tree_nodes
         self.tokenizer = tokenizer
         self.drafter = drafter
         if gamma is None:
@@ -298,15 +307,28 @@ class SpeculativeDecoder:
         policy = self._policy(opts.gamma_group)
         gamma = min(policy.next_gamma(), wanted - 1) if self.drafter is not None else 0
         t0 = time.perf_counter()
-        proposal = (
-            self.drafter.propose(committed, gamma, params, generator, self.draft_confidence)
-            if self.drafter is not None
-            else Proposal([], None)
-        )
+        proposal = None
+        tree_steps = self._tree_steps() if prefill_logits is None and not healed else None
+        if self.drafter is not None and tree_steps is not None:
+            # within the rows the steps are sized for: past them a feed runs on other code (eager, not compiled)
+            nodes = min(self.tree_nodes, round_rows(self.gamma, self.drafter) - 1, tree_steps.tree_rows() - 1)
+            proposal = self.drafter.propose_tree(committed, gamma, nodes, params, generator)
+        if proposal is None:
+            proposal = (
+                self.drafter.propose(committed, gamma, params, generator, self.draft_confidence)
+                if self.drafter is not None
+                else Proposal([], None)
+            )
         proposal = self._through_stop(proposal, opts.stop_strings)
         t1 = time.perf_counter()
         k = len(proposal.tokens)
         # Verify: the last committed token plus k drafts, one forward pass, k+1 rows of logits.
+        if proposal.tree is not None and tree_steps is not None:
+            tree = proposal.tree
+            accepted, after, path_logprobs = self._verify_tree(tree_steps, committed, tree, params, generator)
+            tree_steps.keep_path(len(committed) - 1, [0, *accepted])
+            self._after_round(committed, len(accepted), proposal, policy, gamma, max(tree.depths()), stats, t0, t1)
+            return [tree.tokens[row - 1] for row in accepted] + [after], path_logprobs
         if params.greedy and proposal.hidden is None and prefill_logits is None and not healed:
             # the product's usual round: the steps decide it too (on CUDA inside the step's graph)
             outcome = self.steps.verify_greedy([committed[-1]] + proposal.tokens)
@@ -316,16 +338,41 @@ class SpeculativeDecoder:
         n, token = int(n), int(token)
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         self.steps.truncate(len(committed) + n)
+        self._after_round(committed, n, proposal, policy, gamma, k, stats, t0, t1)
+        return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
+
+    def _after_round(self, committed, n: int, proposal: Proposal, policy, gamma: int, deepest: int, stats, t0, t1):
+        """The drafter rolled back to the `n` drafts accepted, the γ policy told how far the draft matched
+        (`deepest`: the most drafts one path offered), the round counted."""
         if self.drafter is not None:
             self.drafter.rollback(len(committed) + n)
             if proposal.lookup:  # a copy from the context says nothing of how far the model draft would match
                 policy.update(gamma, 0, 0)
             else:
-                policy.update(gamma, k, n)
+                policy.update(gamma, deepest, n)
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += _ms(t1)
-        stats.record_round(k, n, proposal.lookup)
-        return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
+        stats.record_round(len(proposal.tokens), n, proposal.lookup)
+
+    def _tree_steps(self) -> EagerTarget | None:
+        """The steps, where rounds draft trees (a tree budget, and steps that verify them)."""
+        steps = self.steps
+        return steps if self.tree_nodes and isinstance(steps, EagerTarget) and steps.runs_trees else None
+
+    def _verify_tree(
+        self, steps: EagerTarget, committed, tree: DraftTree, params, generator
+    ) -> tuple[list[int], int, list[float]]:
+        """A draft tree's verify (decoder/tree.py): the last committed token and every node in one pass. Returns
+        the accepted nodes' rows, the token after them and the target's log-probability of each token committed."""
+        logits = steps.forward_tree(tree, committed[-1])
+        if params.greedy:
+            accepted, token = tree_accept_greedy(tree, logits.argmax(-1).tolist())
+        else:
+            accepted, token = tree_accept_sampled(tree, probabilities(logits, params), generator)
+        path = logits[[0, *accepted]]
+        taken = torch.tensor([*(tree.tokens[row - 1] for row in accepted), token], device=logits.device)
+        logprobs = path.gather(-1, taken.view(-1, 1)).squeeze(-1).float() - torch.logsumexp(path.float(), -1)
+        return accepted, token, logprobs.tolist()
 
     def _verify(self, committed, proposal, prefill_logits, params, generator, healed) -> torch.Tensor:
         """Any round's verify and acceptance from the target's logits: sampled, a healed first token, the
@@ -357,7 +404,7 @@ class SpeculativeDecoder:
         """The proposal up to its first draft whose own text holds a stop string: the generation ends
         there if it is accepted, so later drafts would be verify rows for nothing (a lookup's copy
         runs past a single-line completion's line end). A shorter proposal is still lossless."""
-        if not stop_strings or len(proposal.tokens) < 2:
+        if not stop_strings or len(proposal.tokens) < 2 or proposal.tree is not None:  # a tree's paths stay whole
             return proposal
         holds = self._stops_in.setdefault(stop_strings, {})
         for index, token in enumerate(proposal.tokens[:-1]):

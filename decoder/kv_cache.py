@@ -12,10 +12,15 @@ included (their window is applied by the attention mask), so any crop is possibl
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from . import lean_forward
+
+if TYPE_CHECKING:
+    from .tree import TreeShape
 
 _FIRST_CAPACITY = 512  # tokens; a buffer doubles past it
 
@@ -78,6 +83,16 @@ class PreallocatedLayer(DynamicLayer):
     def value_buffer(self) -> torch.Tensor:
         return self._value_buffer
 
+    def keep_rows(self, start: int, rows: torch.Tensor) -> None:
+        """Hold the first `start` tokens and then the rows at `start + rows` (ascending), in that order: a draft
+        tree's accepted path after its verify (decoder/tree.py)."""
+        if self.is_initialized:
+            kept = start + rows
+            end = start + rows.numel()
+            self._key_buffer[:, :, start:end] = self._key_buffer.index_select(2, kept)
+            self._value_buffer[:, :, start:end] = self._value_buffer.index_select(2, kept)
+            self._set_length(end)
+
     def crop(self, tokens_to_remove: int) -> None:
         """Forget the last -tokens_to_remove tokens (DynamicLayer's convention: a negative count)."""
         if tokens_to_remove > 0:
@@ -100,6 +115,13 @@ def keep_first(cache: Cache, length: int) -> None:
     cached = cache.get_seq_length()
     if cached > length:
         cache.crop(length - cached)
+
+
+def keep_rows(cache: Cache, start: int, rows: torch.Tensor) -> None:
+    """PreallocatedLayer.keep_rows in every layer of `cache`."""
+    for layer in cache.layers:
+        if isinstance(layer, PreallocatedLayer):
+            layer.keep_rows(start, rows)
 
 
 def set_length(cache: Cache, length: int) -> None:
@@ -151,19 +173,25 @@ def forward_hidden_tapped(
 
 
 def lean_logits_tapped(
-    model, cache: Cache, input_ids: torch.Tensor, keep: int, taps: tuple[int, ...]
+    model, cache: Cache, input_ids: torch.Tensor, keep: int, taps: tuple[int, ...], tree: TreeShape | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """forward_tapped on the lean forward: what compiled_step.py compiles."""
-    hidden, tapped = lean_hidden_tapped(model, cache, input_ids, taps)
+    """forward_tapped on the lean forward (what compiled_step.py compiles); with `tree`, the rows are a draft
+    tree's (lean_forward.lean_hidden)."""
+    hidden, tapped = lean_hidden_tapped(model, cache, input_ids, taps, tree)
     return head_logits(model, model.get_output_embeddings(), hidden[-keep:]), tapped
 
 
 def lean_hidden_tapped(
-    model, cache: Cache, input_ids: torch.Tensor, taps: tuple[int, ...]
+    model, cache: Cache, input_ids: torch.Tensor, taps: tuple[int, ...], tree: TreeShape | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     tapped: list[torch.Tensor] = []
-    hidden = lean_forward.lean_hidden(model, cache, input_ids, taps, tapped)
+    hidden = lean_forward.lean_hidden(model, cache, input_ids, taps, tapped, tree)
     return hidden, (torch.cat(tapped, dim=-1) if taps else None)
+
+
+def runs_trees(model) -> bool:
+    """Whether a draft tree's rows can be fed to `model` (on the lean forward, into one of these caches)."""
+    return lean_forward.supports(model)
 
 
 def reserve(cache: Cache, tokens: int) -> None:

@@ -16,7 +16,8 @@ StarCoder2's plain GELU), Gemma's embedding scale and Gemma 2's final soft-cap a
 head's own (kv_cache.head_logits), called as they are.
 
 decoder/compiled_step.py compiles this same forward for short feeds; traced, its attention is one opaque
-operator a layer (`attend_each_row`), so that the graph has no branch on the cache's length.
+operator a layer (`attend_tree_rows`, a chain being a tree of one path), so that the graph has no branch on
+the cache's length.
 
 Only what it was checked against runs here: fp32, rotary embeddings fixed at load ("default" or
 "linear"), attention soft-capping only where the family's was checked (Gemma 2), causal attention, and
@@ -27,13 +28,18 @@ Anything else keeps HF's forward.
 from __future__ import annotations
 
 import weakref
-from typing import cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache
 
 from .families import BY_MODEL, Family
+from .tree import paths_of
+
+if TYPE_CHECKING:
+    from .tree import TreeShape
 
 _FIXED_ROPE = {"default", "linear"}
 
@@ -119,20 +125,27 @@ def _records_outputs(hook) -> bool:
 
 
 def lean_hidden(
-    model, cache: Cache, input_ids: torch.Tensor, taps: tuple[int, ...] = (), tapped: list | None = None
+    model,
+    cache: Cache,
+    input_ids: torch.Tensor,
+    taps: tuple[int, ...] = (),
+    tapped: list | None = None,
+    tree: TreeShape | None = None,
 ) -> torch.Tensor:
     """Append `input_ids` [1, T] to `cache` (whose layers hold only real tokens); returns the final
     hidden states [T, hidden], as `model.base_model(...).last_hidden_state[0]` would.
 
     taps: layer ids whose input states [T, hidden] are appended to `tapped` as they go by (id k:
     the state entering layer k; the number of layers: the final, normed, states),
-    as HF's output_hidden_states[k] holds them. An EAGLE-3 draft reads them (drafts/eagle3.py)."""
+    as HF's output_hidden_states[k] holds them. An EAGLE-3 draft reads them (drafts/eagle3.py).
+    tree: the rows are a draft tree's (decoder/tree.py): each at its depth's position, attending to the
+    cache and its own ancestors; the cache then holds every row, in the tree's order (kv_cache.keep_rows)."""
     base = model.base_model
     family = BY_MODEL[type(base).__name__]
     rows = input_ids.shape[1]
     start = cache.get_seq_length()
     end = start + rows
-    positions = torch.arange(start, end, device=input_ids.device)
+    positions = torch.arange(start, end, device=input_ids.device) if tree is None else start + tree.depths
     rotary = rotary_tables(base.rotary_emb, positions)
     masks = {}  # window -> [T, end] bool, True where a row may attend; none for one row or row by row
     x = base.embed_tokens(input_ids[0])
@@ -148,9 +161,11 @@ def lean_hidden(
         attention = layer.self_attn
         window = layer_window(model, family, attention)
         if not row_by_row and rows > 1 and window not in masks:
-            masks[window] = _causal_mask(positions, end, window)
+            masks[window] = _causal_mask(positions, end, window, tree)
         cos, sin = rotary[None] if None in rotary else rotary[attention.layer_type]
-        mask = EACH_ROW if row_by_row else masks.get(window)
+        mask: torch.Tensor | str | TreeRows | None = masks.get(window)
+        if row_by_row:
+            mask = EACH_ROW if tree is None and not traced else TreeRows(start, _parents(tree, rows, x.device))
         h = _attention(attention, cache, _norm(layer.input_layernorm, x, family), cos, sin, mask, window, end, family)
         if family.sandwich:  # norms after attention and after the MLP too
             x = x + _norm(layer.post_attention_layernorm, h, family)
@@ -197,10 +212,17 @@ def rotary_tables(rotary, positions: torch.Tensor) -> dict:
     return tables
 
 
-def _causal_mask(positions: torch.Tensor, end: int, window: int | None) -> torch.Tensor:
-    keys = torch.arange(end, device=positions.device)[None]
+def _causal_mask(positions: torch.Tensor, end: int, window: int | None, tree: TreeShape | None = None) -> torch.Tensor:
     queries = positions[:, None]
-    mask = keys <= queries
+    if tree is None:
+        keys = torch.arange(end, device=positions.device)[None]
+        mask = keys <= queries
+    else:  # the cache before the tree, then the tree's rows: a row's ancestors and itself
+        start = end - positions.shape[0]
+        keys = torch.cat([torch.arange(start, device=positions.device), positions])[None]
+        assert tree.ancestors is not None, "a batched tree feed needs its ancestors"
+        cached = torch.ones(len(positions), start, dtype=torch.bool, device=positions.device)
+        mask = torch.cat([cached, tree.ancestors], 1)
     return mask & (queries - keys < window) if window else mask
 
 
@@ -215,12 +237,13 @@ def _attention(
     h: torch.Tensor,
     cos,
     sin,
-    mask: torch.Tensor | str | None,
+    mask: torch.Tensor | str | TreeRows | None,
     window: int | None,
     end: int,
     family: Family,
 ) -> torch.Tensor:
-    """mask: [T, end] for a batched feed, None for one row, EACH_ROW (attend_row_by_row)."""
+    """mask: [T, end] for a batched feed, None for one row, EACH_ROW (attend_row_by_row), TreeRows (a tree's
+    rows, row by row)."""
     rows, head_dim = h.shape[0], attention.head_dim
     if (projections := getattr(attention, "projections", None)) is not None:  # q, k and v as one product (int8)
         q, k, v = (p.view(rows, -1, head_dim) for p in projections(h))
@@ -235,8 +258,10 @@ def _attention(
     queries = q.transpose(0, 1)[None]
     scaling, cap = attention.scaling, getattr(attention, "attn_logit_softcapping", None)
     if mask is EACH_ROW:  # each row as the one-row step at its position: its own keys, no mask
-        attend = attend_each_row if torch.compiler.is_compiling() else _attend_each_row  # traced: one operator
-        out = attend(queries, keys, values, window, end, scaling, cap)
+        out = _attend_each_row(queries, keys, values, window, end, scaling, cap)
+    elif isinstance(mask, TreeRows):  # the same, each at the end of its path; traced: one opaque operator
+        attend = attend_tree_rows if torch.compiler.is_compiling() else _attend_tree_rows
+        out = attend(queries, keys, values, window, mask.start, scaling, cap, mask.parents)
     else:
         out = _attend(queries, keys, values, cast(torch.Tensor | None, mask), window, end, scaling, cap)
     return attention.o_proj(out[0].transpose(0, 1).reshape(rows, -1))
@@ -263,22 +288,62 @@ def _attend_each_row(queries, keys, values, window: int | None, end: int, scale:
     )
 
 
-@torch.library.custom_op("specdec::attend_each_row", mutates_args=())
-def attend_each_row(
+@dataclass(frozen=True)
+class TreeRows:
+    """The "mask" of rows attended row by row, each at the end of its path: the cache held `start` tokens before
+    them, and parents[row] is the row before it on its path (-1: none). A chain's parents are row - 1."""
+
+    start: int
+    parents: torch.Tensor
+
+
+def _parents(tree: TreeShape | None, rows: int, device) -> torch.Tensor:
+    return tree.parents if tree is not None else torch.arange(rows, device=device) - 1
+
+
+def _attend_tree_rows(queries, keys, values, window: int | None, start: int, scale: float, cap, parents):
+    """Each row of `queries` [1, heads, T, d] as the one-row step at the end of its path (decoder/tree.py): the
+    path's keys and values are put in place right after the cache's `start` tokens, where that step finds them,
+    the row attends over exactly those, and the rows are put back as they were. So a row's result is that step's
+    bit for bit (attend_row_by_row), for the price of copying a few rows; a chain's paths are in place already."""
+    rows = queries.shape[2]
+    placed = list(range(rows))  # the row whose keys and values sit at start + i
+    saved: tuple[torch.Tensor, torch.Tensor] | None = None
+    out = []
+    for row, path in enumerate(paths_of(parents.tolist())):
+        end = start + len(path)
+        if placed[: len(path)] != path:
+            if saved is None:
+                saved = keys[:, :, start : start + rows].clone(), values[:, :, start : start + rows].clone()
+            index = torch.tensor(path, device=keys.device)
+            keys[:, :, start:end] = saved[0].index_select(2, index)
+            values[:, :, start:end] = saved[1].index_select(2, index)
+            placed[: len(path)] = path
+        out.append(_attend(queries[:, :, row : row + 1], keys, values, None, window, end, scale, cap))
+    if saved is not None:
+        keys[:, :, start : start + rows] = saved[0]
+        values[:, :, start : start + rows] = saved[1]
+    return torch.cat(out, dim=2)
+
+
+# Not marked as mutating: the keys and values it moves are put back before it returns, so nothing else sees them.
+@torch.library.custom_op("specdec::attend_tree_rows", mutates_args=())
+def attend_tree_rows(
     queries: torch.Tensor,
     keys: torch.Tensor,
     values: torch.Tensor,
     window: int | None,
-    end: int,
+    start: int,
     scale: float,
     cap: float | None,
+    parents: torch.Tensor,
 ) -> torch.Tensor:
-    """_attend_each_row as one operator, which a compiled graph calls as it is instead of unrolling its rows."""
-    return _attend_each_row(queries, keys, values, window, end, scale, cap)
+    """_attend_tree_rows as one operator, which a compiled graph calls as it is instead of unrolling its rows."""
+    return _attend_tree_rows(queries, keys, values, window, start, scale, cap, parents)
 
 
-@attend_each_row.register_fake
-def _(queries, keys, values, window, end, scale, cap):
+@attend_tree_rows.register_fake
+def _(queries, keys, values, window, start, scale, cap, parents):
     return queries.new_empty(queries.shape)  # contiguous, as torch.cat makes it
 
 

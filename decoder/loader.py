@@ -41,6 +41,7 @@ def load_decoder(
     dtype: str = "auto",
     gamma: str = "heuristic",
     draft_confidence: float = 0.0,
+    tree_nodes: int = 0,
     pack: bool = True,
     steps: str = "auto",
     quantization: str = "auto",
@@ -48,7 +49,8 @@ def load_decoder(
 ) -> LoadedDecoder:
     """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (use_cpu_kernels), or
     with `quantization` "int8" for int8 ones (a caller that packs later passes it on: the bench);
-    `steps` says how the target runs (decoder/target_steps.py); `progress` hears a first run's conversion."""
+    `steps` says how the target runs (decoder/target_steps.py); `progress` hears a first run's conversion;
+    `tree_nodes`: the most drafts of a round's draft tree (engine.SpeculativeDecoder), 0 for chains."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     policy = parse_gamma_policy(gamma)
@@ -72,7 +74,13 @@ def load_decoder(
             int8=quantization == "int8",
         )
     decoder = SpeculativeDecoder(
-        target_model, tokenizer, drafter, policy if drafter else None, draft_confidence=draft_confidence, steps=stepper
+        target_model,
+        tokenizer,
+        drafter,
+        policy if drafter else None,
+        draft_confidence=draft_confidence,
+        steps=stepper,
+        tree_nodes=tree_nodes,
     )
     if steps == "compiled" and pack and isinstance(stepper, EagerTarget):  # a caller that packs later compiles then
         compiled, _ = compile_steps(decoder, quantization)

@@ -31,6 +31,9 @@ DEFAULT_TARGET = "gemma3-270m"
 # shipped draft's vocabulary (drafts.SelfDrafter). Chosen by measurement (docs/benchmarks/README.md):
 # on the CPU the shipped trained draft (`ngram+auto`) costs more than it returns.
 DEFAULT_DRAFT = "ngram+self"
+# The most drafts of a round's draft tree (decoder/tree.py), where the draft proposes trees; 0: chains. Chosen by
+# measurement (docs/cpu.md, "Draft trees").
+DEFAULT_TREE_NODES = 0
 # How the target runs (decoder/target_steps.py); auto is graphs on CUDA (compiled for a family graphs do not
 # run) and eager on the CPU.
 STEPS = ("auto", "eager", "fixed", "compiled", "graphs")

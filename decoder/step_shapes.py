@@ -47,6 +47,15 @@ class TappedStates:
     def truncate(self, length: int) -> None:
         self.length = min(self.length, max(0, length))
 
+    def keep_rows(self, start: int, rows: torch.Tensor) -> None:
+        """Hold the first `start` tokens' states and then those at `start + rows` (kv_cache.keep_rows)."""
+        if self._buffer is not None and rows.numel():
+            end = start + rows.numel()
+            self._buffer[start:end] = self._buffer.index_select(0, start + rows.to(self._buffer.device))
+            self.length = end
+        else:
+            self.truncate(start)
+
 
 def verify_by_logits(steps, ids: list[int]) -> list[float]:
     """Append `ids` (the last committed token and the drafts after it) and decide the round greedily:

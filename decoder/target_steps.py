@@ -33,9 +33,20 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 from . import compiled_step, graph_target
 from .compiled_step import CompiledStep
 from .graph_target import GraphTarget
-from .kv_cache import forward_hidden_tapped, forward_logits, forward_tapped, keep_first, new_cache
+from .kv_cache import (
+    forward_hidden_tapped,
+    forward_logits,
+    forward_tapped,
+    keep_first,
+    keep_rows,
+    lean_logits_tapped,
+    new_cache,
+    runs_trees,
+)
+from .lean_forward import ROW_BY_ROW_MAX
 from .models import STEPS
 from .step_shapes import TappedStates, row_buckets, verify_by_logits
+from .tree import DraftTree
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +110,42 @@ class EagerTarget:
     def feed(self, ids: list[int]) -> None:
         """Append `ids` and compute no logits (a prefill's chunks before its last)."""
         self.hidden(ids)
+
+    @property
+    def runs_trees(self) -> bool:
+        """Whether `forward_tree` runs here (the lean forward's families)."""
+        return runs_trees(self.model)
+
+    def forward_tree(self, tree: DraftTree, root: int) -> torch.Tensor:
+        """Append `root` (the last committed token) and the tree's nodes, each attending to the cache and its own
+        ancestors (decoder/tree.py); returns the logits of every row. `keep_path` then keeps the accepted path."""
+        ids = [root, *tree.tokens]
+        shape = tree.shape(self.model.device)
+        logits, states = self._append(
+            ids,
+            lambda compiled: compiled.logits(self.cache, ids, len(ids), shape),
+            lambda: lean_logits_tapped(
+                self.model, self.cache, torch.tensor([ids], device=self.model.device), len(ids), self._taps(), shape
+            ),
+        )
+        if self.features is not None:
+            self.features.append(states)
+        return logits
+
+    def tree_rows(self) -> int:
+        """The most rows a tree's verify may have here: those the compiled step covers, when there is one (a
+        longer feed would run eagerly, whose rows need not equal the compiled one-row steps bit for bit); else
+        those attended row by row (lean_forward.ROW_BY_ROW_MAX)."""
+        return self.compiled.max_rows if self.compiled is not None else ROW_BY_ROW_MAX
+
+    def keep_path(self, start: int, rows: list[int]) -> None:
+        """After `forward_tree` onto `start` tokens: hold those, then the tree rows `rows` (ascending; row 0 is
+        the root), and nothing else."""
+        kept = torch.tensor(rows, dtype=torch.long, device=self.model.device)
+        keep_rows(self.cache, start, kept)
+        if self.features is not None:
+            self.features.keep_rows(start, kept)
+        self.tokens[start:] = [self.tokens[start + row] for row in rows]
 
     def use_compiled(self, compiled: CompiledStep | None) -> None:
         """Run short feeds on `compiled` from now on (None: eagerly again); call it between two requests."""

@@ -375,6 +375,20 @@ def model_alpha(runs: list[Run]) -> float | None:
     )
 
 
+def round_facts(runs: list[Run]) -> dict:
+    """Per round that drafted, pooled over runs: drafts accepted (τ) and drafts verified; per round, the ms
+    drafting and verifying took (a tree verifies more drafts a round for more accepted: these weigh it)."""
+    stats = [run.stats for run in runs if run.stats is not None]
+    drafting = sum(sum(s.accepted_histogram) for s in stats)
+    rounds = sum(s.rounds for s in stats)
+    return {
+        "mean_accepted": mean_accepted_length(sum(s.accepted for s in stats), drafting),
+        "drafted_per_round": sum(s.drafted for s in stats) / drafting if drafting else None,
+        "draft_ms_per_round": sum(s.draft_ms for s in stats) / rounds if rounds else None,
+        "verify_ms_per_round": sum(s.verify_ms for s in stats) / rounds if rounds else None,
+    }
+
+
 def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
     """The bench JSON's `overall`, `languages` and `methods` rows, from per-case runs."""
     names = list(results[0].runs)
@@ -432,6 +446,7 @@ def summarize_runs(results: list[CaseRuns], tokenizer=None) -> dict:
             "vs_ar": tps(results, name) / tps(results, "ar"),
             "model_alpha": model_alpha([r.runs[name] for r in results]) if per_round else None,
             "identical_to_ar": all(_same_as_its_ar(r, name) for r in results),
+            **(round_facts([r.runs[name] for r in results]) if per_round else {}),
         }
     followups = [r.followup for r in results if r.followup]
     # IdleCores gives up a core another process keeps busy, and fewer threads decode slower: say where it happened.
@@ -629,11 +644,16 @@ def format_table(data: dict) -> str:
         + f"; slowest language: {low['speedup_vs_ar']:.2f}x end to end, {low['decode_speedup_vs_ar']:.2f}x decode"
     )
     lines.append("")
-    lines.append(f"{'method':>22} {'t/s':>7} {'dec t/s':>8} {'vs ar':>6} {'model α':>7} {'same':>5}  what")
+    lines.append(
+        f"{'method':>22} {'t/s':>7} {'dec t/s':>8} {'vs ar':>6} {'model α':>7} {'acc/rd':>6} {'rows/rd':>7} "
+        f"{'draft ms':>8} {'verify ms':>9} {'same':>5}  what"
+    )
     for name, m in data["methods"].items():
         lines.append(
             f"{name:>22} {m['tokens_per_s']:7.1f} {fmt(m['decode_tokens_per_s'], 8, 1)} "
-            f"{m['vs_ar']:6.2f} {fmt(m.get('model_alpha'), 7)} {fmt(m['identical_to_ar'], 5)}  "
+            f"{m['vs_ar']:6.2f} {fmt(m.get('model_alpha'), 7)} {fmt(m.get('mean_accepted'), 6)} "
+            f"{fmt(m.get('drafted_per_round'), 7)} {fmt(m.get('draft_ms_per_round'), 8, 1)} "
+            f"{fmt(m.get('verify_ms_per_round'), 9, 1)} {fmt(m['identical_to_ar'], 5)}  "
             f"{data['methods_doc'].get(name, '')}"
         )
     if data.get("bandwidth_bound"):
@@ -740,6 +760,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=None,
         help="drafts timed beside the product's, comma-separated (spec_draft_* rows); "
         "default: none, or " + ",".join(ABLATION_DRAFTS) + " with --ablations",
+    )
+    p.add_argument(
+        "--compare-tree-nodes",
+        default="",
+        help="also time the speculative rows (spec and spec_draft_*) with draft trees of these many nodes, "
+        "comma-separated (0: chains): rows NAME_treeN",
     )
     p.add_argument("--compare-gammas", default="heuristic,cost", help="γ policies for the ablation rows")
     p.add_argument(

@@ -131,6 +131,23 @@ def build_contenders(
             target, tokenizer, drafter, parse_gamma_policy(args.gamma), steps=steps
         )
         doc[f"spec_draft_{spec}"] = f"draft {spec} instead of {args.draft}"
+    speculative = [name for name in ours if name == "spec" or name.startswith("spec_draft_")]
+    for nodes in [int(n) for n in (args.compare_tree_nodes or "").split(",") if n]:
+        for name in speculative:
+            twin = ours[name]
+            # the same drafter: it follows the shared steps' cache, as every row here does
+            ours[f"{name}_tree{nodes}"] = SpeculativeDecoder(
+                target,
+                tokenizer,
+                twin.drafter,
+                copy.deepcopy(twin.gamma),
+                draft_confidence=twin.draft_confidence,
+                steps=steps,
+                tree_nodes=nodes,
+            )
+            doc[f"{name}_tree{nodes}"] = f"{doc[name]}; draft trees of up to {nodes} nodes" + (
+                " (chains)" if not nodes else ""
+            )
     if not args.ablations:
         return Contenders(ours), doc
 

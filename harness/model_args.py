@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, STEPS
+from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, DEFAULT_TREE_NODES, STEPS
 
 if TYPE_CHECKING:
     from speccomplete.decoder.loader import LoadedDecoder
@@ -32,6 +32,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="stop drafting when the draft's top probability falls below this",
+    )
+    p.add_argument(
+        "--tree-nodes",
+        type=int,
+        default=DEFAULT_TREE_NODES,
+        help="the most drafts of a round's draft tree, several continuations verified in one pass (decoder/tree.py); "
+        "0: chains (default: %(default)s)",
     )
     p.add_argument(
         "--no-pack",
@@ -70,6 +77,7 @@ def load(args: argparse.Namespace, pack: bool | None = None, quantization: str |
         dtype=args.dtype,
         gamma=args.gamma,
         draft_confidence=args.draft_confidence,
+        tree_nodes=args.tree_nodes,
         pack=not args.no_pack if pack is None else pack,
         steps=args.steps,
         quantization=args.quantization if quantization is None else quantization,
@@ -110,6 +118,7 @@ def model_options(args: argparse.Namespace) -> dict:
         "quantization": args.quantization,
         "gamma": args.gamma,
         "draftConfidence": args.draft_confidence,
+        "draftTreeNodes": args.tree_nodes,
     }
 
 

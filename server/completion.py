@@ -81,6 +81,7 @@ def load_engine(options: ServerOptions, progress: Progress | None = None) -> Eng
         dtype=options.dtype,
         gamma=options.gamma,
         draft_confidence=options.draft_confidence,
+        tree_nodes=options.draft_tree_nodes,
         quantization=options.quantization,
         progress=progress,
     )
@@ -106,7 +107,7 @@ def load_engine(options: ServerOptions, progress: Progress | None = None) -> Eng
 
 
 def retune(engine: Engine, options: ServerOptions) -> Engine:
-    """The same models with a new γ policy and draft confidence (no reload); other backends have neither."""
+    """The same models with a new γ policy, draft confidence and draft tree (no reload); other backends have none."""
     old = engine.decoder
     if not isinstance(old, SpeculativeDecoder):
         return engine
@@ -118,6 +119,7 @@ def retune(engine: Engine, options: ServerOptions) -> Engine:
         gamma if old.drafter else None,
         draft_confidence=options.draft_confidence,
         steps=old.steps,
+        tree_nodes=options.draft_tree_nodes,
     )
     return dataclasses.replace(engine, decoder=decoder)
 

@@ -449,7 +449,7 @@ def did_change_configuration(ls: SpecdecServer, params: types.DidChangeConfigura
     old = ls.configure(settings)
     if models_changed(old, ls.options):
         ls.reload()
-    elif ls.engine is not None and (old.gamma, old.draft_confidence) != (ls.options.gamma, ls.options.draft_confidence):
+    elif ls.engine is not None and _pacing(old) != _pacing(ls.options):
         ls.engine = retune(ls.engine, ls.options)
     log.info("settings now %s", dataclasses.asdict(ls.options))
 
@@ -572,3 +572,8 @@ def serve(tcp: bool = False, port: int = 2087) -> None:
     else:
         SERVER.protocol.set_writer(StdoutWriter(sys.stdout.buffer))
         serve_stdio(SERVER.protocol)
+
+
+def _pacing(options) -> tuple:
+    """The settings a loaded decoder takes without a reload (completion.retune)."""
+    return options.gamma, options.draft_confidence, options.draft_tree_nodes

@@ -34,7 +34,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 from speccomplete.decoder.backends.llamacpp import SPECULATIVE as LLAMACPP_SPECULATIVE
 from speccomplete.decoder.drafts import parse_draft_spec
 from speccomplete.decoder.gamma import parse_gamma_policy
-from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from speccomplete.decoder.models import DEFAULT_DRAFT, DEFAULT_TARGET, DEFAULT_TREE_NODES
 from speccomplete.telemetry.log import DEFAULT_KEEP_BYTES, DEFAULT_KEEP_DAYS
 
 from .gate import DEFAULT_MIN_CONFIDENCE
@@ -157,6 +157,12 @@ class ServerOptions:
     draft_confidence: Annotated[float, Range(0, 1)] = option(
         0.0,
         "A model draft stops proposing when its own probability falls below this.",
+        recorded=True,
+    )
+    draft_tree_nodes: Annotated[int, Range(0, 24)] = option(
+        DEFAULT_TREE_NODES,
+        "The most drafts of a round's draft tree: the draft's next-best continuations too, verified in one pass. "
+        "0: one chain a round.",
         recorded=True,
     )
     max_tokens_single_line: TokenLimit = option(

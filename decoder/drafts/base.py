@@ -15,6 +15,7 @@ import torch
 if TYPE_CHECKING:
     from ..sampling import SamplingParams
     from ..target_steps import Steps
+    from ..tree import DraftTree
 
 
 @dataclass
@@ -25,6 +26,14 @@ class Proposal:
     # [len(tokens) + 1, hidden]: the target's own final hidden states at the last committed token
     # and each draft, already in its cache (SelfDrafter); the verify is then only its head over them
     hidden: torch.Tensor | None = None
+    # a draft tree (decoder/tree.py) whose nodes are `tokens`: several continuations, verified in one pass
+    tree: DraftTree | None = None
+
+
+def tree_proposal(tree: DraftTree, lookup: bool = False) -> Proposal:
+    """A proposal of `tree`; one shaped as a chain is proposed as a chain, which the target verifies on
+    its chain steps (compiled where they are)."""
+    return Proposal(list(tree.tokens), None, lookup, tree=None if tree.is_chain else tree)
 
 
 # Given a round's drafts so far, the tokens a prompt lookup copies after them ([] where none match).
@@ -85,6 +94,14 @@ class Drafter(Protocol):
         A drafter that drafts one at a time on the target (SelfDrafter) ends its round in the copy it
         returns; the others decide a round's drafts together and ignore it."""
         ...
+
+    def propose_tree(
+        self, committed: list[int], gamma: int, nodes: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Proposal | None:
+        """A draft tree (Proposal.tree) of up to `nodes` drafts, at most `gamma` deep (`lookup_tokens` for
+        a copy), decided ahead of the target (decoder/tree.py: top-k, not draws); or None where this drafter
+        proposes chains: the decoder then asks `propose`."""
+        return None
 
     def rollback(self, valid: int) -> None:
         """Forget what the drafter holds from position `valid` on (drafts the target rejected)."""

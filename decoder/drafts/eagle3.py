@@ -233,15 +233,22 @@ class Eagle3(torch.nn.Module):
         return self.lm_head(self.norm(hidden))
 
     # Decoding: a cache of the layer's keys and values, one row per position drafted from.
-    def step(self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def step(
+        self,
+        embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Rows [T, h] at `positions` [T] appended to `cache`; each attends to the cache and the rows
-        before it. Returns the layer's output states [T, h] (feed back as `hidden`, or `logits` them)."""
+        before it, or where `mask` [T, rows held after] says (a draft tree's rows: their paths). Returns the
+        layer's output states [T, h] (feed back as `hidden`, or `logits` them)."""
         cos, sin = self.rotary(positions)
         q, k, v = self.layer.qkv(embeds[None], hidden[None], cos, sin)
         keys, values = cache.append(k, v)
         rows, held = q.shape[2], keys.shape[2]
-        mask = None
-        if rows > 1:
+        if mask is None and rows > 1:
             mask = torch.ones(rows, held, dtype=torch.bool, device=q.device).tril(held - rows)
         attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
         return self.layer.finish(hidden[None], attended)[0]

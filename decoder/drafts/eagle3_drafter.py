@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from ..sampling import draw_draft
-from .base import Drafter, Proposal
+from ..tree import DraftTree
+from .base import Drafter, Proposal, tree_proposal
 from .eagle3 import Eagle3, KVCache
 from .eagle3_chain import GreedyChains
 
@@ -18,6 +19,10 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..target_steps import Steps
+
+# Tokens each path of a draft tree offers at the next depth, and the paths that go on at each depth: the tree's
+# width (docs/cpu.md, "Draft trees").
+TREE_WIDTH = 3
 
 # Rows the draft cache reserves for the captured chain beside target steps of no fixed capacity
 # (EagerTarget); beyond them the cache grows and the chains are recorded again.
@@ -80,33 +85,42 @@ class Eagle3Drafter(Drafter):
         self.rows = rows
         self.cache.truncate(rows)
 
-    @torch.inference_mode()
-    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
+    def _newest_state(self, committed: list[int]) -> torch.Tensor | None:
+        """Add the rows that became possible since the last round; returns the newest row's output state
+        [1, h] (what the round drafts from), None where there is no row to draft from."""
         steps = self.steps
         assert steps is not None and steps.features is not None, "the decoder attaches the target's steps first"
-        held = steps.features.length
-        end = min(held, len(committed) - 1)  # rows possible now: the state at t and the token t + 1
-        if gamma == 0 or end <= 0:
-            return Proposal([], None)
+        end = min(steps.features.length, len(committed) - 1)  # rows possible now: the state at t and the token t + 1
+        if end <= 0:
+            return None
         if end < self.rows:  # the target was cut back past rows built earlier
             self._keep(end)
         if end == self.rows:  # nothing new to start from: rebuild the newest row
             self._keep(end - 1)
         start = self.rows
-        draft = self.draft
         device = self.embeddings.device
-        # reserved before the rows are added, so that they go straight into the buffers the graphs read
-        chains = self._greedy_chains() if self.graph_chain and params.greedy and not min_confidence else None
         next_tokens = torch.tensor(committed[start + 1 : end + 1], device=device)
-        hidden = draft.fuse(steps.features.rows(start, end))
-        out = draft.step(
+        out = self.draft.step(
             F.embedding(next_tokens, self.embeddings),
-            hidden,
+            self.draft.fuse(steps.features.rows(start, end)),
             torch.arange(start + 1, end + 1, device=device),
             self.cache,
         )
         self.rows = end
-        state = out[-1:]
+        return out[-1:]
+
+    @torch.inference_mode()
+    def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
+        if gamma == 0:
+            return Proposal([], None)
+        # reserved before the rows are added, so that they go straight into the buffers the graphs read
+        chains = self._greedy_chains() if self.graph_chain and params.greedy and not min_confidence else None
+        state = self._newest_state(committed)
+        if state is None:
+            return Proposal([], None)
+        draft = self.draft
+        device = self.embeddings.device
+        end = self.rows
         if chains is not None and chains.fits(end, gamma):
             self.graph_rounds += 1
             return Proposal(self._through_line_end(chains.run(state, end, gamma)), None)
@@ -130,6 +144,74 @@ class Eagle3Drafter(Drafter):
         finally:
             self.cache.truncate(self.rows)  # chained rows came from the draft's own states: never kept
         return Proposal(tokens, torch.stack(qs) if qs else None)
+
+    @torch.inference_mode()
+    def propose_tree(self, committed, gamma, nodes, params, generator) -> Proposal | None:
+        """EAGLE-2's tree on the draft: at each depth the `TREE_WIDTH` likeliest paths so far (by the draft's
+        own log-probabilities, summed) are fed at once, each attending to the cache and its own path, and each
+        offers its `TREE_WIDTH` likeliest next tokens; then the `nodes` likeliest of all offered stay. A path
+        ends at a line end. Decided ahead, not drawn: sampled acceptance stays lossless (decoder/tree.py)."""
+        if self.graph_chain or gamma == 0 or nodes < 2:  # on CUDA the chain's recorded graphs draft
+            return None
+        state = self._newest_state(committed)
+        if state is None:
+            return Proposal([], None)
+        draft, device = self.draft, self.embeddings.device
+        width = min(TREE_WIDTH, nodes)
+        tokens: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        fed: dict[int, int] = {}  # node -> its row among this round's rows in the draft cache
+        frontier = [-1]  # the nodes whose next tokens this depth offers (-1: the root)
+        frontier_scores = torch.zeros(1, device=device)
+        try:
+            for depth in range(1, gamma + 1):
+                offered = torch.log_softmax(draft.logits(state).float(), -1).topk(width, dim=-1)
+                totals = (frontier_scores[:, None] + offered.values).flatten()  # node first + i: row i // width
+                ids = self.vocab_ids[offered.indices.flatten()].tolist()
+                first = len(tokens)
+                for index, (token, total) in enumerate(zip(ids, totals.tolist())):
+                    tokens.append(token)
+                    parents.append(frontier[index // width])
+                    scores.append(total)
+                if depth == gamma:
+                    break
+                # the likeliest of them go on, but not past a line end
+                ranked = sorted(range(first, len(tokens)), key=lambda node: -scores[node])
+                going_on = [node for node in ranked if tokens[node] not in self.line_ends][:width]
+                if not going_on:
+                    break
+                offered_by = torch.tensor([(node - first) // width for node in going_on], device=device)
+                state = self._feed_tree_rows(going_on, tokens, parents, fed, state[offered_by], depth)
+                frontier = going_on
+                frontier_scores = torch.tensor([scores[node] for node in frontier], device=device)
+        finally:
+            self.cache.truncate(self.rows)  # this round's rows came from the draft's own states: never kept
+        return tree_proposal(_likeliest(tokens, parents, scores, nodes))
+
+    def _feed_tree_rows(self, frontier: list[int], tokens, parents, fed: dict[int, int], hidden, depth: int):
+        """Feed the `frontier` nodes, whose previous states are `hidden` [F, h], at `depth`, as rows of the draft
+        cache after the real rows and this round's earlier ones; each attends to the real rows, its ancestors'
+        rows and itself. Returns their output states [F, h]."""
+        device = self.embeddings.device
+        before = self.cache.length
+        mask = torch.zeros(len(frontier), before + len(frontier), dtype=torch.bool)
+        mask[:, : self.rows] = True
+        for index, node in enumerate(frontier):
+            mask[index, before + index] = True
+            ancestor = parents[node]
+            while ancestor != -1:
+                mask[index, self.rows + fed[ancestor]] = True
+                ancestor = parents[ancestor]
+        for index, node in enumerate(frontier):
+            fed[node] = before - self.rows + index
+        return self.draft.step(
+            F.embedding(torch.tensor([tokens[node] for node in frontier], device=device), self.embeddings),
+            hidden,
+            torch.full((len(frontier),), self.rows + depth, device=device),
+            self.cache,
+            mask=mask.to(device),
+        )
 
     def _through_line_end(self, tokens: list[int]) -> list[int]:
         """The chain cut after its first line end, where the loop stops drafting."""
@@ -174,3 +256,22 @@ class Eagle3Drafter(Drafter):
         # Rows from real states are built only up to the last committed token, which stays committed.
         if self.rows > valid:
             self._keep(valid)
+
+
+def _likeliest(tokens: list[int], parents: list[int], scores: list[float], nodes: int) -> DraftTree:
+    """The tree of the `nodes` likeliest offered nodes, with their ancestors (a path's score only falls as it
+    grows, so they are among them but for ties), in the order they were offered: parents first."""
+    kept: set[int] = set()
+    for node in sorted(range(len(tokens)), key=lambda node: -scores[node]):
+        path = []
+        while node != -1 and node not in kept:
+            path.append(node)
+            node = parents[node]
+        if len(kept) + len(path) > nodes:
+            continue
+        kept.update(path)
+        if len(kept) == nodes:
+            break
+    order = sorted(kept)
+    index = {node: i for i, node in enumerate(order)}
+    return DraftTree(tuple(tokens[node] for node in order), tuple(index.get(parents[node], -1) for node in order))

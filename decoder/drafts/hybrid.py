@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from .base import Drafter, Proposal
-from .eagle3_drafter import Eagle3Drafter
-from .model import ModelDrafter
+from ..tree import DraftTree
+from .base import Drafter, Proposal, tree_proposal
 from .ngram import NgramDrafter
-from .self_draft import SelfDrafter
+
+# Earlier occurrences a lookup's draft tree copies from at most (NgramDrafter.copies).
+LOOKUP_BRANCHES = 3
 
 
 class HybridDrafter(Drafter):
@@ -23,7 +24,7 @@ class HybridDrafter(Drafter):
 
     def __init__(
         self,
-        model: ModelDrafter | SelfDrafter | Eagle3Drafter | None,
+        model: Drafter | None,
         lookup_tokens: int = 16,
         min_ngram: int = 2,
         max_ngram: int = 4,
@@ -75,6 +76,20 @@ class HybridDrafter(Drafter):
 
         return self.model.propose(committed, gamma, params, generator, min_confidence, lookup=copy)
 
+    def propose_tree(self, committed, gamma, nodes, params, generator) -> Proposal | None:
+        """Where the context repeats itself, the trie of copies from several earlier occurrences that go on
+        differently (NgramDrafter.copies): the latest one whole, the others as far as `nodes` more rows allow,
+        within a round's `lookup_tokens`; elsewhere the model draft's tree, or None where it drafts chains."""
+        copies = self.lookup.copies(committed, self.span, LOOKUP_BRANCHES)
+        if copies:
+            tree = _trie_within(copies, min(self.lookup_tokens, len(copies[0]) + nodes))
+            self._copied = (len(committed), max(tree.depths()))
+            return tree_proposal(tree, lookup=True)
+        self._copied = None
+        if self.model is None:
+            return Proposal([], None)
+        return self.model.propose_tree(committed, gamma, nodes, params, generator)
+
     def _copy(self, committed, drafts, params, generator) -> list[int]:
         """A lookup after `drafts`, within one round's rows (lookup_tokens in all)."""
         room = min(self.span, self.lookup_tokens - len(drafts))
@@ -93,3 +108,14 @@ class HybridDrafter(Drafter):
         self.lookup.rollback(valid)  # the lookup indexed the drafts it was asked after (`_copy`)
         if self.model is not None:
             self.model.rollback(valid)
+
+
+def _trie_within(paths: list[list[int]], rows: int) -> DraftTree:
+    """The trie of `paths`, each cut where the trie would pass `rows` nodes."""
+    kept: list[list[int]] = []
+    for path in paths:
+        for length in range(len(path), 0, -1):
+            if len(DraftTree.of_paths([*kept, path[:length]])) <= rows:
+                kept.append(path[:length])
+                break
+    return DraftTree.of_paths(kept)

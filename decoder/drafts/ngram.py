@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from .base import Drafter, Proposal
 
+# The earlier occurrences `copies` looks through for continuations that differ: the latest ones.
+COPIES_SEARCHED = 16
+
 
 class NgramDrafter(Drafter):
     """Find the latest earlier occurrence of the last n tokens and propose what followed.
@@ -40,6 +43,30 @@ class NgramDrafter(Drafter):
                 start = ends[-2] + 1
                 return Proposal(committed[start : start + gamma], None)
         return Proposal([], None)
+
+    def copies(self, committed: list[int], gamma: int, count: int) -> list[list[int]]:
+        """Up to `count` copies of up to `gamma` tokens, each from another earlier occurrence of the longest
+        suffix that occurred before, latest first, and each starting otherwise than the ones before it: a draft
+        tree's branches (decoder/tree.py). The first is what `propose` copies."""
+        if gamma == 0 or count < 1:
+            return []
+        self._index(committed)
+        length = len(committed)
+        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
+            ends = self._ends.get(tuple(committed[length - n :]))
+            if ends is None or len(ends) < 2:
+                continue
+            found: list[list[int]] = []
+            starts: set[int] = set()
+            for end in reversed(ends[-1 - COPIES_SEARCHED : -1]):
+                copy = committed[end + 1 : end + 1 + gamma]
+                if copy and copy[0] not in starts:
+                    starts.add(copy[0])
+                    found.append(copy)
+                    if len(found) == count:
+                        break
+            return found
+        return []
 
     def rollback(self, valid: int) -> None:
         self._truncate(min(max(valid, 0), len(self._tokens)))

@@ -88,6 +88,31 @@ def test_the_self_draft_on_the_compiled_step_is_its_ar(int8, gemma3, tokenizer, 
     assert spec.steps.compiled is compiled
 
 
+def test_draft_trees_on_the_compiled_step_are_its_ar(gemma3, tokenizer, cache_dir):
+    """A draft tree's verify runs on the same compiled graph (each row at the end of its path; the build checks
+    its rows against one-row steps): int8 speculation with EAGLE-3 and lookup trees is still its AR."""
+    from speccomplete.decoder.drafts import Eagle3Drafter
+    from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+
+    target = copy.deepcopy(gemma3)
+    ids = torch.arange(3, 200)
+    draft = init_from_target(Eagle3Shape.for_target(target, draft_vocab=len(ids)), target, ids, seed=0).eval()
+    drafter = HybridDrafter(Eagle3Drafter(draft.requires_grad_(False), target), lookup_tokens=7, min_ngram=1)
+    use_cpu_kernels(SimpleNamespace(records_graphs=False), target, draft, int8=True)
+    compiled, _ = compiled_step.build_or_load(target, "int8", 8, taps=drafter.target_taps)
+    steps = EagerTarget(target, drafter.target_taps)
+    steps.use_compiled(compiled)
+    spec = SpeculativeDecoder(target, tokenizer, drafter, FixedGamma(GAMMA), steps=steps, tree_nodes=6)
+    trees = []
+    verify_tree = spec._verify_tree
+    spec._verify_tree = lambda *args: trees.append(args[2]) or verify_tree(*args)
+    compiled_ar = SpeculativeDecoder(target, tokenizer, None, None, steps=steps)
+    prompts = [p + "".join(random_prompts(12, seed=i)) for i, p in enumerate(random_prompts(3))]
+    assert_greedy_matches(compiled_ar, spec, prompts, max_new_tokens=24)
+    assert trees and max(len(tree) for tree in trees) <= 6, [t for t in trees if len(t) > 6]
+    assert spec.steps.compiled is compiled
+
+
 def test_int8_verify_rows_equal_one_row_steps(gemma3, cache_dir):
     """What makes int8 speculation exact, compiled too: a verify's logits are the one-row steps', bit for bit
     (Gemma-3: sliding-window layers and q/k norms)."""

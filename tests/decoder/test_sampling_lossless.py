@@ -220,6 +220,36 @@ def test_lossless_with_an_eagle3_draft(weights, target, small_tokenizer):
     assert p > 1e-3, f"p={p:.3g}"
 
 
+def test_lossless_with_an_eagle3_draft_tree(target, small_tokenizer):
+    """The same, drafting trees (decoder/tree.py): every round verifies a tree, and the second and third
+    tokens' joint is still the target's."""
+    from speccomplete.decoder.drafts import Eagle3Drafter
+    from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+
+    ids = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11, 13, 15])
+    draft = init_from_target(Eagle3Shape.for_target(target, draft_vocab=len(ids)), target, ids, seed=3)
+    params = SamplingParams(temperature=1.0)
+    exact = exact_joint_of_second_and_third(target, params)
+    drafter = Eagle3Drafter(draft.eval(), target)
+    decoder = SpeculativeDecoder(target, small_tokenizer, drafter, FixedGamma(2), tree_nodes=4)
+    trees = 0
+    verify_tree = decoder._verify_tree
+
+    def counted(*args):
+        nonlocal trees
+        trees += 1
+        return verify_tree(*args)
+
+    decoder._verify_tree = counted
+    counts = np.zeros((V, V))
+    for seed in range(1500):
+        g = decoder.generate(PROMPT, DecodeOptions(max_new_tokens=3, sampling=params, seed=90_000 + seed))
+        counts[g.token_ids[1], g.token_ids[2]] += 1
+    assert trees == 1500
+    p = chi2_pvalue(counts, exact)
+    assert p > 1e-3, f"p={p:.3g}"
+
+
 def _narrow_draft(width=12):
     narrow = tiny_llama(seed=12, vocab=V, layers=1, hidden=16, init=0.5, eos=None, bos=None)
     head = torch.nn.Linear(16, width, bias=False, device=narrow.device)

@@ -24,6 +24,7 @@ def test_ablation_rows_each_turn_one_lever(tokenizer):
         no_pack=False,
         compare_gammas="heuristic,cost",
         compare_confidences="0.3,0.6",
+        compare_tree_nodes="",
         device="cpu",
         dtype="auto",
         quantization="none",
@@ -61,7 +62,9 @@ def test_ablation_rows_each_turn_one_lever(tokenizer):
 
 def test_without_ablations_only_the_compared_drafts(tokenizer):
     target = tiny_llama(seed=4)
-    args = argparse.Namespace(draft="ngram+none", gamma="heuristic", ablations=False, no_pack=True, quantization="none")
+    args = argparse.Namespace(
+        draft="ngram+none", gamma="heuristic", ablations=False, no_pack=True, quantization="none", compare_tree_nodes=""
+    )
     product, _ = build_drafter(args.draft, target, tokenizer)
     other = {"ngram+auto": build_drafter("ngram+auto", target, tokenizer)}
     decoder = SpeculativeDecoder(target, tokenizer, product, HeuristicGamma())
@@ -69,3 +72,23 @@ def test_without_ablations_only_the_compared_drafts(tokenizer):
     assert set(contenders.ours) == set(doc) == {"ar", "spec", "spec_draft_ngram+auto"}
     assert contenders.ours["spec"] is decoder and contenders.hf_target is None
     assert "plain weights" in doc["spec"]
+
+
+def test_tree_rows_twin_each_speculative_row(tokenizer):
+    """--compare-tree-nodes: each speculative row again with draft trees, on the same drafter and steps, as
+    token-identical to AR as its chains."""
+    target = tiny_llama(seed=4)
+    args = argparse.Namespace(
+        draft="ngram+none", gamma="heuristic", ablations=False, no_pack=True, quantization="none", compare_tree_nodes="4"
+    )
+    product, _ = build_drafter(args.draft, target, tokenizer)
+    decoder = SpeculativeDecoder(target, tokenizer, product, HeuristicGamma())
+    contenders, doc = build_contenders(args, target, tokenizer, decoder, {}, None)
+    ours = contenders.ours
+    assert set(ours) == set(doc) == {"ar", "spec", "spec_tree4"}
+    assert ours["spec_tree4"].tree_nodes == 4 and ours["spec"].tree_nodes == 0
+    assert ours["spec_tree4"].drafter is decoder.drafter and ours["spec_tree4"].steps is decoder.steps
+    prompt = "abcabdabeabcabdab"
+    ar = ours["ar"].generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids
+    assert ours["spec_tree4"].generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids == ar
+

@@ -20,6 +20,7 @@ const SERVER_OPTIONS: Record<string, string> = {
   compileStep: 'compileStep',
   gamma: 'gamma',
   draftConfidence: 'draftConfidence',
+  draftTreeNodes: 'draftTreeNodes',
   'maxTokens.singleLine': 'maxTokensSingleLine',
   'maxTokens.multiLine': 'maxTokensMultiLine',
   blockBudgetMs: 'blockBudgetMs',
