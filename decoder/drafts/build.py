@@ -30,20 +30,22 @@ from .spec import (
     TrainedDraft,
     parse_draft_spec,
 )
-from .trained import SHIPPED_DRAFTS, DraftLoadError, check_target, draft_vocabulary, load_draft
+from .trained import SHIPPED_DRAFTS, DraftLoadError, check_target, draft_vocabulary, has_weights, load_draft
 
 log = logging.getLogger(__name__)
 
 
-def default_draft_for(target) -> TrainedDraft | LayersDraft:
+def default_draft_for(target, weights: bool = True) -> TrainedDraft | LayersDraft:
     """What 'auto' is for `target`: the shipped trained draft made for a target of this shape, else its
-    first two layers."""
+    first two layers. weights: only a draft whose weights this install holds (the self draft reads only the
+    vocabulary, which every install holds: trained.LEAN_INSTALL)."""
     for folder in sorted(SHIPPED_DRAFTS.glob("*/")):
         try:
             check_target(folder, target)
-            return TrainedDraft(folder)
         except DraftLoadError:
             continue
+        if has_weights(folder) or not weights:
+            return TrainedDraft(folder)
     return LayersDraft((0, 1))
 
 
@@ -81,7 +83,7 @@ def build_drafter(
     if isinstance(spec, HybridDraft):
         inner = spec.model
         if isinstance(inner, SelfDraft) and inner.folder is None:  # the default draft: it stays usable with any target
-            shipped = default_draft_for(target)
+            shipped = default_draft_for(target, weights=False)
             if isinstance(shipped, TrainedDraft):
                 inner = SelfDraft(shipped.folder)
             else:
@@ -105,7 +107,7 @@ def _model_drafter(
     if isinstance(spec, SelfDraft):
         folder = spec.folder
         if folder is None:
-            shipped = default_draft_for(target)
+            shipped = default_draft_for(target, weights=False)
             if not isinstance(shipped, TrainedDraft):
                 raise DraftLoadError(
                     f"draft spec {str(spec)!r}: no trained draft ships for this target to take a "

@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from .trained import LEAN_INSTALL, SHIPPED_DRAFTS
+
 CONFIG_JSON = "config.json"
 WEIGHTS = "model.safetensors"
 SPECULATORS_VERSION = "0.9.0"  # the speculators release whose config classes read these folders (tests)
@@ -479,6 +481,8 @@ def load_eagle3(folder: str | Path, target) -> Eagle3:
     config = read_config(folder)
     shape = shape_from_config(config)
     check_target(shape, target)
+    if not (Path(folder) / WEIGHTS).exists() and Path(folder).parent == SHIPPED_DRAFTS:
+        raise Eagle3LoadError(f"the shipped EAGLE-3 draft {Path(folder).name} has no weights here: {LEAN_INSTALL}")
     try:
         state = load_file(str(Path(folder) / WEIGHTS))
     except (OSError, ValueError) as e:

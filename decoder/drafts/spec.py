@@ -3,6 +3,7 @@
 This docstring is the one description of the syntax; the CLI and the README point here.
 
     auto         the shipped trained draft made for the target (decoder/weights/), else layers:0,1
+                 (also where an install leaves the drafts' weights out, as the VS Code extension's does)
     none         no draft: plain autoregressive decoding
     ngram        prompt lookup alone, paced by γ (NgramDrafter)
     self         the target drafts for itself, its head cut to the shipped trained draft's
@@ -11,7 +12,7 @@ This docstring is the one description of the syntax; the CLI and the README poin
     layers:0,1   a draft made of these target layers, sharing its embeddings, norm and head: no
                  extra memory (drafts/derived.py); the list must include layer 0
     eagle3       the EAGLE-3 draft shipped for the target (decoder/weights/); an error for a target
-                 none ships for
+                 none ships for, and in an install without the drafts' weights
     FOLDER       a trained draft: a folder holding draft.json (drafts/trained.py), or an EAGLE-3
                  draft: a folder holding a speculators config.json (drafts/eagle3.py)
     MODEL        any other text is a model spec (decoder/models.py: a packaged alias, a local

@@ -9,7 +9,9 @@ verifies every token. Draft logits are then over `vocab_ids`, which map back to 
 
 On disk a draft is a folder, no optimizer state, no pickle:
 - `draft.json`: a `DraftMeta`, what the draft was built from and for;
-- `model.safetensors`: the owned weights (`owned_parameters`) plus `vocab_ids` where the head is cut.
+- `model.safetensors`: the owned weights (`owned_parameters`) plus `vocab_ids` where the head is cut;
+- `vocab_ids.safetensors`: `vocab_ids` alone, what the self draft reads (drafts/self_draft.py), so that an
+  install without the drafts' weights (the VS Code extension's: tools/lean_wheel.py) still has it.
 Training one is decoder/training/ (`specdec finetune`, harness/drafting.py).
 """
 
@@ -28,6 +30,12 @@ from .derived import derive_draft, head_rows, layer_list_name
 
 DRAFT_JSON = "draft.json"
 WEIGHTS = "model.safetensors"
+VOCABULARY = "vocab_ids.safetensors"
+# Why a shipped draft folder may hold no weights, for the error that says so.
+LEAN_INSTALL = (
+    "this install leaves the trained drafts' weights out, as the VS Code extension's server does; install the "
+    "speccomplete package from a clone of the repository to draft with them"
+)
 FORMAT, VERSION = "specdec-draft", 1
 
 # Trained drafts that ship with the package, one folder each (see its README.md model card).
@@ -139,6 +147,7 @@ def save_draft(draft, out_dir: str | Path, meta: DraftMeta, dtype: torch.dtype =
     tensors = {name: p.detach().to(dtype).cpu().contiguous() for name, p in owned_parameters(draft).items()}
     if draft.vocab_ids is not None:
         tensors["vocab_ids"] = draft.vocab_ids.to(torch.int32).cpu().contiguous()
+        save_file({"vocab_ids": tensors["vocab_ids"]}, str(out / VOCABULARY))
     save_file(tensors, str(out / WEIGHTS))
     meta.write(out)
     return out
@@ -167,7 +176,8 @@ def load_draft(path: str | Path, target):
 def draft_vocabulary(path: str | Path, target) -> torch.Tensor:
     """The target ids a saved draft's head scores (its `vocab_ids`), for drafts.SelfDrafter."""
     check_target(path, target)
-    tensors = _read_weights(Path(path))
+    folder = Path(path)
+    tensors = load_file(str(folder / VOCABULARY)) if (folder / VOCABULARY).exists() else _read_weights(folder)
     if "vocab_ids" not in tensors:
         raise DraftLoadError(f"draft {path} has a full-vocabulary head: there is no reduced vocabulary in it")
     return tensors["vocab_ids"].long()
@@ -210,7 +220,14 @@ def with_full_vocab_head(draft):
     return wide
 
 
+def has_weights(folder: str | Path) -> bool:
+    """Whether a draft folder holds its weights (a shipped one, in a lean install, may not: LEAN_INSTALL)."""
+    return (Path(folder) / WEIGHTS).exists()
+
+
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    if not has_weights(folder) and folder.parent == SHIPPED_DRAFTS:
+        raise DraftLoadError(f"the shipped draft {folder.name} has no weights here: {LEAN_INSTALL}")
     try:
         return load_file(str(folder / WEIGHTS))
     except (OSError, ValueError) as e:

@@ -79,7 +79,12 @@ def test_tree_rows_twin_each_speculative_row(tokenizer):
     token-identical to AR as its chains."""
     target = tiny_llama(seed=4)
     args = argparse.Namespace(
-        draft="ngram+none", gamma="heuristic", ablations=False, no_pack=True, quantization="none", compare_tree_nodes="4"
+        draft="ngram+none",
+        gamma="heuristic",
+        ablations=False,
+        no_pack=True,
+        quantization="none",
+        compare_tree_nodes="4",
     )
     product, _ = build_drafter(args.draft, target, tokenizer)
     decoder = SpeculativeDecoder(target, tokenizer, product, HeuristicGamma())
@@ -91,4 +96,3 @@ def test_tree_rows_twin_each_speculative_row(tokenizer):
     prompt = "abcabdabeabcabdab"
     ar = ours["ar"].generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids
     assert ours["spec_tree4"].generate(prompt, DecodeOptions(max_new_tokens=12)).token_ids == ar
-

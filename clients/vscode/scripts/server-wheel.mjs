@@ -32,3 +32,9 @@ try {
   );
   process.exit(1);
 }
+// the trained drafts' weights stay out: the default draft reads only their vocabulary (tools/lean_wheel.py)
+const built = fs.readdirSync(wheels).filter((name) => name.endsWith('.whl'));
+execFileSync(python, ['-m', 'tools.lean_wheel', ...built.map((name) => path.join(wheels, name))], {
+  cwd: repo,
+  stdio: 'inherit',
+});
