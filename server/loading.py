@@ -114,7 +114,7 @@ class Loader:
             loop.call_soon_threadsafe(self.report_progress, load_id, token, round(fraction * 100), message)
 
         try:
-            engine = await asyncio.wrap_future(host.worker.submit(load_engine, options, progress))
+            engine, compiles = await asyncio.wrap_future(host.worker.submit(_load, options, progress))
         except Exception as e:  # any failure (missing model, OOM, bad draft spec) leaves the server up
             log.exception("could not load %s", what)
             if load_id == self.loads:
@@ -129,7 +129,7 @@ class Loader:
         host.engine, self.loaded_with = engine, options
         log.info("models ready: %s on %s", what, engine.device)
         host.set_status("ready", f"{engine.target} + {engine.draft} on {engine.device}")
-        if wants_compiled_step(options.compile_step, engine.decoder):
+        if compiles:
             self.compile_task = asyncio.ensure_future(self.compile_step(load_id, engine, options))
 
     async def compile_step(self, load_id: int, engine: Engine, options: ServerOptions) -> None:
@@ -225,3 +225,10 @@ def precompile_command(options: ServerOptions) -> list[str]:
         f"--draft-confidence={options.draft_confidence}",
         f"--quantization={options.quantization}",
     ]
+
+
+def _load(options: ServerOptions, progress) -> tuple[Engine, bool]:
+    """On the worker: the models, and whether to build or load their compiled step (deciding counts the target's
+    parameters on the meta device, tens of ms that stay off the event loop)."""
+    engine = load_engine(options, progress)
+    return engine, wants_compiled_step(options.compile_step, engine.decoder)

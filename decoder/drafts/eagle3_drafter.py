@@ -165,7 +165,8 @@ class Eagle3Drafter(Drafter):
         frontier = [-1]  # the nodes whose next tokens this depth offers (-1: the root)
         frontier_scores = torch.zeros(1, device=device)
         try:
-            for depth in range(1, gamma + 1):
+            deepest = min(gamma, nodes)  # no path of `nodes` nodes goes deeper
+            for depth in range(1, deepest + 1):
                 offered = torch.log_softmax(draft.logits(state).float(), -1).topk(width, dim=-1)
                 totals = (frontier_scores[:, None] + offered.values).flatten()  # node first + i: row i // width
                 ids = self.vocab_ids[offered.indices.flatten()].tolist()
@@ -174,7 +175,7 @@ class Eagle3Drafter(Drafter):
                     tokens.append(token)
                     parents.append(frontier[index // width])
                     scores.append(total)
-                if depth == gamma:
+                if depth == deepest:
                     break
                 # the likeliest of them go on, but not past a line end
                 ranked = sorted(range(first, len(tokens)), key=lambda node: -scores[node])

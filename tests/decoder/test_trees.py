@@ -162,7 +162,13 @@ def test_the_eagle3_tree_holds_at_most_its_nodes_and_the_draft_cache_only_real_r
         steps.forward(prompt[:-1], keep=1)
         drafter.reset(prompt)
         proposal = drafter.propose_tree(prompt, 4, 7, SimpleNamespace(greedy=True), None)
-    assert proposal is not None and proposal.tree is not None
+        assert drafter.cache.length == drafter.rows
+        feeds = []
+        feed = drafter._feed_tree_rows
+        drafter._feed_tree_rows = lambda *args: feeds.append(args[0]) or feed(*args)
+        narrow = drafter.propose_tree(prompt, 8, 3, SimpleNamespace(greedy=True), None)
+    assert proposal.tree is not None
     tree = proposal.tree
     assert len(tree) == 7 and max(tree.depths()) <= 4 and max(tree.depths()) >= 2
-    assert drafter.cache.length == drafter.rows
+    # no deeper than the node budget, however far γ would let a chain go
+    assert narrow is not None and len(narrow.tokens) <= 3 and len(feeds) <= 2
