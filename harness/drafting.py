@@ -445,7 +445,9 @@ def write_model_card(folder: Path, meta: DraftMeta, manifests: list[dict], first
         + (f", KD on top-{meta.kd_topk}" if meta.kd_topk else "")
         + f"; language sampling `{meta.balance}`",
         f"- Tokens seen: {meta.tokens_seen:,} in {meta.steps} optimizer steps",
-        "- Weights: `model.safetensors` (bf16, the draft's own layers and norm, plus `vocab_ids`); no optimizer state",
+        "- Weights: `model.safetensors` (bf16, the draft's own layers and norm, plus `vocab_ids`), and `vocab_ids` "
+        "alone in `vocab_ids.safetensors` (what the self draft reads; an install without the weights keeps it); "
+        "no optimizer state",
         "",
         "## Corpus and language mix",
         "",
