@@ -189,11 +189,6 @@ def lean_hidden_tapped(
     return hidden, (torch.cat(tapped, dim=-1) if taps else None)
 
 
-def runs_trees(model) -> bool:
-    """Whether a draft tree's rows can be fed to `model` (on the lean forward, into one of these caches)."""
-    return lean_forward.supports(model)
-
-
 def reserve(cache: Cache, tokens: int) -> None:
     """Grow every layer's buffers of `cache` (initialized) to hold `tokens` now, before a compiled step."""
     for layer in cache.layers:

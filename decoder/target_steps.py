@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from . import compiled_step, graph_target
+from . import compiled_step, graph_target, lean_forward
 from .compiled_step import CompiledStep
 from .graph_target import GraphTarget
 from .kv_cache import (
@@ -41,7 +41,6 @@ from .kv_cache import (
     keep_rows,
     lean_logits_tapped,
     new_cache,
-    runs_trees,
 )
 from .lean_forward import ROW_BY_ROW_MAX
 from .models import STEPS
@@ -114,7 +113,7 @@ class EagerTarget:
     @property
     def runs_trees(self) -> bool:
         """Whether `forward_tree` runs here (the lean forward's families)."""
-        return runs_trees(self.model)
+        return lean_forward.supports(self.model)
 
     def forward_tree(self, tree: DraftTree, root: int) -> torch.Tensor:
         """Append `root` (the last committed token) and the tree's nodes, each attending to the cache and its own

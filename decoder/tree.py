@@ -82,12 +82,13 @@ class DraftTree:
             depths.append(depths[parent + 1] + 1)
         return depths
 
+    def row_parents(self) -> list[int]:
+        """Each row's parent row: -1 for the root, else its node's parent's row."""
+        return [-1, *(parent + 1 for parent in self.parents)]
+
     def path_rows(self, row: int) -> list[int]:
         """The rows from the root down to `row`, both included."""
-        rows = [row]
-        while rows[-1]:
-            rows.append(self.parents[rows[-1] - 1] + 1)
-        return rows[::-1]
+        return paths_of(self.row_parents())[row]
 
     def children(self) -> list[list[int]]:
         """For each row, its children's rows, in node order (the order sampled acceptance tries them)."""
@@ -112,11 +113,11 @@ class TreeShape:
 
     @classmethod
     def of(cls, tree: DraftTree, device: torch.device | str = "cpu") -> TreeShape:
-        rows = len(tree) + 1
-        ancestors = torch.zeros(rows, rows, dtype=torch.bool)
-        for row in range(rows):
-            ancestors[row, tree.path_rows(row)] = True
-        parents = torch.tensor([-1, *(parent + 1 for parent in tree.parents)], device=device)
+        row_parents = tree.row_parents()
+        ancestors = torch.zeros(len(row_parents), len(row_parents), dtype=torch.bool)
+        for row, path in enumerate(paths_of(row_parents)):
+            ancestors[row, path] = True
+        parents = torch.tensor(row_parents, device=device)
         return cls(torch.tensor(tree.depths(), device=device), parents, ancestors.to(device))
 
     @classmethod

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from .trained import LEAN_INSTALL, SHIPPED_DRAFTS
+from .trained import missing_shipped_weights
 
 CONFIG_JSON = "config.json"
 WEIGHTS = "model.safetensors"
@@ -481,8 +481,8 @@ def load_eagle3(folder: str | Path, target) -> Eagle3:
     config = read_config(folder)
     shape = shape_from_config(config)
     check_target(shape, target)
-    if not (Path(folder) / WEIGHTS).exists() and Path(folder).parent == SHIPPED_DRAFTS:
-        raise Eagle3LoadError(f"the shipped EAGLE-3 draft {Path(folder).name} has no weights here: {LEAN_INSTALL}")
+    if reason := missing_shipped_weights(folder):
+        raise Eagle3LoadError(reason)
     try:
         state = load_file(str(Path(folder) / WEIGHTS))
     except (OSError, ValueError) as e:

@@ -32,22 +32,13 @@ class NgramDrafter(Drafter):
         self._index(prompt)  # here rather than in the first round: the request's prefill pays for it
 
     def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
-        if gamma == 0:
-            return Proposal([], None)
-        self._index(committed)
-        length = len(committed)
-        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
-            ends = self._ends.get(tuple(committed[length - n :]))
-            # ends[-1] is the suffix itself; the one before it is its latest earlier occurrence
-            if ends is not None and len(ends) > 1:
-                start = ends[-2] + 1
-                return Proposal(committed[start : start + gamma], None)
-        return Proposal([], None)
+        found = self.copies(committed, gamma, 1)
+        return Proposal(found[0] if found else [], None)
 
     def copies(self, committed: list[int], gamma: int, count: int) -> list[list[int]]:
         """Up to `count` copies of up to `gamma` tokens, each from another earlier occurrence of the longest
         suffix that occurred before, latest first, and each starting otherwise than the ones before it: a draft
-        tree's branches (decoder/tree.py). The first is what `propose` copies."""
+        tree's branches (decoder/tree.py). The first is what `propose` copies: after the latest one."""
         if gamma == 0 or count < 1:
             return []
         self._index(committed)
@@ -58,6 +49,7 @@ class NgramDrafter(Drafter):
                 continue
             found: list[list[int]] = []
             starts: set[int] = set()
+            # ends[-1] is the suffix itself; those before it are its earlier occurrences, the latest last
             for end in reversed(ends[-1 - COPIES_SEARCHED : -1]):
                 copy = committed[end + 1 : end + 1 + gamma]
                 if copy and copy[0] not in starts:

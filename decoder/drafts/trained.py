@@ -225,9 +225,18 @@ def has_weights(folder: str | Path) -> bool:
     return (Path(folder) / WEIGHTS).exists()
 
 
+def missing_shipped_weights(folder: str | Path) -> str | None:
+    """Why a shipped draft folder (a trained or an EAGLE-3 draft) holds no weights, for its error; None where it
+    holds them or is not shipped."""
+    folder = Path(folder)
+    if has_weights(folder) or folder.parent != SHIPPED_DRAFTS:
+        return None
+    return f"the shipped draft {folder.name} has no weights here: {LEAN_INSTALL}"
+
+
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    if not has_weights(folder) and folder.parent == SHIPPED_DRAFTS:
-        raise DraftLoadError(f"the shipped draft {folder.name} has no weights here: {LEAN_INSTALL}")
+    if reason := missing_shipped_weights(folder):
+        raise DraftLoadError(reason)
     try:
         return load_file(str(folder / WEIGHTS))
     except (OSError, ValueError) as e:

@@ -15,7 +15,6 @@ from speccomplete.decoder.drafts import (
     SelfDrafter,
     build,
     build_drafter,
-    eagle3,
     trained,
 )
 from speccomplete.decoder.drafts.spec import LayersDraft
@@ -43,7 +42,7 @@ def lean_shipped(tmp_path, monkeypatch, target):
     folder = save_draft(draft, shipped / "tiny-code", DraftMeta(target_config=target_signature(target), layers=[0]))
     assert (folder / VOCABULARY).exists()
     (folder / WEIGHTS).unlink()
-    for module in (trained, build, eagle3):
+    for module in (trained, build):
         monkeypatch.setattr(module, "SHIPPED_DRAFTS", shipped)
     return folder, vocab_ids
 
