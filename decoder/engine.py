@@ -36,6 +36,7 @@ import torch
 
 from .cpu_threads import IdleCores
 from .drafts.base import Drafter, Proposal
+from .drafts.references import References
 from .gamma import FixedGamma, HeuristicGamma
 from .healing import allowed_first, heal
 from .kv_cache import head_logits
@@ -74,6 +75,8 @@ class DecodeOptions:
     # take the prompt's last token back and write it again (healing.py; text prompts only): that token counts
     # in max_new_tokens, so the text may be one token shorter
     heal: bool = False
+    # other documents' tokens a prompt lookup may copy from where the prompt has no match (drafts/references.py)
+    references: References | None = None
 
 
 # Why a generation ended: an EOS token, max_new_tokens, a stop string, DecodeOptions.stop_when,
@@ -182,6 +185,7 @@ class SpeculativeDecoder:
             stats.finish_reason = "cancelled"
             return Generation("", [], "cancelled", stats, [], healed)
         if self.drafter is not None:
+            self.drafter.refer(opts.references)
             self.drafter.reset(ids, reused)
         if prefill_logits.device.type == "cuda":  # the prefill's time, not its launch's (the first round waits anyway)
             torch.cuda.synchronize(prefill_logits.device)

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from speccomplete.decoder import cuda_graphs
+from speccomplete.decoder.drafts.references import References
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.stats import GenerationStats
 from speccomplete.metrics import acceptance_rate, mean_accepted_length
@@ -54,6 +55,7 @@ from .bench_contenders import (
 from .cases import Case, read_cases
 from .model_args import add_model_args, device_name, load
 from .returns import device_facts
+from .workspace import nearest_files, read_texts, workspace_references
 
 
 @dataclass
@@ -194,7 +196,8 @@ def assisted(target, draft, ids, max_new_tokens, gamma: int | None, streamer=Non
     return hf_generate(target, ids, max_new_tokens, streamer, assistant_model=draft)
 
 
-Method = Callable[[list[int], str], Run]  # (prompt ids, gamma group) -> the run
+# (prompt ids, gamma group, the case's workspace for the rows that copy from it) -> the run
+Method = Callable[[list[int], str, References | None], Run]
 
 
 def build_methods(
@@ -203,25 +206,34 @@ def build_methods(
     target, draft = contenders.hf_target, contenders.hf_draft
 
     # one closure per decoder and per γ: each binds its own
-    def ours(decoder: SpeculativeDecoder) -> Method:
-        return lambda ids, group: _ours(decoder, ids, DecodeOptions(max_new_tokens=max_new_tokens, gamma_group=group))
+    def ours(decoder: SpeculativeDecoder, refers: bool) -> Method:
+        def run(ids, group, references):
+            references = references if refers else None
+            options = DecodeOptions(max_new_tokens=max_new_tokens, gamma_group=group, references=references)
+            return _ours(decoder, ids, options)
+
+        return run
 
     def assisted_const(g: int) -> Method:
-        return lambda ids, group: _timed(assisted, target, draft, ids, max_new_tokens, g)
+        return lambda ids, group, _: _timed(assisted, target, draft, ids, max_new_tokens, g)
 
     def llama(decoder) -> Method:
-        return lambda ids, group: _llamacpp(decoder, ids, DecodeOptions(max_new_tokens=max_new_tokens))
+        return lambda ids, group, _: _llamacpp(decoder, ids, DecodeOptions(max_new_tokens=max_new_tokens))
 
-    methods: dict[str, Method] = {name: ours(decoder) for name, decoder in contenders.ours.items()}
+    methods: dict[str, Method] = {
+        name: ours(decoder, name in contenders.referring) for name, decoder in contenders.ours.items()
+    }
     methods |= {name: llama(decoder) for name, decoder in contenders.llamacpp.items()}
     if target is not None and draft is not None:
-        methods["hf_assisted_default"] = lambda ids, group: _timed(assisted, target, draft, ids, max_new_tokens, None)
+        methods["hf_assisted_default"] = lambda ids, group, _: _timed(
+            assisted, target, draft, ids, max_new_tokens, None
+        )
         for g in hf_gammas:
             methods[f"hf_assisted_const{g}"] = assisted_const(g)
     if target is not None:
-        methods["hf_greedy"] = lambda ids, group: _timed(hf_generate, target, ids, max_new_tokens)
+        methods["hf_greedy"] = lambda ids, group, _: _timed(hf_generate, target, ids, max_new_tokens)
         if prompt_lookup:  # HF's assisted generation with its prompt-lookup candidate generator
-            methods["hf_assisted_lookup"] = lambda ids, group: _timed(
+            methods["hf_assisted_lookup"] = lambda ids, group, _: _timed(
                 hf_generate, target, ids, max_new_tokens, prompt_lookup_num_tokens=prompt_lookup
             )
     return methods
@@ -289,15 +301,16 @@ def run_bench(
     names = list(methods)
     ar, spec = contenders.ours["ar"], contenders.ours["spec"]
     prompts = [ar.fit_prompt(ar.encode(c.prefix), max_new_tokens, max_prompt_tokens)[0] for c in cases]
+    workspaces = [case_references(c, ar.tokenizer, contenders.workspace_ngram) for c in cases]
     recordings = Recordings()
     try:
-        warm_up(methods, contenders, prompts[0], say)
+        warm_up(methods, contenders, prompts[0], say, workspaces[0])
         results = []
-        for i, (case, ids) in enumerate(zip(cases, prompts)):
+        for i, (case, ids, references) in enumerate(zip(cases, prompts, workspaces)):
             result = CaseRuns(case)
             before = recordings.counts()
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                result.runs[name] = methods[name](ids, case.language)
+                result.runs[name] = methods[name](ids, case.language, references)
             result.followup = _followup(spec, ids, result.runs["spec"].tokens[:8])
             result.recordings_after = recordings.counts()
             result.recorded = counts_between(before, result.recordings_after)
@@ -309,7 +322,19 @@ def run_bench(
         recordings.close()
 
 
-def warm_up(methods: dict[str, Method], contenders: Contenders, ids: list[int], say=None) -> None:
+def case_references(case: Case, tokenizer, min_ngram: int) -> References | None:
+    """What a lookup may copy from in the case's workspace (harness/workspace.py), matches of `min_ngram` tokens
+    or more; None for a case without one, or where `min_ngram` is 0 (no row copies from it)."""
+    if not case.workspace or not min_ngram:
+        return None
+    texts = read_texts(nearest_files(case.workspace, case.path, case.language))
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    return workspace_references(texts, encode, min_ngram=min_ngram)
+
+
+def warm_up(
+    methods: dict[str, Method], contenders: Contenders, ids: list[int], say=None, references: References | None = None
+) -> None:
     """Every method on the first case's whole prompt (allocator, kernels, thread pools, compiling: after a
     64-token warm-up, an H200's first full-length AR run took 1303 ms, the next case's 162, docs/gpu.md);
     then every graph of steps that run graphs (`compiled`: torch.compile's, or recorded ones,
@@ -321,7 +346,7 @@ def warm_up(methods: dict[str, Method], contenders: Contenders, ids: list[int], 
     for name, method in methods.items():
         times = 2 if compiled and name in contenders.ours else 1
         for _ in range(times):
-            run = method(ids, "warm-up")
+            run = method(ids, "warm-up", references)
         if say:
             say(f"warm-up {name}: {run.seconds:.1f} s" + (f" (the second of {times} runs)" if times > 1 else ""))
     for key, steps in compiled.items():
@@ -766,6 +791,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default="",
         help="also time the speculative rows (spec and spec_draft_*) with draft trees of these many nodes, "
         "comma-separated (0: chains): rows NAME_treeN",
+    )
+    p.add_argument(
+        "--compare-workspace",
+        type=int,
+        default=0,
+        metavar="MIN_NGRAM",
+        help="also time the speculative rows with a lookup that copies from the case's workspace too, on matches "
+        "of MIN_NGRAM tokens or more (the cases' `workspace` folder: `specdec cases --workspace`): rows "
+        "NAME_workspace (default 0: none)",
     )
     p.add_argument("--compare-gammas", default="heuristic,cost", help="γ policies for the ablation rows")
     p.add_argument(

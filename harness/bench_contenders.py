@@ -25,6 +25,10 @@ class Contenders:
     hf_target: object | None = None
     hf_draft: object | None = None  # full-vocabulary draft for HF assisted; None: no assisted column
     llamacpp: dict[str, object] = field(default_factory=dict)  # LlamaCppDecoder by method name
+    # rows whose lookup may also copy from the case's workspace (Case.workspace, harness/workspace.py), and the
+    # shortest match it copies on (0: no such row)
+    referring: set[str] = field(default_factory=set)
+    workspace_ngram: int = 0
 
 
 def llamacpp_contenders(methods: str, gguf: str) -> tuple[dict[str, object], dict[str, str]]:
@@ -148,8 +152,25 @@ def build_contenders(
             doc[f"{name}_tree{nodes}"] = f"{doc[name]}; draft trees of up to {nodes} nodes" + (
                 " (chains)" if not nodes else ""
             )
+    referring = set()
+    if args.compare_workspace:
+        for name in [name for name in ours if name.startswith("spec") and ours[name].drafter is not None]:
+            twin = ours[name]
+            ours[f"{name}_workspace"] = SpeculativeDecoder(
+                target,
+                tokenizer,
+                twin.drafter,
+                copy.deepcopy(twin.gamma),
+                draft_confidence=twin.draft_confidence,
+                steps=steps,
+                tree_nodes=twin.tree_nodes,
+            )
+            doc[f"{name}_workspace"] = (
+                f"{doc[name]}; the lookup also copies from the case's workspace ({args.compare_workspace}+ tokens)"
+            )
+            referring.add(f"{name}_workspace")
     if not args.ablations:
-        return Contenders(ours), doc
+        return Contenders(ours, referring=referring, workspace_ngram=args.compare_workspace), doc
 
     def same_drafter(drafter):  # a drafter of its own (drafters hold a cache) over the same draft model
         if isinstance(drafter, HybridDrafter):
@@ -203,4 +224,4 @@ def build_contenders(
         pack_linear_weights(hf_forward, draft_model)
         keep_hf_forward(hf_forward)
         lever_off("unpacked", stock, "packed weights, on the stock nn.Linear / MKL path")
-    return Contenders(ours), doc
+    return Contenders(ours, referring=referring, workspace_ngram=args.compare_workspace), doc

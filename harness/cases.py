@@ -2,7 +2,9 @@
 
 `{"id": str, "path": str, "text": str, "line": int, "character": int}`, optionally `"label"` (a
 language label that overrides detection, e.g. "nl"), `"neighbours"` (`[{"path": str, "text": str}]`:
-other files open in the editor, as its other tabs; written only when there are some) and `"cut": true`.
+other files open in the editor, as its other tabs; written only when there are some), `"workspace"` (the
+folder of its project, whose other files `specdec bench --compare-workspace` lets a lookup copy from) and
+`"cut": true`.
 Cases drawn from the corpus dev split put the cursor after the indentation of a real line, so the rest of
 that line is the ground truth for next-line exact match; with `--mid-line`, inside the same line's text
 instead (the user paused while typing it), marked `cut`: the rest of the line is the ground truth; with
@@ -35,6 +37,7 @@ class Case:
     neighbours: list[dict] = field(default_factory=list)  # other open documents: {"path": str, "text": str}
     cut: bool = False  # the rest of the cursor's line is the reference, cut out before the request (mid-line)
     line_end: bool = False  # at the end of a finished line: the next line is the reference, cut out before the request
+    workspace: str = ""  # the folder of the case's project, whose other files a lookup may copy from
 
     @property
     def language(self) -> str:
@@ -77,7 +80,7 @@ def write_cases(cases: list[Case], path: str | Path) -> None:
             row = dict(case.__dict__)
             if not row["neighbours"]:
                 del row["neighbours"]  # case files without open documents stay as they were
-            for flag in ("cut", "line_end"):
+            for flag in ("cut", "line_end", "workspace"):
                 if not row[flag]:
                     del row[flag]
             f.write(json.dumps(row) + "\n")
@@ -93,6 +96,7 @@ def sample_cases(
     mid_line: bool = False,
     line_end: bool = False,
     refill: bool = False,
+    workspace_roots: list[str] | None = None,
 ) -> list[Case]:
     """Pick files from `<lang>.<split>.txt` lists and a cursor inside each, deterministically.
 
@@ -121,6 +125,9 @@ def sample_cases(
         files = [doc.source for doc in nl_documents(nl_roots, split)]
         rng.shuffle(files)
         cases += pick(files, "nl", "text")
+    for case in cases:
+        roots = [root for root in workspace_roots or () if Path(case.path).is_relative_to(root)]
+        case.workspace = max(roots, key=len, default="")
     return cases
 
 
@@ -277,6 +284,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="a language with fewer usable files than --per-language gets more cursors in the same files, at "
         "other rows, until it has --per-language cases (their cases are not independent: say so where CIs are read)",
     )
+    p.add_argument(
+        "--workspace",
+        metavar="ROOTS",
+        help="ROOTS.txt of the corpus: each case's workspace is its package's root (the rest of its package is "
+        "what `specdec bench --compare-workspace` lets a lookup copy from)",
+    )
     p.add_argument("--out", required=True)
     return p
 
@@ -284,11 +297,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if args.mid_line and args.line_end:
         raise ValueError("--mid-line and --line-end put the cursor in different places: choose one")
-    nl_roots = None
-    if args.nl_roots:
-        from speccomplete.decoder.training.corpus import package_roots
+    from speccomplete.decoder.training.corpus import package_roots
 
-        nl_roots = package_roots(args.nl_roots)
+    nl_roots = package_roots(args.nl_roots) if args.nl_roots else None
     cases = sample_cases(
         args.splits,
         args.per_language,
@@ -299,6 +310,7 @@ def run(args: argparse.Namespace) -> int:
         mid_line=args.mid_line,
         line_end=args.line_end,
         refill=args.refill,
+        workspace_roots=package_roots(args.workspace) if args.workspace else None,
     )
     write_cases(cases, args.out)
     print(f"wrote {len(cases)} cases to {args.out}")

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..sampling import SamplingParams
     from ..target_steps import Steps
     from ..tree import DraftTree
+    from .references import References
 
 
 @dataclass
@@ -77,6 +78,11 @@ class Drafter(Protocol):
     def reset(self, prompt: list[int], reused: int = 0) -> None:
         """Start a request; the first `reused` prompt tokens are those the last request began with."""
         ...
+
+    def refer(self, references: References | None) -> None:
+        """Other documents' tokens (references.py) a prompt lookup may copy from in the requests to come, where
+        the prompt has no match; None: the prompt only. Drafters without a lookup ignore them."""
+        return None
 
     def propose(
         self,

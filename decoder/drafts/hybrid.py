@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..tree import DraftTree
 from .base import Drafter, Proposal, tree_proposal
 from .ngram import NgramDrafter
+from .references import References
 
 # Earlier occurrences a lookup's draft tree copies from at most (NgramDrafter.copies).
 LOOKUP_BRANCHES = 3
@@ -34,6 +35,7 @@ class HybridDrafter(Drafter):
         self.lookup_tokens = lookup_tokens  # the most one copy proposes
         self.span = lookup_tokens // 2  # what the next copy proposes
         self._copied: tuple[int, int] | None = None  # (committed length, tokens) of the last copy
+        self.references: References | None = None  # other documents, copied from where the prompt has no match
 
     @property
     def target_taps(self) -> tuple[int, ...]:  # type: ignore[override]  # the model draft's
@@ -55,6 +57,9 @@ class HybridDrafter(Drafter):
         if self.model is not None:
             self.model.warm_up(max_gamma)
 
+    def refer(self, references: References | None) -> None:
+        self.references = references
+
     def reset(self, prompt: list[int], reused: int = 0) -> None:
         # A request starts from the middle span: the last one's may have grown on text of another kind.
         self.span, self._copied = self.lookup_tokens // 2, None
@@ -63,16 +68,16 @@ class HybridDrafter(Drafter):
             self.model.reset(prompt, reused)
 
     def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
-        found = self.lookup.propose(committed, self.span, params, generator)
-        if found.tokens:
-            self._copied = (len(committed), len(found.tokens))
-            return Proposal(found.tokens, None, lookup=True)
+        found = self._lookup(committed, self.span)
+        if found:
+            self._copied = (len(committed), len(found))
+            return Proposal(found, None, lookup=True)
         self._copied = None
         if self.model is None:
             return Proposal([], None)
 
         def copy(drafts: list[int]) -> list[int]:
-            return self._copy(committed, drafts, params, generator)
+            return self._copy(committed, drafts)
 
         return self.model.propose(committed, gamma, params, generator, min_confidence, lookup=copy)
 
@@ -81,6 +86,8 @@ class HybridDrafter(Drafter):
         differently (NgramDrafter.copies): the latest one whole, the others as far as `nodes` more rows allow,
         within a round's `lookup_tokens`; elsewhere the model draft's tree, or None where it drafts chains."""
         copies = self.lookup.copies(committed, self.span, LOOKUP_BRANCHES)
+        if not copies and self.references is not None:
+            copies = [copy] if (copy := self.references.copy(committed, self.span)) else []
         if copies:
             tree = _trie_within(copies, min(self.lookup_tokens, len(copies[0]) + nodes))
             self._copied = (len(committed), max(tree.depths()))
@@ -90,13 +97,20 @@ class HybridDrafter(Drafter):
             return Proposal([], None)
         return self.model.propose_tree(committed, gamma, nodes, params, generator)
 
-    def _copy(self, committed, drafts, params, generator) -> list[int]:
+    def _copy(self, committed: list[int], drafts: list[int]) -> list[int]:
         """A lookup after `drafts`, within one round's rows (lookup_tokens in all)."""
         room = min(self.span, self.lookup_tokens - len(drafts))
-        found = self.lookup.propose(committed + drafts, room, params, generator) if room > 0 else Proposal([], None)
-        if found.tokens:
-            self._copied = (len(committed) + len(drafts), len(found.tokens))
-        return found.tokens
+        found = self._lookup(committed + drafts, room) if room > 0 else []
+        if found:
+            self._copied = (len(committed) + len(drafts), len(found))
+        return found
+
+    def _lookup(self, tokens: list[int], room: int) -> list[int]:
+        """Up to `room` tokens copied from the prompt, or else from the references."""
+        found = self.lookup.copies(tokens, room, 1)
+        if found:
+            return found[0]
+        return self.references.copy(tokens, room) if self.references is not None else []
 
     def rollback(self, valid: int) -> None:
         if self._copied is not None:
