@@ -251,7 +251,7 @@ class PackedProjections(torch.nn.Module):
 
 def _fusable_projections(module: torch.nn.Module, lean_int8: bool) -> dict[str, torch.nn.Linear]:
     """The linears a module names in `fusable_projections`, by name (they read the same input, and its
-    forward uses `projections` once set: an EAGLE-3 draft's q, k and v, drafts/eagle3.py); {} if none.
+    forward uses `projections` once set: an EAGLE-3 draft's q, k and v, drafts/eagle3/model.py); {} if none.
     With `lean_int8` (int8, in a model lean_forward runs) also the q, k and v of its attentions (which that
     forward then reads from `projections`, and HF's could not): one activation quantization instead of three,
     and the same numbers, since each output row has its own scale. Biases are concatenated with them."""
@@ -278,7 +278,7 @@ def _is_gated_mlp(module: torch.nn.Module) -> bool:
 
 
 # Each forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)): the families' (families.py) and an EAGLE-3
-# draft's (drafts/eagle3.py).
+# draft's (drafts/eagle3/model.py).
 _GATED_MLPS = {family.gated_mlp for family in FAMILIES if family.gated_mlp} | {"Eagle3MLP"}
 
 

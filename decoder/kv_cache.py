@@ -143,7 +143,7 @@ def forward_tapped(
     model, cache: Cache, ids: list[int] | torch.Tensor, keep: int, taps: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """forward_logits that also returns the states entering layers `taps` (an EAGLE-3 draft's
-    features: drafts/eagle3.py), concatenated, [len(ids), len(taps) * hidden]; None without taps.
+    features: drafts/eagle3/model.py), concatenated, [len(ids), len(taps) * hidden]; None without taps.
     The same pass: nothing is computed twice."""
     input_ids = _input_ids(model, ids)
     if _runs_lean(model, cache):

@@ -137,7 +137,7 @@ def lean_hidden(
 
     taps: layer ids whose input states [T, hidden] are appended to `tapped` as they go by (id k:
     the state entering layer k; the number of layers: the final, normed, states),
-    as HF's output_hidden_states[k] holds them. An EAGLE-3 draft reads them (drafts/eagle3.py).
+    as HF's output_hidden_states[k] holds them. An EAGLE-3 draft reads them (drafts/eagle3/model.py).
     tree: the rows are a draft tree's (decoder/tree.py): each at its depth's position, attending to the
     cache and its own ancestors; the cache then holds every row, in the tree's order (kv_cache.keep_rows)."""
     base = model.base_model

@@ -15,7 +15,7 @@
 
 All know which tokens their cache holds, so any decoder may pick up where another left off, and
 a request sharing a prefix with the last one feeds only the rest. With `taps` (an EAGLE-3 draft's
-layer ids, drafts/eagle3.py) all also keep, for every token held, the target's states entering
+layer ids, drafts/eagle3/model.py) all also keep, for every token held, the target's states entering
 those layers, taken from the same forward passes and cut back with the cache (`features`).
 
 On the CPU fixed shapes do not pay: attention over the whole capacity costs more than over the

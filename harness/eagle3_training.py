@@ -61,7 +61,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from speccomplete.decoder.drafts.eagle3 import (
+    from speccomplete.decoder.drafts.eagle3.model import (
         Eagle3Shape,
         default_aux_layers,
         init_from_target,

@@ -113,7 +113,7 @@ def _eagle3_steps(drafter, model, prompt: list[int], tokens: int) -> Callable[[]
     """`tokens` chained steps of an Eagle3Drafter's draft after the prompt's rows (built from the target's
     own states), as a round drafting that many tokens runs them: each the layer over one row, the head and
     its argmax, fed back."""
-    from speccomplete.decoder.drafts.eagle3 import KVCache
+    from speccomplete.decoder.drafts.eagle3.model import KVCache
 
     draft, embeddings = drafter.draft, drafter.embeddings
     device = embeddings.device

@@ -10,9 +10,9 @@ from transformers import PreTrainedModel
 from ..models import VocabularyMismatchError, check_same_vocabulary, load_model
 from .base import Drafter
 from .derived import derive_draft
-from .eagle3 import Eagle3LoadError, load_eagle3, read_config, shape_from_config
-from .eagle3 import check_target as check_eagle3_target
-from .eagle3_drafter import Eagle3Drafter
+from .eagle3.drafter import Eagle3Drafter
+from .eagle3.model import Eagle3LoadError, load_eagle3, read_config, shape_from_config
+from .eagle3.model import check_target as check_eagle3_target
 from .hybrid import HybridDrafter
 from .model import ModelDrafter
 from .ngram import NgramDrafter

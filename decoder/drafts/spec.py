@@ -14,7 +14,7 @@ This docstring is the one description of the syntax; the CLI and the README poin
     eagle3       the EAGLE-3 draft shipped for the target (decoder/weights/); an error for a target
                  none ships for, and in an install without the drafts' weights
     FOLDER       a trained draft: a folder holding draft.json (drafts/trained.py), or an EAGLE-3
-                 draft: a folder holding a speculators config.json (drafts/eagle3.py)
+                 draft: a folder holding a speculators config.json (drafts/eagle3/model.py)
     MODEL        any other text is a model spec (decoder/models.py: a packaged alias, a local
                  model folder or a Hugging Face id) for a draft sharing the target's vocabulary;
                  a name that is none of these and close to a word above or a packaged alias
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models import PACKAGED
-from .eagle3 import is_eagle3_draft
+from .eagle3.model import is_eagle3_draft
 from .trained import DraftLoadError, is_trained_draft
 
 # The spec words, as an error for a spec that is none of them lists them.

@@ -1,4 +1,4 @@
-"""Training an EAGLE-3 draft (decoder/drafts/eagle3.py) on the target's own hidden states.
+"""Training an EAGLE-3 draft (decoder/drafts/eagle3/model.py) on the target's own hidden states.
 
 The draft reads the target's states (the aux states it fuses, and the final normed state the
 target's head reads, which makes the teacher). They come from one of two sources, with one interface:
@@ -11,7 +11,7 @@ target's head reads, which makes the teacher). They come from one of two sources
 frozen) with the "training-time test" (TTT) objective below, in decoder/training/trainer.py's loop.
 The teacher is compact: the target's distribution over the draft's vocabulary only (its head rows).
 
-TTT, as the engine decodes (decoder/drafts/eagle3.py, `Eagle3.step`): sequence x_0..x_{L-1},
+TTT, as the engine decodes (decoder/drafts/eagle3/model.py, `Eagle3.step`): sequence x_0..x_{L-1},
 features g_t. Step 0, row i: embeds E[x_{i+1}], hidden fuse(g_i), position i+1, causal attention
 over step-0 rows; trained toward the target's next-token distribution after x_{i+1}. Step s,
 row i: embeds E[x_{i+1+s}], hidden = the draft's own step-(s-1) output of row i, position i+1+s;
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ..drafts.eagle3 import Eagle3
+from ..drafts.eagle3.model import Eagle3
 from ..drafts.trained import target_signature
 from ..kv_cache import forward_tapped, new_cache
 from .corpus import Shards

@@ -92,7 +92,7 @@ def test_draft_trees_on_the_compiled_step_are_its_ar(gemma3, tokenizer, cache_di
     """A draft tree's verify runs on the same compiled graph (each row at the end of its path; the build checks
     its rows against one-row steps): int8 speculation with EAGLE-3 and lookup trees is still its AR."""
     from speccomplete.decoder.drafts import Eagle3Drafter
-    from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+    from speccomplete.decoder.drafts.eagle3.model import Eagle3Shape, init_from_target
 
     target = copy.deepcopy(gemma3)
     ids = torch.arange(3, 200)

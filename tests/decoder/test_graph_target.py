@@ -24,7 +24,7 @@ from helpers.tiny_models import (
 
 from speccomplete.decoder import cuda_graphs
 from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter, SelfDrafter
-from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+from speccomplete.decoder.drafts.eagle3.model import Eagle3Shape, init_from_target
 from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.graph_target import GraphTarget, span_buckets, supports

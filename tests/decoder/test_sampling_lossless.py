@@ -193,7 +193,7 @@ def test_lossless_with_an_eagle3_draft(weights, target, small_tokenizer):
     exists yet), so the joint tested is that of the second and third tokens.
     """
     from speccomplete.decoder.drafts import Eagle3Drafter
-    from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+    from speccomplete.decoder.drafts.eagle3.model import Eagle3Shape, init_from_target
     from speccomplete.decoder.kernels import Int8Linear, pack_linear_weights
 
     ids = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11, 13, 15])
@@ -224,7 +224,7 @@ def test_lossless_with_an_eagle3_draft_tree(target, small_tokenizer):
     """The same, drafting trees (decoder/tree.py): every round verifies a tree, and the second and third
     tokens' joint is still the target's."""
     from speccomplete.decoder.drafts import Eagle3Drafter
-    from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+    from speccomplete.decoder.drafts.eagle3.model import Eagle3Shape, init_from_target
 
     ids = torch.tensor([0, 2, 3, 5, 7, 8, 10, 11, 13, 15])
     draft = init_from_target(Eagle3Shape.for_target(target, draft_vocab=len(ids)), target, ids, seed=3)

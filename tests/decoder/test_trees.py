@@ -13,7 +13,7 @@ from helpers.decoding import assert_greedy_matches, random_prompts
 from scipy import stats
 
 from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter
-from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+from speccomplete.decoder.drafts.eagle3.model import Eagle3Shape, init_from_target
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
 from speccomplete.decoder.loader import use_cpu_kernels

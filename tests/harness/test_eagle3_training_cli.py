@@ -12,7 +12,7 @@ from helpers.lsp import save_random_model
 from safetensors.torch import load_file
 
 from speccomplete.cli import main
-from speccomplete.decoder.drafts.eagle3 import WEIGHTS, load_eagle3, read_config
+from speccomplete.decoder.drafts.eagle3.model import WEIGHTS, load_eagle3, read_config
 from speccomplete.decoder.models import load_model
 from speccomplete.decoder.training.eagle3 import FeatureShards
 

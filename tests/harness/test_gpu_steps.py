@@ -82,7 +82,7 @@ def test_bench_smoke_writes_its_tables(gpu_root, tmp_path):
 def test_train_smoke_stops_on_time_resumes_and_returns_the_eagle3_draft(gpu_root, tmp_path):
     from safetensors.torch import load_file
 
-    from speccomplete.decoder.drafts.eagle3 import load_eagle3, read_config
+    from speccomplete.decoder.drafts.eagle3.model import load_eagle3, read_config
     from speccomplete.decoder.models import load_model
 
     first = tmp_path / "first"
@@ -119,7 +119,7 @@ def test_the_ratchet_takes_a_draft_that_continued_from_the_shipped_one(gpu_root,
     where its dev acceptance rose, writes the commit-ready folder that loads as the target's draft."""
     import shutil
 
-    from speccomplete.decoder.drafts.eagle3 import load_eagle3
+    from speccomplete.decoder.drafts.eagle3.model import load_eagle3
     from speccomplete.decoder.models import load_model
     from tools import ratchet
 

@@ -1,4 +1,4 @@
-"""The EAGLE-3 draft's greedy chain as one captured graph (decoder/drafts/eagle3_chain.py), run eagerly on
+"""The EAGLE-3 draft's greedy chain as one captured graph (decoder/drafts/eagle3/chain.py), run eagerly on
 the CPU: the same function on the same buffers that CUDA records.
 
 Every round of a real decode, with rollbacks, γ changing from round to round and line ends cutting
@@ -15,7 +15,7 @@ from helpers.decoding import generate, random_prompts
 
 from speccomplete.decoder.drafts import Eagle3Drafter
 from speccomplete.decoder.drafts.base import Drafter, Proposal
-from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, init_from_target
+from speccomplete.decoder.drafts.eagle3.model import Eagle3Shape, init_from_target
 from speccomplete.decoder.engine import SpeculativeDecoder, round_rows
 from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.target_steps import EagerTarget, FixedShapeTarget
@@ -200,12 +200,12 @@ def test_warm_up_makes_every_length_s_graph_once_and_keeps_the_rows(llama, token
 
 
 def test_chains_that_fail_to_record_leave_drafting_to_the_loop(llama, tokenizer, monkeypatch, caplog):
-    from speccomplete.decoder.drafts import eagle3_chain
+    from speccomplete.decoder.drafts.eagle3.chain import GreedyChains
 
     def refuses(self, length):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(eagle3_chain.GreedyChains, "graph", refuses)
+    monkeypatch.setattr(GreedyChains, "graph", refuses)
     drafter = Eagle3Drafter(make_draft(llama), llama, graph_chain=True)
     steps = EagerTarget(llama, drafter.target_taps)
     drafter.attach(steps)

@@ -21,7 +21,7 @@ from helpers.tiny_models import TEST_DEVICE
 
 import speccomplete.decoder.sampling as sampling
 from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter, build_drafter, parse_draft_spec
-from speccomplete.decoder.drafts.eagle3 import (
+from speccomplete.decoder.drafts.eagle3.model import (
     Eagle3Shape,
     KVCache,
     init_from_target,

@@ -1,4 +1,4 @@
-"""The EAGLE-3 draft's folder format (decoder/drafts/eagle3.py) read by the `speculators` package itself, whose
+"""The EAGLE-3 draft's folder format (decoder/drafts/eagle3/model.py) read by the `speculators` package itself, whose
 format vLLM and SGLang serve: its config classes parse config.json, its Eagle3DraftModel takes model.safetensors
 and computes the same next-token logits as Eagle3.step. Then load_eagle3's round trip and its refusals.
 
@@ -15,7 +15,7 @@ from helpers.tiny_models import tiny_llama
 from helpers.tokenizers import BYTE_VOCAB
 from safetensors.torch import load_file
 
-from speccomplete.decoder.drafts.eagle3 import (
+from speccomplete.decoder.drafts.eagle3.model import (
     CONFIG_JSON,
     WEIGHTS,
     Eagle3,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers.tiny_models import FAMILY_BUILDERS, tiny_llama
 
-from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, default_aux_layers, init_from_target
+from speccomplete.decoder.drafts.eagle3.model import Eagle3Shape, default_aux_layers, init_from_target
 from speccomplete.decoder.kv_cache import forward_tapped, new_cache
 from speccomplete.decoder.training.eagle3 import target_states, trainable_parameters, ttt_loss
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from helpers.tiny_models import tiny_llama
 from helpers.tokenizers import BOS, EOS, make_byte_tokenizer
 
-from speccomplete.decoder.drafts.eagle3 import Eagle3Shape, KVCache, init_from_target
+from speccomplete.decoder.drafts.eagle3.model import Eagle3Shape, KVCache, init_from_target
 from speccomplete.decoder.kv_cache import forward_tapped, new_cache
 from speccomplete.decoder.training.corpus import Document, Shards, build_corpus
 from speccomplete.decoder.training.draft import frequent_token_ids

@@ -1,4 +1,4 @@
-"""decoder/drafts/eagle3_gguf.py: an EAGLE-3 draft folder as llama.cpp's eagle3 GGUF, read back with gguf's
+"""harness/eagle3_gguf.py: an EAGLE-3 draft folder as llama.cpp's eagle3 GGUF, read back with gguf's
 reader and run by llama.cpp itself (xllamacpp) as the draft of the tiny llama GGUF (harness/
 tiny_gguf.py), whose greedy output it must leave unchanged.
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from speccomplete.decoder.backends.llamacpp import _never_destroyed
-from speccomplete.decoder.drafts.eagle3 import (
+from speccomplete.decoder.drafts.eagle3.model import (
     CONFIG_JSON,
     Eagle3,
     Eagle3LoadError,
@@ -24,7 +24,7 @@ from speccomplete.decoder.drafts.eagle3 import (
     save_eagle3,
     speculators_config,
 )
-from speccomplete.decoder.drafts.eagle3_gguf import write_eagle3_gguf
+from speccomplete.harness.eagle3_gguf import write_eagle3_gguf
 from speccomplete.harness.tiny_gguf import HIDDEN, LAYERS, write_tiny_gguf
 
 PROMPT = "def add(a, b):\n    return a + b\n\n"

@@ -1,5 +1,5 @@
 """An EAGLE-3 draft at decode time: it drafts from the target's own states, which the verify pass
-already computed (drafts/eagle3.py has the model and its format)."""
+already computed (model.py has the model and its format)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from ..sampling import draw_draft
-from ..tree import DraftTree
-from .base import Drafter, Proposal, tree_proposal
-from .eagle3 import Eagle3, KVCache
-from .eagle3_chain import GreedyChains
+from ...sampling import draw_draft
+from ...tree import DraftTree
+from ..base import Drafter, Proposal, tree_proposal
+from .chain import GreedyChains
+from .model import Eagle3, KVCache
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from ..target_steps import Steps
+    from ...target_steps import Steps
 
 # Tokens each path of a draft tree offers at the next depth, and the paths that go on at each depth: the tree's
 # width (docs/cpu.md, "Draft trees").
@@ -40,7 +40,7 @@ class Eagle3Drafter(Drafter):
     The target's steps keep its states for every token they hold (decoder/target_steps.py, `taps`),
     from the same forward passes that verify: drafting asks nothing more of the target.
 
-    Drafting greedily with no confidence floor, the chain runs as one captured graph (eagle3_chain.py):
+    Drafting greedily with no confidence floor, the chain runs as one captured graph (chain.py):
     on CUDA by default, wherever `graph_chain` is True (the CPU tests run it eagerly). The cache then
     reserves `chain_capacity` rows (by default the target steps' capacity plus a round's rows), which the
     graphs read in place. A round whose chain would not fit them runs the loop, which grows the cache; the

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from .trained import missing_shipped_weights
+from ..trained import missing_shipped_weights
 
 CONFIG_JSON = "config.json"
 WEIGHTS = "model.safetensors"
@@ -260,7 +260,7 @@ class Eagle3(torch.nn.Module):
     ) -> torch.Tensor:
         """One row [1, h] at `position`, written at row `slot` of the cache's buffers (both device tensors
         [1]), attending to every row up to it. The shapes are the buffers', whatever the position, so a CUDA
-        graph can record it (decoder/drafts/eagle3_chain.py); the cache's length does not move."""
+        graph can record it (decoder/drafts/eagle3/chain.py); the cache's length does not move."""
         cos, sin = self.rotary(position)
         q, k, v = self.layer.qkv(embeds[None], hidden[None], cos, sin)
         keys, values, mask = cache.write_at(slot, k, v)
@@ -272,7 +272,7 @@ class KVCache:
     """The draft layer's keys and values [1, Hkv, T, d], in buffers that double when full: a chained step
     writes its one row in place, where concatenating would copy the whole cache every step. Cut by
     moving the end. For decoding only (no autograd through the buffers). The captured chain
-    (eagle3_chain.py) `reserve`s the buffers ahead and writes its rows with `write_at`, at device positions."""
+    (chain.py) `reserve`s the buffers ahead and writes its rows with `write_at`, at device positions."""
 
     def __init__(self):
         self._keys: torch.Tensor | None = None

@@ -3,7 +3,7 @@
 Drafting greedily, each chained token is a function of the device alone: logits over the draft's
 vocabulary, argmax, its target id, that id's embedding, one draft step at the next position. So the
 chain of n tokens runs as one `cuda_graphs.Captured` (eager on the CPU, the same function on the same
-buffers), and the host reads the n tokens back in one transfer, where the loop of eagle3_drafter.py
+buffers), and the host reads the n tokens back in one transfer, where the loop of drafter.py
 reads each token back before it can feed it.
 
 Its inputs are static buffers the drafter fills each round: the newest row's output state and its
@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..cuda_graphs import Captured
-from .eagle3 import Eagle3, KVCache
+from ...cuda_graphs import Captured
+from .model import Eagle3, KVCache
 
 
 class GreedyChains:
