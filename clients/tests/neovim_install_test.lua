@@ -10,26 +10,13 @@
 local dir = assert(os.getenv('SPECDEC_TEST_DIR'), 'SPECDEC_TEST_DIR must be set')
 local TIMEOUT_MS = 600000
 local TYPING_GAP_MS = 60
+local POLL_MS = 100
 
-local function fail(msg)
-  io.stderr:write('[neovim install] FAIL: ' .. msg .. '\n')
-  vim.cmd('cquit 1')
-end
-
-local function wait_for(what, ms, cond, next)
-  local deadline = vim.loop.now() + ms
-  local function poll()
-    local ok, value = pcall(cond)
-    if ok and value then
-      return next(value)
-    end
-    if vim.loop.now() > deadline then
-      return fail('timed out waiting for ' .. what)
-    end
-    vim.defer_fn(poll, 100)
-  end
-  poll()
-end
+-- fail and wait_for, shared with the other drivers (neovim_driver.lua), from this file's folder: the clone's,
+-- while Neovim runs in the repo root
+local driver = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/neovim_driver.lua')
+driver.setup({ label = '[neovim install]' })
+local fail, wait_for = driver.fail, driver.wait_for
 
 -- The ghost text the plugin draws (its extmark's virtual text), or nil.
 local function ghost(bufnr)
@@ -64,9 +51,9 @@ local ok_started = require('specdec.install').install(function(ok)
     return fail(':SpecdecInstall failed; its log: ' .. require('specdec.install').log_path())
   end
   times.installed_ms = vim.loop.now() - started
-  wait_for('the installed server, ready', TIMEOUT_MS, function()
+  wait_for('the installed server, ready', function()
     return specdec.status.state == 'ready' and specdec.client(bufnr) ~= nil
-  end, function()
+  end, TIMEOUT_MS, POLL_MS, function()
     times.ready_ms = vim.loop.now() - started
     vim.api.nvim_win_set_cursor(0, { 2, 0 })
     vim.api.nvim_feedkeys('A', 'nt', false)
@@ -77,9 +64,9 @@ local ok_started = require('specdec.install').install(function(ok)
         vim.api.nvim_feedkeys(typed:sub(k, k), 'nt', false)
         return vim.defer_fn(step, TYPING_GAP_MS)
       end
-      wait_for('ghost text', TIMEOUT_MS, function()
+      wait_for('ghost text', function()
         return ghost(bufnr)
-      end, function(text)
+      end, TIMEOUT_MS, POLL_MS, function(text)
         times.ghost_ms = vim.loop.now() - started
         times.ghost = text
         vim.fn.writefile({ vim.fn.json_encode(times) }, dir .. '/install.json')

@@ -13,16 +13,14 @@ local dir = assert(os.getenv('SPECDEC_TEST_DIR'), 'SPECDEC_TEST_DIR must be set'
 local display_option = os.getenv('SPECDEC_TEST_DISPLAY') or 'auto'
 local DELAY_MS = 250 -- the fake server's answer time: longer than the checks that must beat it
 local log_path = dir .. '/fake-lsp.jsonl'
+local POLL_MS = 20 -- how often a wait looks again: well under DELAY_MS
 
-local function log(msg)
-  io.stderr:write(string.format('[nvim %d.%d %s logic] %s\n', vim.version().major, vim.version().minor,
-    display_option, msg))
-end
-
-local function fail(msg)
-  log('FAIL: ' .. msg)
-  vim.cmd('cquit 1')
-end
+-- log, fail and wait_for, shared with the other drivers (from this file's folder)
+local driver = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/neovim_driver.lua')
+driver.setup({
+  label = string.format('[nvim %d.%d %s logic]', vim.version().major, vim.version().minor, display_option),
+})
+local log, fail, wait_for = driver.log, driver.fail, driver.wait_for
 
 vim.cmd('filetype on')
 vim.o.swapfile = false
@@ -88,7 +86,14 @@ local function keys(s)
   vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(s, true, false, true), 'mt', false)
 end
 
--- Each step gets `next`; `wait(what, ms, cond, then)` polls without blocking the event loop.
+-- A wait that times out also says the ghost text shown and the line, as they are then.
+driver.setup({
+  on_timeout = function()
+    return '; ghost text ' .. vim.inspect(ghost()) .. ', line ' .. vim.inspect(vim.api.nvim_get_current_line())
+  end,
+})
+
+-- Each step gets `next`; `wait_for(what, cond, ms, POLL_MS, then)` polls without blocking the event loop.
 local steps = {}
 local function step(name, fn)
   table.insert(steps, { name = name, fn = fn })
@@ -110,26 +115,10 @@ local function run(i)
   end
 end
 
-local function wait(what, ms, cond, next)
-  local deadline = vim.loop.now() + ms
-  local function poll()
-    local ok, value = pcall(cond)
-    if ok and value then
-      return next(value)
-    end
-    if vim.loop.now() > deadline then
-      return fail('timed out waiting for ' .. what .. (ok and '' or (': ' .. tostring(value)))
-        .. '; ghost text ' .. vim.inspect(ghost()) .. ', line ' .. vim.inspect(vim.api.nvim_get_current_line()))
-    end
-    vim.defer_fn(poll, 20)
-  end
-  poll()
-end
-
 local function expect_ghost(text, ms, next)
-  wait('ghost text ' .. vim.inspect(text), ms or 2000, function()
+  wait_for('ghost text ' .. vim.inspect(text), function()
     return ghost() == text
-  end, next)
+  end, ms or 2000, POLL_MS, next)
 end
 
 -- No ghost text now, nor for `ms` after.
@@ -142,7 +131,7 @@ local function expect_none(ms, next)
     if vim.loop.now() > deadline then
       return next()
     end
-    vim.defer_fn(poll, 20)
+    vim.defer_fn(poll, POLL_MS)
   end
   poll()
 end
@@ -157,10 +146,10 @@ end
 step('attach', function(next)
   vim.fn.writefile({ 'def f(a):', '    ' }, dir .. '/f.py')
   vim.cmd('edit ' .. vim.fn.fnameescape(dir .. '/f.py'))
-  wait('the buffer-local keys', 10000, function()
+  wait_for('the buffer-local keys', function()
     local map = vim.fn.maparg(keymaps.accept, 'i', false, true)
     return map.buffer == 1 and map.desc and map.desc:find('^specdec: ')
-  end, function()
+  end, 10000, POLL_MS, function()
     -- one debounce: the display waits for the pause, so the server is asked not to wait again
     local options = received('initialize')[1].params.initializationOptions
     if options.debounceMs ~= 0 then
@@ -215,30 +204,30 @@ else
 end
 
 step('accept word, then line by line: the command runs once, for the whole', function(next)
-  wait('no request in flight', 2000, function()
+  wait_for('no request in flight', function()
     return not (extmark and require('specdec.trigger').busy(0))
-  end, function()
+  end, 2000, POLL_MS, function()
     keys(keymaps.accept_word)
-    wait('the word', 1000, function()
+    wait_for('the word', function()
       return vim.api.nvim_get_current_line() == '    return'
-    end, function()
+    end, 1000, POLL_MS, function()
       expect_ghost(' foo(a)\n    # done', 3000, function()
         keys(keymaps.accept_line)
-        wait('the rest of the line', 1000, function()
+        wait_for('the rest of the line', function()
           return vim.api.nvim_get_current_line() == '    return foo(a)'
-        end, function()
+        end, 1000, POLL_MS, function()
           expect_ghost('\n    # done', 3000, function()
             if #received('workspace/executeCommand') ~= 0 then
               error('a command ran for a part of the completion')
             end
             keys(keymaps.accept_line)
-            wait('the next line', 1000, function()
+            wait_for('the next line', function()
               return vim.api.nvim_buf_line_count(0) == 3
-            end, function()
+            end, 1000, POLL_MS, function()
               expect_lines({ 'def f(a):', '    return foo(a)', '    # done' })
-              wait('the accept command', 2000, function()
+              wait_for('the accept command', function()
                 return #received('workspace/executeCommand') == 1
-              end, next)
+              end, 2000, POLL_MS, next)
             end)
           end)
         end)
@@ -251,9 +240,9 @@ step('dismiss clears it, and it stays cleared', function(next)
   keys('<CR>r')
   expect_ghost('eturn foo(a)\n    # done', 3000, function()
     keys(keymaps.dismiss)
-    wait('no ghost text', 200, function()
+    wait_for('no ghost text', function()
       return ghost() == nil
-    end, function()
+    end, 200, POLL_MS, function()
       expect_none(400, next)
     end)
   end)
@@ -264,9 +253,9 @@ if extmark then
     keys('e')
     expect_ghost('turn foo(a)\n    # done', 3000, function()
       keys('<Left>')
-      wait('no ghost text', DELAY_MS, function()
+      wait_for('no ghost text', function()
         return ghost() == nil
-      end, next)
+      end, DELAY_MS, POLL_MS, next)
     end)
   end)
 
@@ -274,9 +263,9 @@ if extmark then
     keys('<End>')
     expect_ghost('turn foo(a)\n    # done', 3000, function()
       keys('<Esc>')
-      wait('no ghost text', 200, function()
+      wait_for('no ghost text', function()
         return ghost() == nil
-      end, next)
+      end, 200, POLL_MS, next)
     end)
   end)
 
@@ -318,20 +307,20 @@ step('a completion past the auto-closed bracket: drawn around it, accepted over 
       error('typing gave ' .. vim.inspect(vim.api.nvim_get_current_line()))
     end
     keys(keymaps.accept_word)
-    wait('the first word, before the ")"', 1000, function()
+    wait_for('the first word, before the ")"', function()
       return vim.api.nvim_get_current_line() == '    print(")'
-    end, function()
+    end, 1000, POLL_MS, function()
       expect_ghost(drawn('hi", a)  # done'), 3000, function()
         keys(keymaps.accept)
-        wait('the whole, over the ")"', 1000, function()
+        wait_for('the whole, over the ")"', function()
           return vim.api.nvim_get_current_line() == '    print("hi", a)  # done'
-        end, function()
+        end, 1000, POLL_MS, function()
           if vim.api.nvim_win_get_cursor(0)[2] ~= #'    print("hi", a)  # done' then
             error('the cursor is at ' .. vim.inspect(vim.api.nvim_win_get_cursor(0)))
           end
-          wait('the accept command', 2000, function()
+          wait_for('the accept command', function()
             return #received('workspace/executeCommand') == commands + 1
-          end, next)
+          end, 2000, POLL_MS, next)
         end)
       end)
     end)
@@ -341,15 +330,15 @@ end)
 if extmark then
   step('asked for, an empty answer says why', function(next)
     keys('<Esc>oreturn 2')
-    wait('the typed line, nothing shown', 2000, function()
+    wait_for('the typed line, nothing shown', function()
       return vim.api.nvim_get_current_line() == '    return 2' and not require('specdec.trigger').busy(0)
         and ghost() == nil
-    end, function()
+    end, 2000, POLL_MS, function()
       vim.cmd('messages clear')
       keys(keymaps.next)
-      wait('the reason in the message area', 2000, function()
+      wait_for('the reason in the message area', function()
         return vim.fn.execute('messages'):find('specdec: nothing to offer (end of a finished line)', 1, true)
-      end, next)
+      end, 2000, POLL_MS, next)
     end)
   end)
 end
@@ -379,9 +368,9 @@ step('the load shown as it goes, ready said once, and a missing server said', fu
   specdec._on_status({ state = 'loading', message = 'converting m.gguf: tensors (40%)' })
   specdec._on_status({ state = 'ready', message = 'm on cpu' })
   specdec._on_status({ state = 'ready', message = 'm on cpu' })
-  wait('"ready" said', 2000, function()
+  wait_for('"ready" said', function()
     return vim.fn.execute('messages'):find('specdec: ready (m on cpu)', 1, true)
-  end, function()
+  end, 2000, POLL_MS, function()
     local messages = vim.fn.execute('messages')
     local _, readies = messages:gsub('specdec: ready %(m on cpu%)', '')
     if readies ~= 1 then
@@ -400,9 +389,9 @@ step('the load shown as it goes, ready said once, and a missing server said', fu
     if found or not specdec.statusline():find('specdec missing', 1, true) then
       return fail('no server, yet the statusline says ' .. specdec.statusline())
     end
-    wait('a missing server said', 2000, function()
+    wait_for('a missing server said', function()
       return vim.fn.execute('messages'):find('no specdec server found; :SpecdecInstall sets one up', 1, true)
-    end, function()
+    end, 2000, POLL_MS, function()
       specdec.status = before
       next()
     end)

@@ -21,6 +21,8 @@
 --   SPECDEC_TEST_DISPLAY=auto SPECDEC_TEST_EXPECT=extmark \
 --     nvim --headless -u NONE -i NONE --cmd 'set rtp^=clients/neovim' -c 'luafile clients/tests/neovim_test.lua'
 -- Writes $SPECDEC_TEST_DIR/result.json and exits 0, or exits 1 with the reason on stderr.
+-- What the Neovim drivers share (neovim_driver.lua), from this file's folder; set up below.
+local driver = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/neovim_driver.lua')
 local dir = os.getenv('SPECDEC_TEST_DIR')
 local cmd_json = os.getenv('SPECDEC_TEST_CMD')
 if not dir or not cmd_json then
@@ -81,25 +83,27 @@ local CASES = {
   },
 }
 
-local function log(msg)
-  io.stderr:write('[nvim ' .. tostring(vim.version().major) .. '.' .. tostring(vim.version().minor) .. ' '
-    .. display_option .. ' ' .. start .. '] ' .. msg .. '\n')
-end
-
-local function fail(msg)
-  log('FAIL: ' .. msg)
-  local f = io.open(dir .. '/nvim-messages.txt', 'w')
-  if f then
-    f:write(vim.fn.execute('messages'))
-    f:close()
-  end
-  -- Neovim logs the server's stderr to its LSP log.
-  local lsp_log = vim.lsp.get_log_path()
-  if vim.fn.filereadable(lsp_log) == 1 then
-    vim.fn.writefile(vim.fn.readfile(lsp_log), dir .. '/lsp.log')
-  end
-  vim.cmd('cquit 1')
-end
+-- log, fail, guarded and wait_for (polling every 50 ms, its default), from neovim_driver.lua. A failure leaves
+-- :messages and the LSP log in $SPECDEC_TEST_DIR for test_editors.py's artifacts; an error in a wait's callback
+-- fails the test instead of leaving Neovim waiting.
+driver.setup({
+  label = '[nvim ' .. tostring(vim.version().major) .. '.' .. tostring(vim.version().minor) .. ' ' .. display_option
+    .. ' ' .. start .. ']',
+  on_fail = function()
+    local f = io.open(dir .. '/nvim-messages.txt', 'w')
+    if f then
+      f:write(vim.fn.execute('messages'))
+      f:close()
+    end
+    -- Neovim logs the server's stderr to its LSP log.
+    local lsp_log = vim.lsp.get_log_path()
+    if vim.fn.filereadable(lsp_log) == 1 then
+      vim.fn.writefile(vim.fn.readfile(lsp_log), dir .. '/lsp.log')
+    end
+  end,
+  catch = true,
+})
+local log, fail, guarded, wait_for = driver.log, driver.fail, driver.guarded, driver.wait_for
 
 -- Every Lua file of the plugin compiles on this Neovim's LuaJIT.
 for _, pattern in ipairs({ 'lua/specdec/*.lua', 'lsp/specdec.lua', 'plugin/specdec.lua' }) do
@@ -232,31 +236,6 @@ local function cmp_shim(bufnr)
   })
 end
 
--- Runs fn; a Lua error fails the test instead of leaving Neovim waiting.
-local function guarded(fn, ...)
-  local ok, err = pcall(fn, ...)
-  if not ok then
-    fail('error: ' .. tostring(err))
-  end
-end
-
--- Polls `cond` every 50 ms without blocking the event loop (so typeahead and LSP messages are
--- processed), then calls `next` with its value; fails after `ms`.
-local function wait_for(what, ms, cond, next)
-  local deadline = vim.loop.now() + ms
-  local function poll()
-    local ok, value = pcall(cond)
-    if ok and value then
-      return guarded(next, value)
-    end
-    if vim.loop.now() > deadline then
-      return fail('timed out waiting for ' .. what .. (ok and '' or (': ' .. tostring(value))))
-    end
-    vim.defer_fn(poll, 50)
-  end
-  poll()
-end
-
 -- Keys as typed; `remap` lets mappings (the plugin's) apply.
 local function keys(s, remap)
   vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes(s, true, false, true), remap and 'mt' or 'nt', false)
@@ -364,9 +343,9 @@ local function ghost_case(i, case, bufnr)
     if not vim.deep_equal(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false), typed_lines) then
       return fail(case.file .. ': typing gave ' .. vim.inspect(vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)))
     end
-    wait_for('ghost text', completion_timeout_ms, function()
+    wait_for('ghost text', function()
       return not busy(bufnr) and ghost_text(bufnr)
-    end, function(ghost)
+    end, completion_timeout_ms, function(ghost)
       log(case.file .. ': ghost text ' .. vim.inspect(ghost) .. ' after ' .. (cmp.sent - completions_before)
         .. ' textDocument/completion requests beside it')
       local accept_key = keys_opt[case.accept]
@@ -381,19 +360,19 @@ local function ghost_case(i, case, bufnr)
         local before = inserted()
         last_ghost = ghost_text(bufnr)
         keys(accept_key, true)
-        wait_for('the accepted text in the buffer', 10000, function()
+        wait_for('the accepted text in the buffer', function()
           return inserted() ~= before
-        end, function()
+        end, 10000, function()
           if #inserted() < #ghost and presses < 40 then
             -- a part (a word): the rest stays shown, and the server's answer for it follows
-            return wait_for('the rest of the ghost text', completion_timeout_ms, function()
+            return wait_for('the rest of the ghost text', function()
               return not busy(bufnr) and ghost_text(bufnr)
-            end, press)
+            end, completion_timeout_ms, press)
           end
           keys('<Esc>')
-          wait_for('normal mode', 10000, function()
+          wait_for('normal mode', function()
             return vim.fn.mode() == 'n'
-          end, function()
+          end, 10000, function()
             local after = lines_with(typed_lines, last, ghost)
             if not buffer_holds(case, bufnr, after) then
               return
@@ -406,11 +385,11 @@ local function ghost_case(i, case, bufnr)
             local fallbacks = vim.g.specdec_test_fallback or 0
             keys('A', false)
             keys(keys_opt.dismiss .. keys_opt.accept .. '<Esc>', true)
-            wait_for('the keys without ghost text', 10000, function()
+            wait_for('the keys without ghost text', function()
               local line = vim.api.nvim_buf_get_lines(bufnr, -2, -1, false)[1]
               return vim.fn.mode() == 'n' and (vim.g.specdec_test_fallback or 0) > fallbacks
                 and line:find('^' .. vim.pesc(after[#after]) .. '[\t ]+$')
-            end, function()
+            end, 10000, function()
             log(case.file .. ': accepted ' .. vim.inspect(ghost) .. ' in ' .. presses .. ' key presses ('
               .. accept_key .. '); ' .. (sent.inline - inline_before) .. ' inline completion requests')
             finish_case(i, {
@@ -454,13 +433,13 @@ local function autopairs_case(i, case, bufnr)
   keys(case.typed, true) -- remapped: the auto-pairs mapping closes the bracket
   local typed_line = case.lines[last] .. case.closed
   local function check(want, text, how)
-    wait_for('the accepted text in the buffer', 10000, function()
+    wait_for('the accepted text in the buffer', function()
       return vim.api.nvim_get_current_line() ~= typed_line
-    end, function()
+    end, 10000, function()
       keys('<Esc>')
-      wait_for('normal mode', 10000, function()
+      wait_for('normal mode', function()
         return vim.fn.mode() == 'n'
-      end, function()
+      end, 10000, function()
         local lines = vim.list_slice(case.lines, 1, last - 1)
         vim.list_extend(lines, want)
         if not buffer_holds(case, bufnr, lines) then
@@ -479,14 +458,14 @@ local function autopairs_case(i, case, bufnr)
       end)
     end)
   end
-  wait_for('the auto-closed bracket', 10000, function()
+  wait_for('the auto-closed bracket', function()
     return vim.api.nvim_get_current_line() == typed_line
-  end, function()
+  end, 10000, function()
     if display == 'popup' then
       keys(vim.lsp.completion and vim.lsp.completion.get and '<Cmd>lua vim.lsp.completion.get()<CR>' or '<C-x><C-o>')
-      return wait_for('the completion menu', completion_timeout_ms, function()
+      return wait_for('the completion menu', function()
         return vim.fn.pumvisible() == 1 and vim.fn.complete_info({ 'items' }).items[1]
-      end, function(menu_item)
+      end, completion_timeout_ms, function(menu_item)
         local item = menu_item.user_data.nvim.lsp.completion_item
         local edit = item.textEdit
         log(case.file .. ': server sent ' .. vim.inspect(edit))
@@ -495,10 +474,10 @@ local function autopairs_case(i, case, bufnr)
           .. edit.range.start.character .. '-' .. edit.range['end'].character)
       end)
     end
-    wait_for('ghost text', completion_timeout_ms, function()
+    wait_for('ghost text', function()
       local answer = sent.answer
       return not busy(bufnr) and ghost_text(bufnr) and answer and answer.line == typed_line and answer
-    end, function(answer)
+    end, completion_timeout_ms, function(answer)
       local item = answer.item
       log(case.file .. ': ghost text ' .. vim.inspect(ghost_text(bufnr)) .. ' for ' .. vim.inspect(item))
       keys(keys_opt.accept, true)
@@ -519,20 +498,20 @@ local function popup_case(i, case, bufnr)
   else
     keys('A<C-x><C-o>')
   end
-  wait_for('the completion menu', completion_timeout_ms, function()
+  wait_for('the completion menu', function()
     if vim.fn.pumvisible() == 1 then
       local items = vim.fn.complete_info({ 'items' }).items
       return items[1]
     end
-  end, function(item)
+  end, completion_timeout_ms, function(item)
     local lsp_item = item.user_data.nvim.lsp.completion_item
     local text = (lsp_item.textEdit and lsp_item.textEdit.newText) or lsp_item.insertText or lsp_item.label
     log(case.file .. ': server sent ' .. vim.inspect(text))
     local before = vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)
     keys('<C-y><Esc>')
-    wait_for('the accepted text in the buffer', 10000, function()
+    wait_for('the accepted text in the buffer', function()
       return vim.fn.mode() == 'n' and vim.api.nvim_buf_get_lines(bufnr, 0, -1, false)[last] ~= before[last]
-    end, function()
+    end, 10000, function()
       if not buffer_holds(case, bufnr, lines_with(lines, last, text)) then
         return
       end
@@ -565,10 +544,10 @@ run_case = function(i)
   local bufnr = vim.api.nvim_get_current_buf()
   log(case.file .. ': filetype ' .. vim.bo.filetype)
 
-  wait_for('the server to attach and load its models', timeout_ms, function()
+  wait_for('the server to attach and load its models', function()
     local client = specdec.client(bufnr)
     return client and specdec.status.state == 'ready' and client
-  end, function(client)
+  end, timeout_ms, function(client)
     spy(client)
     if case.closed and display == 'popup' then
       return autopairs_case(i, case, bufnr)
@@ -576,10 +555,10 @@ run_case = function(i)
       return popup_case(i, case, bufnr)
     end
     -- the plugin's keys are set once the buffer is wired (LspAttach)
-    wait_for('the buffer-local keys', 10000, function()
+    wait_for('the buffer-local keys', function()
       local map = vim.fn.maparg(keys_opt.accept, 'i', false, true)
       return map.buffer == 1 and map.desc and map.desc:find('^specdec: ')
-    end, function()
+    end, 10000, function()
       if display == 'native' then
         if not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
           return fail('inline completion is not enabled in the buffer')
