@@ -15,7 +15,7 @@ from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.decoder.sampling import SamplingParams
 from speccomplete.decoder.target_steps import EagerTarget
-from speccomplete.telemetry.events import CompletionEvent
+from speccomplete.telemetry.events import CompletionEvent, Source
 from speccomplete.telemetry.log import EventLog
 
 from .cases import Case, read_cases
@@ -52,9 +52,11 @@ def run_sweep(
     draft_name: str,
     device: str,
     seed: int = 0,
+    source: Source = "sweep",
     progress=None,
 ) -> int:
-    """Decode every case at every grid point and write one event per run; returns the number of runs."""
+    """Decode every case at every grid point and write one event per run, of `source` (`specdec study` runs the
+    grid too); returns the number of runs."""
     if drafter is None and any(gammas):
         raise ValueError("a γ sweep needs a draft (--draft is 'none')")
     # One cache the decoders take turns on: a drafter attaches to the steps of the decoder built with it, and a
@@ -97,7 +99,7 @@ def run_sweep(
                         "seed": seed,
                     },
                     case_id=case.id,
-                    source="sweep",
+                    source=source,
                 )
             )
             runs += 1

@@ -1,6 +1,6 @@
 """One completion is one event: a plain, versioned record that serializes to one JSON line.
 
-Producers (the server, `specdec bench`, `specdec eval`, `specdec sweep`) build events with
+Producers (the server, `specdec bench`, `specdec eval`, `specdec sweep`, `specdec study`) build events with
 `CompletionEvent.from_stats(stats.to_dict(), **fields)`; the editor's verdict arrives later as an
 outcome record (see telemetry.log.EventLog.update_outcome) and analysis joins the latest one.
 """
@@ -19,7 +19,7 @@ Trigger = Literal["automatic", "invoked"]
 # request was cancelled); the editor's verdict on a shown completion arrives later as accepted,
 # partial (the user typed along part of it) or rejected.
 Outcome = Literal["shown", "accepted", "partial", "rejected", "cancelled", "error", "empty"]
-Source = Literal["eval", "bench", "sweep", "editor"]
+Source = Literal["eval", "bench", "sweep", "study", "editor"]
 # Why an answer is empty (outcome "empty", "cancelled" or "error"):
 # - "gate": the first line's confidence is under minConfidence;
 # - "finished-line": the cursor is at the end of a finished line and the model only ended the line;
@@ -85,6 +85,7 @@ class CompletionEvent:
     rejected_rounds: int = 0
     lookup_drafted: int = 0  # of drafted/accepted, tokens copied from the context (hybrid draft)
     lookup_accepted: int = 0
+    lookup_rejected_rounds: int = 0  # of rejected_rounds, those whose drafts were copied from the context
     gammas: list[int] = field(default_factory=list)  # drafts proposed per round
     accepted_histogram: list[int] = field(default_factory=list)  # [n] = drafting rounds that accepted n
     draft_ms: float = 0.0
@@ -105,7 +106,7 @@ class CompletionEvent:
     stage: Stage | None = None  # of a block answered in stages (None: whole)
     debounce_ms: float | None = None  # the server's wait for more typing before latency_ms began (its producer's)
     accepted_chars: int | None = None
-    case_id: str | None = None  # set by eval/bench/sweep harnesses
+    case_id: str | None = None  # set by eval/bench/sweep/study harnesses
     source: Source | None = None
     text: str | None = None  # the completion text, only when the user opted in
 

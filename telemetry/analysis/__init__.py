@@ -1,5 +1,6 @@
 """The offline analysis of completion events: `specdec report` (per-language speed and acceptance,
-disparity across languages, RQ1 and RQ3), its tables and plots, and the report's timing benchmark.
+disparity across languages, RQ1 and RQ3), its tables and plots, `specdec study`'s study.json, study.md
+and plots (study.py), and the report's timing benchmark.
 
 It sits above the runtime: the language server never imports it, so its libraries (duckdb, pandas,
 matplotlib, numpy) are the optional extra `analysis` rather than dependencies of every install.

@@ -1,4 +1,5 @@
-"""The report's PNG plots: α̂ and speedup by language, and the RQ3 γ sweep (speedup heatmap, bursts).
+"""The report's PNG plots: α̂ and speedup by language, and the RQ3 γ sweep (speedup heatmap, bursts); and the
+study's: α̂ and speedup by language with intervals, and speedup over γ × T per resource group.
 
 Plots are drawn per configuration or per backend and draft (the configuration label names the
 backend), so two backends never share a bar, cell or line; α̂ and bursts exist for "rounds" events only.
@@ -114,3 +115,48 @@ def speedup_heatmap(fig, ax, grid: np.ndarray, gammas: list, temperatures: list,
     ax.set_ylabel("temperature")
     ax.set_title(title)
     fig.colorbar(image, ax=ax)
+
+
+def study_plots(out: Path, data: dict) -> list[str]:
+    """The study's PNGs from study.json's `data`: study_by_language.png (α̂ and speedup per language and draft, with
+    intervals) and rq3_heatmap.png (speedup over AR, γ × T per group); returns their file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    drafts = data["drafts"]
+    languages = list(data["language_groups"])
+    if drafts and languages:
+        fig, axes = plt.subplots(2, 1, figsize=(max(6, 0.5 * len(languages) * max(1, len(drafts))), 7))
+        for ax, metric, label in ((axes[0], "alpha", "the draft's own α̂"), (axes[1], "speedup", "speedup vs AR")):
+            bars = {}
+            for draft, entry in drafts.items():
+                rows = [entry["languages"].get(lang, {}).get(metric, {}) for lang in languages]
+                values = np.array([r.get("value") if r.get("value") is not None else np.nan for r in rows], float)
+                lo = np.array([r.get("lo") if r.get("lo") is not None else np.nan for r in rows], float)
+                hi = np.array([r.get("hi") if r.get("hi") is not None else np.nan for r in rows], float)
+                bars[draft] = (values, np.nan_to_num(np.stack([values - lo, hi - values]), nan=0.0))
+            language_bars(ax, languages, bars, data["language_groups"], label, at_one=metric == "speedup")
+        fig.tight_layout()
+        fig.savefig(out / "study_by_language.png", dpi=110)
+        plt.close(fig)
+        written.append("study_by_language.png")
+    rq3 = [r for r in data["rq3"] if r["speedup"]["value"] is not None]
+    panels = list(dict.fromkeys(r["group"] for r in rq3))
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.8), squeeze=False)
+        for ax, group in zip(axes[0], panels):
+            rows = [r for r in rq3 if r["group"] == group]
+            gammas = sorted({r["gamma"] for r in rows})
+            temperatures = sorted({r["temperature"] for r in rows})
+            grid = np.full((len(temperatures), len(gammas)), np.nan)
+            for r in rows:
+                grid[temperatures.index(r["temperature"]), gammas.index(r["gamma"])] = r["speedup"]["value"]
+            speedup_heatmap(fig, ax, grid, gammas, temperatures, f"speedup vs AR: {group}")
+        fig.tight_layout()
+        fig.savefig(out / "rq3_heatmap.png", dpi=110)
+        plt.close(fig)
+        written.append("rq3_heatmap.png")
+    return written

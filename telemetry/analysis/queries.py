@@ -1,8 +1,9 @@
 """The report's aggregations over the `events` table of read.connect: per-language rows, the
 per-case sums the bootstrap resamples, and the pooled RQ1 / RQ3 rows.
 
-DuckDB sums the counts; the ratios and percentiles made of those sums are speccomplete.metrics's
-(α̂, τ, latency percentiles), applied per row in Python: one row per configuration and language.
+DuckDB sums the counts and pairs each case's runs with its AR run (pairing.py); the ratios and percentiles
+made of those sums are speccomplete.metrics's (α̂, τ, speed-up, latency percentiles), applied per row in
+Python: one row per configuration and language.
 
 Every row and pooled group is split by decode backend (local, llamacpp, openai), so two backends never
 share a number. Each acceptance number is summed over the events whose `draft_counts` carry it: α̂, τ
@@ -18,9 +19,10 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from speccomplete.metrics import acceptance_rate, mean_accepted_length, percentile
+from speccomplete.metrics import acceptance_rate, mean_accepted_length, percentile, speedup
 
 from .groups import NATURAL_LANGUAGE
+from .pairing import pair_with_ar
 
 MAX_BLOCKS = 2000  # above this many cases in a language, cases are resampled in hashed blocks
 RQ3_GAMMAS = (1, 2, 4, 8, 16, 32)
@@ -31,6 +33,7 @@ REPORT_COLUMNS = [
     "drafted",
     "accepted",
     "rejected_rounds",
+    "prefill_ms",
     "total_ms",
     "latency_ms",
     "multiline",
@@ -70,37 +73,13 @@ LATENCY = "coalesce(nullif(latency_ms, 0), total_ms)"
 
 
 def prepare(con) -> None:
-    """Tables `units` (per config, language, case: sums paired with that case's AR sums) and `blocks`."""
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE cases AS
-        SELECT {CONFIG}, {CONFIG_LABEL} AS config, device, max_new_tokens, coalesce(is_ar, false) AS is_ar,
-               language, unit, run, count(*) AS n,
-               coalesce(sum(accepted) FILTER (WHERE {ROUNDS}), 0) AS acc,  -- α̂'s counts: "rounds" events only
-               coalesce(sum(rejected_rounds) FILTER (WHERE {ROUNDS}), 0) AS rej,
-               sum(generated_tokens) AS tokens, sum(total_ms) AS ms
-        FROM events GROUP BY ALL
-    """)
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE units AS
-        WITH ar AS (
-            SELECT target, backend, device, temperature, max_new_tokens, unit, run,
-                   sum(tokens) AS ar_tokens, sum(ms) AS ar_ms
-            FROM cases WHERE is_ar GROUP BY ALL
-        )
-        SELECT c.config, any_value(c.is_ar) AS is_ar, c.language, c.unit,
-               sum(c.acc) AS acc, sum(c.rej) AS rej,
-               sum(CASE WHEN ar.unit IS NOT NULL THEN c.tokens ELSE 0 END) AS sp_tokens,
-               sum(CASE WHEN ar.unit IS NOT NULL THEN c.ms ELSE 0 END) AS sp_ms,
-               coalesce(sum(ar.ar_tokens), 0) AS ar_tokens, coalesce(sum(ar.ar_ms), 0) AS ar_ms,
-               bool_or(ar.unit IS NOT NULL) AS paired
-        FROM cases c LEFT JOIN ar
-          ON NOT c.is_ar AND ar.unit = c.unit AND ar.target IS NOT DISTINCT FROM c.target
-         AND ar.backend = c.backend  -- llama.cpp's speculative run against llama.cpp's AR, ours against ours
-         AND ar.device IS NOT DISTINCT FROM c.device AND ar.temperature IS NOT DISTINCT FROM c.temperature
-         AND ar.max_new_tokens IS NOT DISTINCT FROM c.max_new_tokens
-         AND ar.run IS NOT DISTINCT FROM c.run  -- a harness run times spec and AR together; pair within it
-        GROUP BY c.config, c.language, c.unit
-    """)
+    """Tables `units` (per config, language, case: sums paired with that case's AR sums, pairing.py) and `blocks`."""
+    # α̂'s counts come from "rounds" events only
+    counts = {
+        "acc": f"coalesce(sum(accepted) FILTER (WHERE {ROUNDS}), 0)",
+        "rej": f"coalesce(sum(rejected_rounds) FILTER (WHERE {ROUNDS}), 0)",
+    }
+    pair_with_ar(con, CONFIG_LABEL, counts)
     # Resampling units: cases, or MAX_BLOCKS hashed blocks of cases in a language that has more.
     # Blocks are named by case, not by position, so configurations over the same cases get the
     # same bootstrap weights (paired differences).
@@ -152,7 +131,7 @@ def language_table(con) -> pd.DataFrame:
     acceptance(df, "mean_accepted")
     df["tokens_per_s"] = ratio(1000 * df.generated_tokens, df.total_ms)
     df["user_acceptance"] = ratio(df.user_accepted, df.user_shown).where(df.with_feedback > 0)
-    df["speedup"] = speedup(df.sp_tokens, df.sp_ms, df.ar_tokens, df.ar_ms).where(~df.is_ar)
+    df["speedup"] = per_row(speedup, df.sp_tokens, df.sp_ms, df.ar_tokens, df.ar_ms).where(~df.is_ar)
     return df
 
 
@@ -221,7 +200,7 @@ def pooled(con, where: str, by: dict[str, str]) -> pd.DataFrame:
     df = stats.merge(paired, on=keys, how="left")
     acceptance(df, "mean_burst")
     df["tokens_per_s"] = ratio(1000 * df.generated_tokens, df.total_ms)
-    df["speedup"] = speedup(df.sp_tokens, df.sp_ms, df.ar_tokens, df.ar_ms)
+    df["speedup"] = per_row(speedup, df.sp_tokens, df.sp_ms, df.ar_tokens, df.ar_ms)
     return df
 
 
@@ -270,14 +249,6 @@ def ratio(num, den) -> pd.Series:
     with np.errstate(divide="ignore", invalid="ignore"):
         out = num / den
     return pd.Series(np.where(den > 0, out, np.nan))
-
-
-def speedup(sp_tokens, sp_ms, ar_tokens, ar_ms) -> pd.Series:
-    """(spec tokens/s) / (AR tokens/s), NaN where either side is missing."""
-    sp = np.asarray(sp_tokens, dtype=float) / np.where(np.asarray(sp_ms, float) > 0, sp_ms, np.nan)
-    ar = np.asarray(ar_tokens, dtype=float) / np.where(np.asarray(ar_ms, float) > 0, ar_ms, np.nan)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return pd.Series(np.where(ar > 0, sp / ar, np.nan))
 
 
 def _sql_text(value: str) -> str:

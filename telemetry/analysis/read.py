@@ -39,6 +39,7 @@ COLUMNS = {
     "rejected_rounds": "BIGINT",
     "lookup_drafted": "BIGINT",
     "lookup_accepted": "BIGINT",
+    "lookup_rejected_rounds": "BIGINT",
     "gammas": "BIGINT[]",
     "accepted_histogram": "BIGINT[]",
     "draft_ms": "DOUBLE",
@@ -65,8 +66,15 @@ COLUMNS = {
 
 
 # What a field missing from a line means: files written before the field existed hold events of
-# that default (our own decoder, every round recorded), as CompletionEvent's defaults say.
-DEFAULTS = {"backend": "'local'", "draft_counts": "'rounds'"}
+# that default (our own decoder, every round recorded), as CompletionEvent's defaults say. Before
+# lookup_rejected_rounds was a field, `specdec study` kept it in the event's settings.
+DEFAULTS = {
+    "backend": "'local'",
+    "draft_counts": "'rounds'",
+    "lookup_rejected_rounds": "TRY_CAST(settings->>'lookup_rejected_rounds' AS BIGINT), 0",
+}
+# Every row and group is split by these, so a query never pools two backends: always read.
+ALWAYS = {"backend", "draft_counts"}
 
 
 class UnreadableLineWarning(UserWarning):
@@ -113,7 +121,7 @@ def connect(
     con.execute("SET preserve_insertion_order = false")
     con.execute("SET enable_progress_bar = false")
     keep = set(columns or COLUMNS) | {"schema", "time", "request_id", "outcome", "accepted_chars", "draft", "case_id"}
-    keep |= set(DEFAULTS)  # every row and group is split by them, so a query never pools two backends
+    keep |= ALWAYS
     read = keep | {"record", "settings", "accepted_histogram"}
     spec = "{" + ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS.items() if k in read) + "}"
     # Derived columns are computed while reading, so the wide settings and histogram columns

@@ -2,7 +2,8 @@
 the disparity across the languages of a group (U, its test against noise U_p, the spread of speedup), base vs
 tuned draft.
 
-α̂ of a replicate and the interval bounds are speccomplete.metrics's acceptance_rate and percentile.
+α̂ and speed-up of a replicate and the interval bounds are speccomplete.metrics's acceptance_rate, speedup and
+percentile.
 α̂'s sums (queries.prepare) hold only events that recorded every drafting round, so a backend that
 reports totals (llama.cpp) or nothing (vLLM) has no α̂ and no U, only its speedup disparity.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from speccomplete.metrics import acceptance_rate, percentile
+from speccomplete.metrics import acceptance_rate, percentile, speedup
 
 from .groups import group_members
 
@@ -54,8 +55,7 @@ def bootstrap(blocks: pd.DataFrame, reps: int, seed: int) -> dict[str, Replicate
         replicates.alpha[language] = np.array(
             [acceptance_rate(accepted, rejected) for accepted, rejected in sums[:, :2].tolist()], dtype=float
         )
-        with np.errstate(divide="ignore", invalid="ignore"):
-            replicates.speedup[language] = (sums[:, 2] / sums[:, 3]) / (sums[:, 4] / sums[:, 5])
+        replicates.speedup[language] = np.array([speedup(*times) for times in sums[:, 2:].tolist()], dtype=float)
     return out
 
 

@@ -29,9 +29,20 @@ def test_from_stats_maps_the_decoder_stats():
     event = _event()
     assert (event.prompt_tokens, event.generated_tokens, event.total_ms) == (12, 5, 40.0)
     assert (event.drafted, event.accepted, event.rounds, event.rejected_rounds) == (8, 6, 2, 1)
+    assert event.lookup_rejected_rounds == 0
+    stats = GenerationStats()
+    stats.record_round(3, 1, lookup=True)  # a lookup copy that lost a round
+    copied = CompletionEvent.from_stats(stats.to_dict(), source="study")
+    assert (copied.lookup_drafted, copied.lookup_rejected_rounds, copied.rejected_rounds) == (3, 1, 1)
     assert event.gammas == [4, 4] and event.accepted_histogram == [0, 0, 1, 0, 1]
     assert event.text is None and event.outcome == "shown"  # no source text unless the caller opts in
     assert "alpha" not in event.to_dict()  # derived numbers are recomputed by the analysis, pooled
+
+
+def test_an_event_written_before_lookup_rejected_rounds_existed_loads():
+    old = _event().to_dict()
+    del old["lookup_rejected_rounds"]
+    assert CompletionEvent.from_dict(old).lookup_rejected_rounds == 0
 
 
 def test_from_dict_rejects_newer_schema_unknown_fields_and_bad_values():

@@ -82,3 +82,18 @@ def test_events_written_before_backends_existed_read_as_our_decoders(tmp_path):
     con = connect([path], columns=["language"])
     rows = con.execute("SELECT case_id, backend, draft_counts FROM events ORDER BY case_id").fetchall()
     assert rows == [("new", "llamacpp", "totals"), ("old", "local", "rounds")]
+
+
+def test_lookup_rejected_rounds_of_events_written_before_the_field(tmp_path):
+    """The study kept the count in its events' settings before the field existed; other older events have none."""
+    study = _event(case_id="study", rejected_rounds=3, settings={"lookup_rejected_rounds": 2}).to_dict()
+    other = _event(case_id="other", rejected_rounds=3).to_dict()
+    for old in (study, other):
+        del old["lookup_rejected_rounds"]
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(study) + "\n" + json.dumps(other) + "\n")
+    with EventLog(path) as log:
+        log.write(_event(case_id="new", rejected_rounds=3, lookup_rejected_rounds=1))
+    con = connect([path], columns=["lookup_rejected_rounds"])
+    rows = con.execute("SELECT case_id, lookup_rejected_rounds FROM events ORDER BY case_id").fetchall()
+    assert rows == [("new", 1), ("other", 0), ("study", 2)]

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from speccomplete.metrics import acceptance_rate, percentile
+from speccomplete.metrics import acceptance_rate, percentile, speedup
 from speccomplete.telemetry.analysis.statistics import bootstrap, ci, mean_abs_dev, u_p_value
 
 
@@ -18,6 +18,11 @@ def test_percentile_is_numpys_and_duckdbs_linear_interpolation(q):
     assert percentile(values, q) == pytest.approx(duck, rel=1e-12)
     assert percentile(np.array(values), q) == percentile(values, q)
     assert percentile([], q) is None
+
+
+def test_speedup_is_the_ratio_of_tokens_per_second_and_undefined_without_time_or_ar_tokens():
+    assert speedup(20, 500, 10, 1000) == 4.0 and speedup(0, 500, 10, 1000) == 0.0
+    assert speedup(20, 0, 10, 1000) is None and speedup(20, 500, 10, 0) is None and speedup(20, 500, 0, 1000) is None
 
 
 def test_ci_ignores_replicates_that_are_not_finite():
