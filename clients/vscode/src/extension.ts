@@ -16,16 +16,11 @@ import {
   setGloballyEnabled,
   setLanguageEnabled,
 } from './gating';
-import {
-  PYTHON_EXTENSION,
-  Server,
-  commandLine,
-  findServer,
-  offerInstall,
-  onInterpreterChange,
-} from './locate';
+import { commandLine, findServer, offerInstall } from './locate';
 import { TraceChannel, pipeStderr } from './logs';
-import { MANAGED, initManagedEnvironment, managedServer, setUpServerEnvironment } from './setup';
+import { onInterpreterChange } from './pythonExtension';
+import { MANAGED, PYTHON_EXTENSION, Server } from './serverSources';
+import { initManagedEnvironment, managedServer, setUpServerEnvironment, updateManagedEnvironment } from './setup';
 import { openTelemetryReport } from './report';
 import {
   commandChanged,
@@ -333,6 +328,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
   );
   refreshStatusBar(); // with the editor's ghost text off, say so now
+  // Before the first start: a new .vsix's wheel goes into the managed environment, or this window
+  // waits while another one sets the environment up.
+  starting = updateManagedEnvironment(output, (message) => statusBar.update(status('loading', message)));
   await restartServer();
 }
 

@@ -6,7 +6,8 @@ import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { Server, commandLine } from './locate';
+import { commandLine } from './locate';
+import { Server } from './serverSources';
 import { telemetryPath } from './settings';
 
 function run(command: string, args: string[]): Promise<{ ok: boolean; output: string }> {

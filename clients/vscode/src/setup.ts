@@ -4,23 +4,31 @@
 // Steps: find a Python >= 3.11 with venv, make the venv, install torch (the CPU build unless nvidia-smi
 // runs: a bare torch requirement would pull a multi-GB CUDA build on Linux), then the speccomplete
 // wheel bundled in the .vsix (dist/server/, built by `npm run package`: speccomplete is not on PyPI).
-// A marker file written last says the environment is complete; locate.ts uses it only then.
+// A marker file written last says the environment is complete (the managed server is used only then)
+// and which wheel it holds, by SHA-256: the version number alone does not tell two builds apart.
+// A newer .vsix brings its wheel into the environment at activation (updateManagedEnvironment).
+// One window at a time makes or updates it: a lock file in the global storage (lockFile.ts).
 import { ChildProcess, execFile, spawn } from 'child_process';
+import { createHash } from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as readline from 'readline';
 import * as vscode from 'vscode';
-import { Server, activeInterpreter } from './locate';
+import { Lock, tryLock, waitForLock } from './lockFile';
+import { activeInterpreter } from './pythonExtension';
+import { MANAGED, Server } from './serverSources';
 
 const WINDOWS = process.platform === 'win32';
 // The torch that .ci/setup installs, so the managed server runs what the project tests.
 const TORCH = 'torch==2.13.0';
 const TORCH_CPU_INDEX = 'https://download.pytorch.org/whl/cpu';
 const MARKER = 'specdec-setup.json';
-export const MANAGED = 'the managed environment';
+// Beside the environment's folder, not in it: a setup deletes and remakes that folder.
+const LOCK = 'server-env.lock';
 
 let storage: string | undefined; // the extension's global storage folder
 let bundled: string | undefined; // the folder holding the bundled wheel
+let carried: CarriedWheel | undefined; // hashed once
 let running: Promise<boolean> | undefined; // one setup at a time in this window
 
 export function initManagedEnvironment(context: vscode.ExtensionContext): void {
@@ -42,6 +50,49 @@ export function managedServer(): Server | undefined {
   if (!dir || !fs.existsSync(path.join(dir, MARKER))) return undefined;
   const specdec = inEnv(dir, 'specdec');
   return fs.existsSync(specdec) ? { command: specdec, args: [], source: MANAGED } : undefined;
+}
+
+interface CarriedWheel {
+  file: string;
+  sha256: string;
+}
+
+interface Marker {
+  wheel: string; // its file name
+  sha256?: string; // absent in environments set up before updates came
+  torch: 'pypi' | 'cpu';
+  finished: string;
+}
+
+function readMarker(dir: string): Marker | undefined {
+  try {
+    return JSON.parse(fs.readFileSync(path.join(dir, MARKER), 'utf8'));
+  } catch {
+    return undefined;
+  }
+}
+
+function writeMarker(dir: string, wheel: CarriedWheel, torch: Marker['torch']): void {
+  const marker: Marker = { wheel: path.basename(wheel.file), sha256: wheel.sha256, torch, finished: new Date().toISOString() };
+  fs.writeFileSync(path.join(dir, MARKER), JSON.stringify(marker));
+}
+
+// The wheel this .vsix carries, if it carries one (a build by `npm run build` alone does not).
+function carriedWheel(): CarriedWheel | undefined {
+  if (carried) return carried;
+  const wheels = bundled && fs.existsSync(bundled) ? fs.readdirSync(bundled).filter((f) => f.endsWith('.whl')) : [];
+  if (!bundled || wheels.length !== 1) return undefined;
+  const file = path.join(bundled, wheels[0]);
+  carried = { file, sha256: createHash('sha256').update(fs.readFileSync(file)).digest('hex') };
+  return carried;
+}
+
+// 'outdated': the environment is set up with another speccomplete than the wheel this .vsix carries.
+function installedState(dir: string): 'none' | 'current' | 'outdated' {
+  const marker = readMarker(dir);
+  if (!marker) return 'none';
+  const wheel = carriedWheel();
+  return wheel && marker.sha256 !== wheel.sha256 ? 'outdated' : 'current';
 }
 
 class Cancelled extends Error {}
@@ -121,22 +172,33 @@ async function findPython(output: vscode.LogOutputChannel): Promise<{ command: s
   );
 }
 
-function bundledWheel(): string {
-  const wheels = bundled && fs.existsSync(bundled) ? fs.readdirSync(bundled).filter((f) => f.endsWith('.whl')) : [];
-  if (!bundled || wheels.length !== 1) {
-    throw new Error(`this build of the extension has no speccomplete wheel in ${bundled} (npm run package bundles it)`);
-  }
-  return path.join(bundled, wheels[0]);
-}
-
 async function hasNvidiaGpu(): Promise<boolean> {
   return (await probe('nvidia-smi', ['-L'])) !== undefined;
 }
 
-async function setUp(step: Step): Promise<void> {
-  const dir = envDir();
-  if (!dir) throw new Error('the extension has not been activated');
-  const wheel = bundledWheel();
+// --no-compile: pip would byte-compile every module of torch and transformers (tens of seconds on a
+// small CPU); Python compiles the ones the server imports on first use instead.
+function pipInstall(python: string): string[] {
+  return [python, '-m', 'pip', 'install', '--no-compile', '--progress-bar', 'off'];
+}
+
+// speccomplete from the carried wheel. `replacing`: one is installed already. The plain install
+// brings the wheel's new dependencies (and a higher version), but keeps an installed one of the same
+// version, which a newer .vsix may carry with other code: the second install puts the wheel's files
+// in, --no-deps so that torch and the rest stay. pip puts the old files back when an install fails,
+// so a failed update leaves the installed server as it was.
+async function installSpeccomplete(step: Step, python: string, wheel: string, replacing: boolean): Promise<void> {
+  const pip = pipInstall(python);
+  step.progress.report({ message: 'installing speccomplete and its dependencies' });
+  await run(step, pip[0], [...pip.slice(1), wheel], 'installing speccomplete');
+  if (!replacing) return;
+  step.progress.report({ message: "replacing the installed speccomplete with this extension's" });
+  await run(step, pip[0], [...pip.slice(1), '--force-reinstall', '--no-deps', wheel], 'replacing speccomplete');
+}
+
+async function setUp(step: Step, dir: string): Promise<void> {
+  const wheel = carriedWheel();
+  if (!wheel) throw new Error(`this build of the extension has no speccomplete wheel in ${bundled} (npm run package bundles it)`);
   fs.rmSync(path.join(dir, MARKER), { force: true });
   const python = inEnv(dir, 'python');
   // A venv whose Python still runs is kept (a repair then reinstalls only what is missing); one whose
@@ -152,9 +214,7 @@ async function setUp(step: Step): Promise<void> {
   }
   step.progress.report({ increment: 5 });
   if (step.token.isCancellationRequested) throw new Cancelled();
-  // --no-compile: pip would byte-compile every module of torch and transformers (tens of seconds on a
-  // small CPU); Python compiles the ones the server imports on first use instead.
-  const pip = [python, '-m', 'pip', 'install', '--no-compile', '--progress-bar', 'off'];
+  const pip = pipInstall(python);
   const gpu = await hasNvidiaGpu();
   step.progress.report({ message: `installing torch (${gpu ? 'CUDA' : 'CPU'})` });
   if (gpu) {
@@ -169,18 +229,79 @@ async function setUp(step: Step): Promise<void> {
   }
   step.progress.report({ increment: 35 });
   if (step.token.isCancellationRequested) throw new Cancelled();
-  // The same version number may hold other code in a newer .vsix: the old one goes first.
-  if (reused) await run(step, pip[0], [pip[1], pip[2], 'uninstall', '-y', 'speccomplete'], 'removing the old speccomplete');
-  step.progress.report({ message: 'installing speccomplete and its dependencies' });
-  await run(step, pip[0], [...pip.slice(1), wheel], 'installing speccomplete');
+  await installSpeccomplete(step, python, wheel.file, reused);
   step.progress.report({ increment: 55 });
   const specdec = inEnv(dir, 'specdec');
   if (!fs.existsSync(specdec)) throw new Error(`pip finished but ${specdec} is missing`);
-  fs.writeFileSync(
-    path.join(dir, MARKER),
-    JSON.stringify({ wheel: path.basename(wheel), torch: gpu ? 'pypi' : 'cpu', finished: new Date().toISOString() }),
-  );
+  writeMarker(dir, wheel, gpu ? 'pypi' : 'cpu');
   step.progress.report({ increment: 5 });
+}
+
+const WAITING_FOR_OTHER_WINDOW = '[setup] another VS Code window is setting up or updating the server environment; waiting for it';
+
+function showFailure(output: vscode.LogOutputChannel, message: string): void {
+  const log = 'Show log';
+  void vscode.window.showErrorMessage(message, log).then((picked) => picked === log && output.show());
+}
+
+// The gist of an error for a notification: run()'s errors go on with pip's last lines, for the log.
+function firstLine(e: unknown): string {
+  return e instanceof Error ? e.message.split('\n')[0].replace(/:$/, '') : String(e);
+}
+
+// At activation, before the first start: waits while another window makes or updates the managed
+// environment, then, when it holds another speccomplete than the wheel this .vsix carries, installs
+// the carried one (speccomplete alone: torch and the other dependencies stay). `say` tells the status
+// bar. On a failure the installed server stays and starts; this never throws.
+export async function updateManagedEnvironment(output: vscode.LogOutputChannel, say: (message: string) => void): Promise<void> {
+  const dir = envDir();
+  if (!dir || !storage) return;
+  const lockFile = path.join(storage, LOCK);
+  let lock: Lock | undefined;
+  try {
+    // The usual case, a marker read and the wheel's hash: nothing to install and no one to wait for.
+    if (installedState(dir) !== 'outdated' && !fs.existsSync(lockFile)) return;
+    lock = tryLock(lockFile);
+    if (!lock) {
+      output.info(WAITING_FOR_OTHER_WINDOW);
+      say('waiting for another window to set up the server');
+      lock = await vscode.window.withProgress(
+        {
+          location: vscode.ProgressLocation.Notification,
+          title: 'specdec: waiting for another VS Code window to set up the server',
+          cancellable: true,
+        },
+        (_progress, token) => waitForLock(lockFile, () => token.isCancellationRequested),
+      );
+      if (!lock) {
+        output.warn('[setup] stopped waiting for the other window');
+        return;
+      }
+    }
+    if (installedState(dir) !== 'outdated') return; // up to date, or brought up to date by the other window
+    const wheel = carriedWheel()!;
+    const installed = readMarker(dir);
+    output.info(
+      `[setup] the server environment holds ${installed?.wheel} (sha256 ${installed?.sha256 ?? 'not recorded'}), ` +
+        `this extension carries ${path.basename(wheel.file)} (sha256 ${wheel.sha256}): installing it`,
+    );
+    say('updating the server');
+    const started = Date.now();
+    await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: 'specdec: updating the server to this version of the extension' },
+      async (progress, token) => {
+        await installSpeccomplete({ progress, token, output }, inEnv(dir, 'python'), wheel.file, true);
+        writeMarker(dir, wheel, installed?.torch ?? 'cpu');
+      },
+    );
+    output.info(`[setup] updated in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  } catch (e) {
+    output.error(`[setup] updating the server environment: ${e instanceof Error ? e.message : e}`);
+    const fallback = managedServer() ? ' Starting the installed one.' : '';
+    showFailure(output, `specdec: updating the server failed: ${firstLine(e)}.${fallback}`);
+  } finally {
+    lock?.release();
+  }
 }
 
 // "Set up specdec": makes (or repairs) the managed environment with a cancellable progress
@@ -193,8 +314,24 @@ export function setUpServerEnvironment(output: vscode.LogOutputChannel): Promise
       { location: vscode.ProgressLocation.Notification, title: 'specdec: setting up the server', cancellable: true },
       async (progress, token) => {
         output.info(`[setup] the server environment in ${envDir()}`);
+        let lock: Lock | undefined;
         try {
-          await setUp({ progress, token, output });
+          const dir = envDir();
+          if (!dir || !storage) throw new Error('the extension has not been activated');
+          const lockFile = path.join(storage, LOCK);
+          lock = tryLock(lockFile);
+          if (!lock) {
+            output.info(WAITING_FOR_OTHER_WINDOW);
+            progress.report({ message: 'waiting for another VS Code window that is setting it up' });
+            lock = await waitForLock(lockFile, () => token.isCancellationRequested);
+            if (!lock) throw new Cancelled();
+            // The window waited for made what this one was about to make: use it.
+            if (installedState(dir) === 'current' && managedServer()) {
+              output.info('[setup] ready: set up or updated while this setup waited');
+              return true;
+            }
+          }
+          await setUp({ progress, token, output }, dir);
           output.info(`[setup] done in ${((Date.now() - started) / 1000).toFixed(1)} s`);
           return true;
         } catch (e) {
@@ -203,11 +340,10 @@ export function setUpServerEnvironment(output: vscode.LogOutputChannel): Promise
             return false;
           }
           output.error(`[setup] ${e instanceof Error ? e.message : e}`);
-          const log = 'Show log';
-          void vscode.window
-            .showErrorMessage(`specdec: setting up the server failed: ${e instanceof Error ? e.message.split('\n')[0] : e}`, log)
-            .then((picked) => picked === log && output.show());
+          showFailure(output, `specdec: setting up the server failed: ${firstLine(e)}`);
           return false;
+        } finally {
+          lock?.release();
         }
       },
     ),
