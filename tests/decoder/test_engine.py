@@ -290,6 +290,9 @@ class _Oracle:
     def attach(self, steps):
         pass
 
+    def refer(self, references):
+        pass
+
     def reset(self, prompt, reused=0):
         self.prompt_tokens = len(prompt)
 
