@@ -23,11 +23,13 @@ without VNNI, oneDNN adds pairs of 8-bit products in 16 bits and saturates, so w
 7 bits (`int8_full_range`), and int8 gains too little over packed fp32 to be the default
 (docs/benchmarks/README.md, decisions).
 
-`torch._int_mm` reads its weights as they lie. For one row that is a fast pass over them, but from two rows
-on it slows down (the 262k-row head: about 2x at 2 to 5 rows), which is what a verify feeds. A weight big
-enough for that to matter (`PREPACK_MIN_WEIGHTS`: the head) is instead reordered once into oneDNN's blocked
-int8 layout and multiplied by its int8 matmul (`onednn::qlinear_pointwise`), whose cost hardly grows with the
-rows. Both sum integer products exactly in int32, so the two give the same numbers, bit for bit.
+Three kernels multiply, and all sum the same integer products exactly in int32, so they give the same numbers,
+bit for bit (`INT8_KERNELS`). On CPUs with AVX-512 VNNI, `rows` (decoder/int8_rows.py, C built at first use)
+streams each weight row once for the few rows decoding feeds. Elsewhere, `torch._int_mm` reads the weights as
+they lie: a fast pass for one row, slower from two rows on (the 262k-row head: about 2x at 2 to 5 rows), which is
+what a verify feeds; so a weight big enough for that to matter (`PREPACK_MIN_WEIGHTS`: the head) is reordered
+once into oneDNN's blocked int8 layout and multiplied by its int8 matmul (`onednn::qlinear_pointwise`), whose cost
+hardly grows with the rows.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import cast
 
 import torch
 
-from . import lean_forward
+from . import int8_rows, lean_forward
 from .families import FAMILIES, LEAN_ATTENTIONS
 
 log = logging.getLogger(__name__)
@@ -113,10 +115,26 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
-# Weights (out x in) from which an Int8Linear multiplies on oneDNN's blocked layout (on VNNI or AMX): the
-# 262k x 640 head of Gemma-3-270M and a 32k-row EAGLE-3 head; not the layers' products (at most 4096 x 640),
-# where the call's own overhead outweighs the gain.
+# Weights (out x in) from which an Int8Linear multiplies on oneDNN's blocked layout (on VNNI or AMX, where the
+# rows kernel cannot run): the 262k x 640 head of Gemma-3-270M and a 32k-row EAGLE-3 head; not the layers'
+# products (at most 4096 x 640), where the call's own overhead outweighs the gain.
 PREPACK_MIN_WEIGHTS = 1 << 24
+
+# The exact int8 products an Int8Linear can multiply with (the module's docstring says which runs where).
+INT8_KERNELS = ("rows", "int_mm", "onednn")
+
+
+def default_int8_kernel(weights: int) -> str:
+    """The rows kernel where it runs, else torch's (`torch_int8_kernel`)."""
+    return "rows" if int8_rows.available() else torch_int8_kernel(weights)
+
+
+def torch_int8_kernel(weights: int) -> str:
+    """oneDNN's blocked matmul for a weight of PREPACK_MIN_WEIGHTS or more on VNNI (without VNNI it is slower
+    than _int_mm: docs/cpu.md, "Number formats"); else _int_mm."""
+    if weights >= PREPACK_MIN_WEIGHTS and can_prepack_int8() and int8_full_range():
+        return "onednn"
+    return "int_mm"
 
 
 def can_prepack_int8() -> bool:
@@ -140,25 +158,31 @@ class Int8Linear(torch.nn.Module):
     weight_scale: torch.Tensor
     bias: torch.Tensor | None
 
-    def __init__(self, *linears: torch.nn.Linear, prepack: bool | None = None):
+    def __init__(self, *linears: torch.nn.Linear, kernel: str | Callable[[int], str] = default_int8_kernel):
         """One linear, or several over the same input fused into one (outputs concatenated).
-        prepack: multiply on oneDNN's blocked layout; default: for weights of PREPACK_MIN_WEIGHTS or more."""
+        kernel: which of INT8_KERNELS multiplies, or a function of the weight's size that says which."""
         super().__init__()
         self.in_features, self.out_features = linears[0].in_features, sum(m.out_features for m in linears)
         weight = torch.cat([m.weight.detach().float() for m in linears])
         levels = 127 if int8_full_range() else 63  # 7 bits where products of 8 would saturate
         scale = weight.abs().amax(dim=1).clamp(min=1e-12) / levels
         weight_int8 = (weight / scale[:, None]).round().clamp(-levels, levels).to(torch.int8)
-        if prepack is None:
-            # without VNNI oneDNN's blocked int8 matmul is slower than _int_mm (docs/cpu.md, "Number formats")
-            prepack = weight.numel() >= PREPACK_MIN_WEIGHTS and can_prepack_int8() and int8_full_range()
-        # one of the two: the [in, out] view _int_mm reads, or oneDNN's blocked copy
-        self.weight_t = None if prepack else weight_int8.t()
+        self.kernel = kernel if isinstance(kernel, str) else kernel(weight.numel())
+        if self.kernel not in INT8_KERNELS:
+            raise ValueError(f"kernel must be one of {', '.join(INT8_KERNELS)}, not {self.kernel!r}")
+        if self.kernel == "rows" and not int8_rows.available():
+            raise ValueError("the rows kernel needs AVX-512 VNNI and a C compiler (decoder/int8_rows.py)")
+        onednn = self.kernel == "onednn"
+        # one of the two: the weights as quantized (the rows kernel reads them [out, in], _int_mm as the [in, out]
+        # view), or oneDNN's blocked copy
+        self.weight_t = None if onednn else weight_int8.t()
         self.prepacked = (
-            torch.ops.onednn.qlinear_prepack(weight_int8, [_ROWS_HINT, self.in_features]) if prepack else None
+            torch.ops.onednn.qlinear_prepack(weight_int8, [_ROWS_HINT, self.in_features]) if onednn else None
         )
-        self._unit_scales = weight.new_ones(self.out_features) if prepack else None
-        self._zero_points = torch.zeros(self.out_features, dtype=torch.long) if prepack else None
+        self._unit_scales = weight.new_ones(self.out_features) if onednn else None
+        self._zero_points = torch.zeros(self.out_features, dtype=torch.long) if onednn else None
+        # the rows kernel's: the weights [out, in] (weight_t's storage) and the sums of their rows
+        self._rows = (weight_int8, weight_int8.sum(1, dtype=torch.int32)) if self.kernel == "rows" else None
         self.key = _opaque_key(self, weight_int8)
         biases = [m.bias for m in linears]
         bias = (
@@ -193,7 +217,9 @@ class Int8Linear(torch.nn.Module):
         return self.opaque_product(quantized)
 
     def opaque_product(self, quantized: torch.Tensor) -> torch.Tensor:
-        """The sums as int32 (`_int_mm`) or as float32 (oneDNN's blocked matmul), both exact."""
+        """The exact sums, as int32 (`_int_mm`) or as float32 (the rows kernel, oneDNN's blocked matmul)."""
+        if self._rows is not None:
+            return int8_rows.products(quantized, *self._rows)
         if self.weight_t is not None:
             return torch._int_mm(quantized.to(torch.int8), self.weight_t)
         # oneDNN's int8 matmul takes unsigned activations: shifted by 128, with 128 as their zero point. With unit
@@ -215,14 +241,13 @@ class Int8Linear(torch.nn.Module):
         )
 
     def extra_repr(self) -> str:
-        layout = ", oneDNN blocked" if self.prepacked is not None else ""
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row scales{layout}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row scales, {self.kernel}"
 
 
 class PackedGatedMLP(torch.nn.Module):
     """down(act(gate(x)) * up(x)) with gate and up as one packed product."""
 
-    def __init__(self, mlp: torch.nn.Module, linear: type[PackedLinear] | type[Int8Linear] = PackedLinear):
+    def __init__(self, mlp: torch.nn.Module, linear: Callable[..., PackedLinear | Int8Linear] = PackedLinear):
         super().__init__()
         # Module attributes type as Tensor | Module; _is_gated_mlp has checked that these are Linears.
         gate_proj, up_proj, down_proj = (
@@ -240,7 +265,7 @@ class PackedGatedMLP(torch.nn.Module):
 class PackedProjections(torch.nn.Module):
     """Linears over the same input as one packed product, its output split back into theirs."""
 
-    def __init__(self, linears: list[torch.nn.Linear], linear: type[PackedLinear] | type[Int8Linear] = PackedLinear):
+    def __init__(self, linears: list[torch.nn.Linear], linear: Callable[..., PackedLinear | Int8Linear] = PackedLinear):
         super().__init__()
         self.product = linear(*linears)
         self.sizes = [m.out_features for m in linears]
@@ -295,9 +320,10 @@ def can_int8(model) -> bool:
     return model.device.type == "cpu" and model.dtype == torch.float32 and hasattr(torch, "_int_mm")
 
 
-def pack_linear_weights(*models, int8: bool = False) -> int:
+def pack_linear_weights(*models, int8: bool = False, int8_kernel: Callable[[int], str] = default_int8_kernel) -> int:
     """Swap the gated MLPs and every other nn.Linear of these CPU fp32 models for packed ones
-    (Int8Linear ones with `int8`); returns how many nn.Linear were replaced.
+    (Int8Linear ones with `int8`, multiplying with the kernel `int8_kernel` picks for a weight's size); returns
+    how many nn.Linear were replaced.
 
     Models may share modules (a derived draft shares the target's layers and head): a shared
     module is packed once and the pack is shared too.
@@ -305,7 +331,7 @@ def pack_linear_weights(*models, int8: bool = False) -> int:
     # id -> (original, pack); holding the original keeps its id from being reused during the pass
     packed: dict[int, tuple[torch.nn.Module, torch.nn.Module]] = {}
     replaced = 0
-    linear = Int8Linear if int8 else PackedLinear
+    linear = functools.partial(Int8Linear, kernel=int8_kernel) if int8 else PackedLinear
 
     def swap_children(parent: torch.nn.Module, lean_int8: bool) -> None:
         nonlocal replaced

@@ -13,7 +13,7 @@ from .drafts import build_drafter, parse_draft_spec
 from .engine import SpeculativeDecoder, round_rows
 from .families import NAMES
 from .gamma import parse_gamma_policy
-from .kernels import can_int8, int8_full_range, pack_linear_weights
+from .kernels import can_int8, default_int8_kernel, int8_full_range, pack_linear_weights
 from .lean_forward import attend_row_by_row, supports
 from .models import Progress, load_model, parameter_count
 from .target_steps import EagerTarget, target_steps
@@ -143,11 +143,14 @@ def resolve_quantization(requested: str, target, steps) -> str:
     return "int8" if runs and int8_full_range() else "none"
 
 
-def use_cpu_kernels(steps, *models, int8: bool = False) -> None:
+def use_cpu_kernels(
+    steps, *models, int8: bool = False, int8_kernel: Callable[[int], str] = default_int8_kernel
+) -> None:
     """oneDNN-packed linears (decoder/kernels.py) for models run on eager steps; compiled steps keep
     the stock linears, which inductor packs itself. Call it after the drafts are built, from the
     target's plain weights. The first model is the target: with `int8`, its verify rows also attend
-    one by one, so a verify stays bit-equal to one-row steps (lean_forward.attend_row_by_row)."""
+    one by one, so a verify stays bit-equal to one-row steps (lean_forward.attend_row_by_row); `int8_kernel`
+    picks each weight's product (kernels.INT8_KERNELS) by its size."""
     if int8:
         target = models[0]
         if steps.records_graphs or not can_int8(target) or not supports(target):
@@ -157,4 +160,4 @@ def use_cpu_kernels(steps, *models, int8: bool = False) -> None:
             )
         attend_row_by_row(target)
     if not steps.records_graphs:
-        pack_linear_weights(*models, int8=int8)
+        pack_linear_weights(*models, int8=int8, int8_kernel=int8_kernel)

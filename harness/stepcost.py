@@ -42,7 +42,7 @@ from speccomplete.decoder.drafts import derive_draft
 from speccomplete.decoder.kv_cache import forward_logits, forward_tapped, new_cache
 from speccomplete.decoder.models import DEFAULT_TARGET
 
-WEIGHTS = ("plain", "packed", "hf-cache", "int8")  # the rows --weights picks from
+WEIGHTS = ("plain", "packed", "hf-cache", "int8", "int8-torch")  # the rows --weights picks from
 EAGLE3_CHAIN = 4  # tokens drafted in a row in the eagle3_4_* columns
 DRAFT_STEPS = ("draft_1_ms", "eagle3_1_ms")
 
@@ -225,6 +225,7 @@ def step_costs(
 
 # the top-level operators that multiply by a layer's weights: what a pass at the memory bound would be made of
 WEIGHT_PRODUCTS = (
+    "specdec::int8_rows",  # decoder/int8_rows.PROFILED_AS
     "aten::_int_mm",
     "onednn::qlinear_pointwise",
     "mkldnn::_linear_pointwise",
@@ -300,7 +301,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--weights",
         default=",".join(WEIGHTS),
-        help="which rows: plain, packed (oneDNN fp32), hf-cache (packed, HF's DynamicCache), int8 (float32 only)",
+        help="which rows: plain, packed (oneDNN fp32), hf-cache (packed, HF's DynamicCache), int8 (float32 only), "
+        "int8-torch (int8 on torch's kernels, not the rows kernel: decoder/int8_rows.py)",
     )
     p.add_argument("--repeats", type=int, default=15, help="passes of each kind, interleaved; the median is kept")
     p.add_argument("--threads", type=int, help="torch's intra-op threads (default: torch's own, one per core)")
@@ -334,7 +336,13 @@ def _shipped_eagle3(model, tokenizer):
 def run(args: argparse.Namespace) -> int:
     from transformers import DynamicCache
 
-    from speccomplete.decoder.kernels import can_int8, int8_full_range, pack_linear_weights
+    from speccomplete.decoder.kernels import (
+        can_int8,
+        default_int8_kernel,
+        int8_full_range,
+        pack_linear_weights,
+        torch_int8_kernel,
+    )
     from speccomplete.decoder.lean_forward import supports
     from speccomplete.decoder.loader import use_cpu_kernels
     from speccomplete.decoder.models import load_model
@@ -381,7 +389,8 @@ def run(args: argparse.Namespace) -> int:
 
     for dtype in args.dtypes.split(","):
         model, prompt, eagle3 = load(dtype)
-        int8 = "int8" in weights and can_int8(model) and supports(model)
+        int8_kinds = [row for row in ("int8", "int8-torch") if row in weights]
+        int8_kinds = int8_kinds if can_int8(model) and supports(model) else []
         plain_bytes = weight_bytes_per_token(model)  # before packing: a packed linear keeps no .weight
         if "plain" in weights:
             measure(dtype, model, prompt, eagle3, plain_bytes)
@@ -395,13 +404,15 @@ def run(args: argparse.Namespace) -> int:
             if "hf-cache" in weights:
                 # the cache lever: HF's DynamicCache (torch.cat per step) instead of decoder/kv_cache.py
                 measure(f"{dtype}+packed+hf-cache", model, prompt, None, plain_bytes, cache_factory=DynamicCache)
-        if int8:
-            if packed:  # packing is one-way: int8 starts again from the plain weights
+        for kind in int8_kinds:
+            if packed or kind != int8_kinds[0]:  # packing is one-way: int8 starts again from the plain weights
                 del model
                 model, prompt, eagle3 = load(dtype)
             int8_bytes = weight_bytes_per_token(model, int8=True)
-            use_cpu_kernels(EagerTarget(model), model, *(eagle3.own_modules if eagle3 else ()), int8=True)
-            measure(f"{dtype}+int8", model, prompt, eagle3, int8_bytes, quantization="int8")
+            kernel = torch_int8_kernel if kind == "int8-torch" else default_int8_kernel
+            drafts = eagle3.own_modules if eagle3 else ()
+            use_cpu_kernels(EagerTarget(model), model, *drafts, int8=True, int8_kernel=kernel)
+            measure(f"{dtype}+{kind}", model, prompt, eagle3, int8_bytes, quantization="int8")
         del model
     keys = list(dict.fromkeys(k for row in rows.values() for k in row if k != "fastest_ms"))
     facts = device_facts()

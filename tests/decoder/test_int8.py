@@ -11,7 +11,7 @@ import torch
 from helpers.decoding import assert_greedy_matches, random_prompts
 from helpers.steps import verify_and_steps
 
-from speccomplete.decoder import kernels, loader
+from speccomplete.decoder import int8_rows, kernels, loader
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
@@ -41,29 +41,41 @@ def test_each_row_is_computed_alone():
             assert torch.equal(layer(x[start : start + rows]), together[start : start + rows])
 
 
+def runnable_kernels() -> list[str]:
+    return [kernel for kernel in kernels.INT8_KERNELS if kernel != "rows" or int8_rows.available()]
+
+
 @pytest.mark.skipif(not kernels.can_prepack_int8(), reason="no oneDNN int8 matmul in this torch")
 @pytest.mark.parametrize("full_range", [True, False])
-def test_prepacked_weights_give_the_same_numbers(full_range, monkeypatch):
-    """A big weight (the head) multiplied on oneDNN's blocked layout gives what _int_mm gives, bit for bit and
+def test_every_kernel_gives_the_same_numbers(full_range, monkeypatch):
+    """The rows kernel (where it runs), _int_mm and oneDNN's blocked matmul give the same numbers, bit for bit and
     row by row, with 8-bit and with 7-bit weights (CPUs without VNNI); each row still its own."""
     monkeypatch.setattr(kernels, "int8_full_range", lambda: full_range)
     linear = torch.nn.Linear(640, 3000, bias=False)
-    plain, prepacked = Int8Linear(linear, prepack=False), Int8Linear(linear, prepack=True)
-    assert plain.prepacked is None and prepacked.weight_t is None
     x = torch.randn(17, 640) * torch.logspace(-2, 2, 17)[:, None]
-    together = prepacked(x)
-    assert torch.equal(together, plain(x))
-    for rows in (1, 2, 5):
-        for start in range(0, 17 - rows + 1, 4):
-            assert torch.equal(prepacked(x[start : start + rows]), together[start : start + rows])
+    reference = Int8Linear(linear, kernel="int_mm")
+    together = reference(x)
+    for kernel in runnable_kernels():
+        layer = Int8Linear(linear, kernel=kernel)
+        assert torch.equal(layer(x), together), kernel
+        for rows in (1, 2, 5, 9):
+            for start in range(0, 17 - rows + 1, 4):
+                assert torch.equal(layer(x[start : start + rows]), together[start : start + rows]), (kernel, rows)
 
 
 @pytest.mark.parametrize("full_range", [True, False])
-def test_only_big_weights_are_prepacked_and_only_with_vnni(full_range, monkeypatch):
+def test_the_default_kernel(full_range, monkeypatch):
+    """The rows kernel wherever it runs; elsewhere oneDNN's only for big weights and only with VNNI."""
     monkeypatch.setattr(kernels, "int8_full_range", lambda: full_range)
     big = Int8Linear(torch.nn.Linear(64, kernels.PREPACK_MIN_WEIGHTS // 64, bias=False))
     small = Int8Linear(torch.nn.Linear(64, 32, bias=False))
-    assert (big.prepacked is not None) == (kernels.can_prepack_int8() and full_range) and small.prepacked is None
+    if int8_rows.available():
+        assert big.kernel == small.kernel == "rows"
+    else:
+        assert big.kernel == ("onednn" if kernels.can_prepack_int8() and full_range else "int_mm")
+        assert small.kernel == "int_mm"
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        Int8Linear(torch.nn.Linear(64, 32), kernel="fast")
 
 
 def int8_pair(model):
