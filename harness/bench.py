@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -52,8 +51,10 @@ from .bench_contenders import (
     llamacpp_contenders,
     quantization_contenders,
 )
-from .cases import Case, read_cases
-from .model_args import add_model_args, device_name, load
+from .lib.cases import Case, read_cases
+from .lib.model_args import add_model_args, device_name, load
+from .lib.output import rounded, write_json, write_whole
+from .lib.roofline import memory_bandwidth_gbs, weight_bytes_per_token
 from .returns import device_facts
 from .workspace import nearest_files, read_texts, workspace_references
 
@@ -365,32 +366,6 @@ def case_line(result: CaseRuns) -> str:
     return f"case {result.case.id}: {runs}"
 
 
-def memory_bandwidth_gbs(device: torch.device | str = "cpu", megabytes: int = 512, repeats: int = 5) -> float:
-    """Read bandwidth of the device's memory as torch sees it: the median time to sum a large buffer."""
-    buffer = torch.ones(megabytes * 2**20 // 4, device=device)
-    times = []
-    for _ in range(repeats + 1):
-        start = time.perf_counter()
-        buffer.sum().item()  # .item() waits for a GPU to finish
-        times.append(time.perf_counter() - start)
-    return buffer.numel() * 4 / statistics.median(times[1:]) / 1e9
-
-
-def weight_bytes_per_token(model, int8: bool = False) -> int:
-    """Bytes of weights one decode step reads: every parameter, except an untied input embedding
-    (a step reads one row of it). A tied embedding is read whole, as the head. With `int8`, the
-    linear weights count one byte each (decoder/kernels.py, Int8Linear; its scales are left out)."""
-    total = sum(p.numel() * p.element_size() for p in model.parameters())  # tied weights count once
-    if int8:
-        linears = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
-        total -= sum(w.numel() * (w.element_size() - 1) for w in linears.values())
-    embedding = model.get_input_embeddings().weight
-    head = model.get_output_embeddings()
-    if head is None or getattr(head, "weight", None) is not embedding:
-        total -= embedding.numel() * embedding.element_size()
-    return total
-
-
 def model_alpha(runs: list[Run]) -> float | None:
     """α̂ pooled over runs at the positions a model drafted, lookup copies left out (GenerationStats.model_alpha)."""
     stats = [run.stats for run in runs if run.stats is not None]
@@ -573,7 +548,7 @@ def report(
                 **{f"{name}_s": round(run.seconds, 4) for name, run in r.runs.items()},
                 **{f"{name}_prefill_ms": _ms(run.prefill_s) for name, run in r.runs.items()},
                 **{f"{name}_decode_ms": _ms(run.decode_s) for name, run in r.runs.items()},
-                **{f"{name}_first_token_ms": _round(run.first_token_ms) for name, run in r.runs.items()},
+                **{f"{name}_first_token_ms": rounded(run.first_token_ms, 2) for name, run in r.runs.items()},
                 "followup": r.followup,
                 "recorded": r.recorded,
                 "spec_stats": r.runs["spec"].stats.to_dict(),
@@ -584,11 +559,7 @@ def report(
 
 
 def _ms(seconds: float | None) -> float | None:
-    return _round(None if seconds is None else seconds * 1000)
-
-
-def _round(ms: float | None) -> float | None:
-    return None if ms is None else round(ms, 2)
+    return rounded(None if seconds is None else seconds * 1000, 2)
 
 
 def steady_state(results: list[CaseRuns]) -> dict:
@@ -758,18 +729,6 @@ def bench_events(
     return events
 
 
-def write_json(data: dict, path: str) -> None:
-    """Whole or not at all (a time cap may stop the bench while it writes): into a side file, then renamed."""
-    _replace(path, json.dumps(data, indent=1))
-
-
-def _replace(path: str, text: str) -> None:
-    side = f"{path}.writing"
-    with open(side, "w") as f:
-        f.write(text)
-    os.replace(side, path)
-
-
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("bench")
     p.add_argument("--cases", required=True)
@@ -922,7 +881,7 @@ def run(args: argparse.Namespace) -> int:
         table = format_table(data)
         if args.json:
             write_json(data, args.json)
-            _replace(os.path.splitext(args.json)[0] + ".txt", table + "\n")
+            write_whole(os.path.splitext(args.json)[0] + ".txt", table + "\n")
         return table
 
     done: list[CaseRuns] = []

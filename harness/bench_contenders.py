@@ -91,7 +91,7 @@ def quantization_contenders(
 ) -> tuple[dict[str, SpeculativeDecoder], dict[str, str]]:
     """A second copy of the target with other weights (decoder/kernels.py): its AR and the product's
     decoder on it, rows `<fp32|int8>_ar` and `<fp32|int8>_spec`; each must equal its own AR."""
-    from .model_args import load
+    from .lib.model_args import load
 
     loaded = load(args, pack=True, quantization=quantization)
     prefix = QUANTIZED_ROWS[quantization]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .model_args import add_model_args, load
+from .lib.model_args import add_model_args, load
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -6,11 +6,10 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
@@ -29,7 +28,8 @@ from speccomplete.decoder.training.corpus import (
     tokenize_packed,
 )
 
-from .model_args import add_model_args
+from .lib.model_args import add_model_args
+from .lib.training import add_training_loop_args, loop_settings, return_training_run, special_ids, token_count
 
 if TYPE_CHECKING:
     from speccomplete.decoder.drafts.trained import DraftMeta
@@ -202,68 +202,6 @@ def add_finetune_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def add_training_loop_args(
-    p: argparse.ArgumentParser, *, batch_size: int, eval_sequences: int, eval_tokens: int
-) -> None:
-    """The options every draft-training command shares (finetune, train-eagle3): sampling, optimizer,
-    precision, evaluation, checkpoints and the time limit. Defaults that differ between them are arguments."""
-    p.add_argument("--balance", default="natural", help="natural, uniform, or scdf (upweight worst-fitting languages)")
-    p.add_argument("--batch-size", type=int, default=batch_size)
-    p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--warmup-tokens", default="100k")
-    p.add_argument(
-        "--precision",
-        default="auto",
-        help="auto (bf16 autocast on CUDA, fp32 on CPU: bf16 measured 3-30x slower on CPUs without AMX), fp32, bf16",
-    )
-    p.add_argument("--eval-every", type=int, default=200)
-    p.add_argument("--eval-sequences", type=int, default=eval_sequences, help="dev sequences per language")
-    p.add_argument("--eval-tokens", type=int, default=eval_tokens, help="positions scored per dev sequence")
-    p.add_argument("--checkpoint-every", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-resume", action="store_true")
-    p.add_argument(
-        "--max-minutes",
-        type=float,
-        help="stop training after this much wall-clock time, checkpoint, and write the draft; "
-        "running the same command again resumes (default: no limit)",
-    )
-    p.add_argument(
-        "--log-every",
-        type=int,
-        default=1,
-        help="optimizer steps between reading the losses back (each read waits for the GPU; 20+ there)",
-    )
-    p.add_argument(
-        "--summary", help="write the run's summary JSON here (tokens, tokens/s, dev fitness before and after)"
-    )
-    p.add_argument(
-        "--return-parts",
-        help="copy the draft's small files here and its weights in parts of 15 MiB (what a lent GPU returns)",
-    )
-
-
-def loop_settings(args: argparse.Namespace, device) -> dict[str, Any]:
-    """The training-loop settings that add_training_loop_args' options give, as keywords for a LoopConfig
-    subclass that also has eval_sequences and eval_tokens (TrainConfig, Eagle3TrainConfig)."""
-    return dict(
-        balance=args.balance,
-        batch_size=args.batch_size,
-        grad_accum=args.grad_accum,
-        lr=args.lr,
-        warmup_tokens=_tokens(args.warmup_tokens),
-        bf16=_use_bf16(args.precision, device),
-        seed=args.seed,
-        eval_every=args.eval_every,
-        eval_sequences=args.eval_sequences,
-        eval_tokens=args.eval_tokens,
-        checkpoint_every=args.checkpoint_every,
-        max_seconds=args.max_minutes * 60 if args.max_minutes is not None else None,
-        log_every=args.log_every,
-    )
-
-
 def cmd_finetune(args) -> int:
     from speccomplete.decoder.drafts.trained import (
         DraftMeta,
@@ -281,8 +219,8 @@ def cmd_finetune(args) -> int:
     objective = {"ce": (1.0, 0.0), "kd": (0.0, 1.0), "ce+kd": (0.5, 0.5)}.get(args.objective)
     if objective is None:
         raise ValueError(f"--objective must be ce, kd or ce+kd, got {args.objective!r}")
-    phases = ([Phase(args.pretrain, _tokens(args.pretrain_tokens))] if args.pretrain else []) + [
-        Phase(args.data, _tokens(args.tokens))
+    phases = ([Phase(args.pretrain, token_count(args.pretrain_tokens))] if args.pretrain else []) + [
+        Phase(args.data, token_count(args.tokens))
     ]
     target, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
     data = Shards.load(args.data)
@@ -309,7 +247,7 @@ def cmd_finetune(args) -> int:
         vocab_ids = None
         if args.draft_vocab:
             vocab_ids = frequent_token_ids(
-                data.tokens, args.draft_vocab, sorted(_special_ids(tokenizer)), target.config.vocab_size
+                data.tokens, args.draft_vocab, sorted(special_ids(tokenizer)), target.config.vocab_size
             )
         draft = build_draft(target, layers, args.init, vocab_ids)
         params = owned_parameters(draft)
@@ -369,69 +307,6 @@ def cmd_finetune(args) -> int:
     if state["evals"]:
         print(json.dumps(state["evals"][-1]["dev"].get("all", {})))
     return 0
-
-
-def return_training_run(args, state: dict, folder: Path, small_files: tuple[str, ...], startup_s: float) -> None:
-    """--return-parts and --summary of a training command: the draft's small files and its weights in
-    parts into one folder, and the run's summary (returns.py) beside them."""
-    from .returns import sha256_file, split_into_parts, write_summary
-
-    weights = folder / "model.safetensors"
-    parts: list[str] = []
-    if args.return_parts:
-        dest = Path(args.return_parts)
-        dest.mkdir(parents=True, exist_ok=True)
-        for name in small_files:
-            if (folder / name).exists():
-                shutil.copy(folder / name, dest / name)
-        if weights.exists():
-            parts = split_into_parts(weights, dest)
-    if not args.summary:
-        return
-    log_path = folder / "train_log.jsonl"
-    records = (
-        [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.exists() else []
-    )
-    steps = [r for r in records if "loss" in r]
-    evals = state["evals"]
-    seconds = state.get("seconds") or 0.0
-    write_summary(
-        args.summary,
-        {
-            "tokens": state["tokens"],
-            "steps": state["step"],
-            "complete": state.get("complete"),
-            "tokens_this_run": state.get("tokens_this_run"),
-            "seconds_training": seconds,  # the loop, evaluations and checkpoints included
-            "tokens_per_s": state.get("tokens_this_run", 0) / seconds if seconds else None,
-            "startup_s": startup_s,  # the command's start to the loop's: imports, the target, the corpus
-            "first_step_s": state.get("first_step_s"),
-            "last_train": steps[-1] if steps else None,
-            "dev_before_step": evals[0]["step"] if evals else None,
-            "dev_before": evals[0]["dev"] if evals else None,
-            "dev_after_step": evals[-1]["step"] if evals else None,
-            "dev_after": evals[-1]["dev"] if evals else None,
-            "model_sha256": sha256_file(weights) if weights.exists() else None,
-            "parts": parts,
-            "join": "cat model.safetensors.part-* > model.safetensors",
-            "command": "specdec " + shlex.join(args.argv),
-        },
-    )
-
-
-def _tokens(count: str) -> int:
-    """'256k' -> 256000."""
-    return parse_budgets(count, [])["*"]
-
-
-def _use_bf16(precision: str, device) -> bool:
-    if precision not in ("auto", "fp32", "bf16"):
-        raise ValueError(f"--precision must be auto, fp32 or bf16, got {precision!r}")
-    return precision == "bf16" or precision == "auto" and device.type == "cuda"
-
-
-def _special_ids(tokenizer) -> set[int]:
-    return {i for i in (tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id) if i is not None}
 
 
 def write_model_card(folder: Path, meta: DraftMeta, manifests: list[dict], first_eval: dict | None) -> None:

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from speccomplete.decoder.models import DEFAULT_TARGET
 
-from .drafting import _special_ids, _tokens, add_training_loop_args, loop_settings, return_training_run
+from .lib.training import add_training_loop_args, loop_settings, return_training_run, special_ids, token_count
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -114,7 +114,7 @@ def run(args) -> int:
         source = f"online, over a corpus of {corpus.manifest['tokens']:,} tokens"
     else:
         features = Path(args.features) if args.features else out / "features"
-        sequences = max(1, -(-_tokens(args.tokens) // corpus.tokens.shape[1]))
+        sequences = max(1, -(-token_count(args.tokens) // corpus.tokens.shape[1]))
         bar = tqdm(total=min(sequences, len(corpus.tokens)), unit="seq", desc="features")
         extract_features(
             target, corpus, features, shape.aux_layers, sequences=sequences, seed=args.seed, progress=_set(bar)
@@ -129,7 +129,7 @@ def run(args) -> int:
         source = f"extracted to disk for {data.manifest['tokens']:,} tokens"
     cfg = Eagle3TrainConfig(
         out=str(out),
-        tokens=_tokens(args.train_tokens),
+        tokens=token_count(args.train_tokens),
         steps=args.ttt_steps,
         decay=args.decay,
         softcap=softcap_of(target),
@@ -206,7 +206,7 @@ def _vocabulary(target, tokenizer, data, size: int) -> torch.Tensor:
                 return ids.sort().values
         except DraftLoadError:
             pass
-    return frequent_token_ids(data.tokens, size, sorted(_special_ids(tokenizer)), vocab)
+    return frequent_token_ids(data.tokens, size, sorted(special_ids(tokenizer)), vocab)
 
 
 def _trained_on(device: torch.device) -> str:

@@ -16,31 +16,24 @@ import os
 import sys
 import tempfile
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from lsprotocol import types
-from pygls.lsp.client import LanguageClient
 
 from speccomplete.metrics import acceptance_rate, percentile
 from speccomplete.server.language import detect_language
-from speccomplete.server.lsp import COMPLETED, STATUS
 from speccomplete.telemetry.events import CompletionEvent
 from speccomplete.telemetry.log import EventLog
 
-from .cases import Case, read_cases
-from .model_args import add_backend_args, add_model_args, backend_options, model_options
+from .lib.cases import Case, read_cases
+from .lib.model_args import add_backend_args, add_model_args, backend_options, model_options
+from .lib.output import number
+from .lib.session import Session, server_command, start_session, stop_session
 from .returns import write_summary
 
 log = logging.getLogger(__name__)
-
-
-def server_command() -> list[str]:
-    """`specdec serve` in this interpreter, verbose when this harness is."""
-    verbose = ["-v"] if log.isEnabledFor(logging.INFO) else []
-    return [sys.executable, "-m", "speccomplete", *verbose, "serve"]
 
 
 # ok: the server answered (maybe with nothing); error: it answered with an error; timeout: no answer
@@ -59,100 +52,6 @@ class CaseAnswer:
     request_id: str | None = None
     latency_ms: float | None = None  # as the harness saw it: request sent to answer received
     detail: str = ""
-
-
-@dataclass
-class Session:
-    """One server process and the client talking to it."""
-
-    client: LanguageClient
-    statuses: list[dict] = field(default_factory=list)
-    completed: dict[str, asyncio.Future] = field(default_factory=dict)  # uri -> the server's specdec/completed
-    stderr: deque = field(default_factory=lambda: deque(maxlen=40))  # the server's last log lines, for crashes
-    tasks: list[asyncio.Task] = field(default_factory=list)
-    # seconds from starting the server's process to its "ready" status: the models loaded and the target's
-    # steps built (on CUDA their graphs recorded, decoder/loader.py)
-    ready_s: float | None = None
-
-    @property
-    def alive(self) -> bool:
-        return self.client._server is not None and self.client._server.returncode is None
-
-    @property
-    def process(self) -> asyncio.subprocess.Process:
-        """The server's process, once `start_session` has started it."""
-        assert self.client._server is not None, "the server has not been started"
-        return self.client._server
-
-
-async def start_session(command: list[str], init_options: dict, ready_timeout: float) -> Session:
-    client = LanguageClient("specdec-eval", "0.1.0")
-    session = Session(client)
-    ready = asyncio.get_running_loop().create_future()
-
-    @client.feature(STATUS)
-    def on_status(params):
-        status = _plain(params)
-        session.statuses.append(status)
-        if status.get("state") in ("ready", "error") and not ready.done():
-            ready.set_result(status)
-
-    @client.feature(COMPLETED)
-    def on_completed(params):
-        note = _plain(params)
-        future = session.completed.get(note.get("uri", ""))  # no document has the URI ""
-        if future is not None and not future.done():
-            future.set_result(note)
-
-    @client.feature(types.WINDOW_SHOW_MESSAGE)
-    def on_message(params: types.ShowMessageParams):
-        log.warning("server says: %s", params.message)
-
-    started = time.perf_counter()
-    await client.start_io(*command)
-    session.tasks.append(asyncio.create_task(drain_stderr(session)))
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(), process_id=os.getpid(), initialization_options=init_options
-        )
-    )
-    client.initialized(types.InitializedParams())
-    status = await asyncio.wait_for(ready, ready_timeout)
-    if status["state"] != "ready":
-        await stop_session(session)
-        raise RuntimeError(f"the server could not load its models: {status.get('message')}")
-    session.ready_s = time.perf_counter() - started
-    return session
-
-
-async def stop_session(session: Session) -> None:
-    client = session.client
-    if session.alive:
-        try:
-            await asyncio.wait_for(client.shutdown_async(None), 30)
-            client.exit(None)
-            await asyncio.wait_for(session.process.wait(), 30)
-        except (TimeoutError, RuntimeError, ConnectionError) as e:
-            log.warning("server did not shut down cleanly (%s); killing it", e)
-            session.process.kill()
-    await client.stop()
-    for task in session.tasks:
-        task.cancel()
-
-
-async def drain_stderr(session: Session) -> None:
-    """Read the server's log (a full pipe would block it); keep the tail, echo it with -v."""
-    stream = session.process.stderr
-    assert stream is not None  # pygls starts the server with stderr=PIPE
-    while line := await stream.readline():
-        text = line.decode(errors="replace").rstrip()
-        session.stderr.append(text)
-        log.info("server: %s", text)
-
-
-def _plain(params) -> dict:
-    """pygls hands a custom notification's params over as a namedtuple."""
-    return params._asdict()
 
 
 async def run_case(session: Session, index: int, case: Case, timeout: float) -> CaseAnswer:
@@ -340,9 +239,6 @@ def latency_summary(answers: list[CaseAnswer], events: list[CompletionEvent]) ->
 def format_summary(rows: list[dict]) -> str:
     """The table; `scope` counts completions the syntax check ended inside the decode loop."""
 
-    def num(value, digits=0):
-        return "-" if value is None else f"{value:.{digits}f}"
-
     header = (
         f"{'language':<11}{'n':>4}{'1-line':>7}{'multi':>6}{'p50 ms':>9}{'p95 ms':>9}"
         f"{'p50 1-line':>11}{'p50 multi':>10}{'alpha':>7}{'tokens':>7}{'scope':>6}{'empty':>6}{'err':>5}{'t/o':>5}"
@@ -353,8 +249,9 @@ def format_summary(rows: list[dict]) -> str:
         if r["language"] == "all":
             lines.append("-" * len(header))
         lines.append(
-            f"{r['language']:<11}{r['cases']:>4}{r['single']:>7}{r['multi']:>6}{num(r['p50_ms']):>9}{num(r['p95_ms']):>9}"
-            f"{num(r['p50_single_ms']):>11}{num(r['p50_multi_ms']):>10}{num(r['alpha'], 2):>7}{r['tokens']:>7}"
+            f"{r['language']:<11}{r['cases']:>4}{r['single']:>7}{r['multi']:>6}"
+            f"{number(r['p50_ms']):>9}{number(r['p95_ms']):>9}{number(r['p50_single_ms']):>11}"
+            f"{number(r['p50_multi_ms']):>10}{number(r['alpha'], 2):>7}{r['tokens']:>7}"
             f"{r['scope_stops']:>6}{r['empty']:>6}{r['errors']:>5}{r['timeouts']:>5}{r['crashes']:>6}"
         )
     return "\n".join(lines)

@@ -15,7 +15,7 @@ from collections import defaultdict
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.models import DEFAULT_TARGET
 
-from .cases import Case
+from .lib.cases import Case
 
 
 def next_line_quality(
@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from speccomplete.decoder.loader import use_cpu_kernels
     from speccomplete.decoder.models import load_model
 
-    from .bench import write_json
-    from .cases import read_cases
+    from .lib.cases import read_cases
+    from .lib.output import write_json
 
     model, tokenizer = load_model(args.target, device=args.device, dtype=args.dtype)
     decoder = SpeculativeDecoder(model, tokenizer)

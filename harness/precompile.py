@@ -7,7 +7,7 @@ import argparse
 import json
 import time
 
-from .model_args import add_model_args
+from .lib.model_args import add_model_args
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     from speccomplete.decoder.loader import compile_steps
 
-    from .model_args import load
+    from .lib.model_args import load
 
     began = time.perf_counter()
     loaded = load(args)

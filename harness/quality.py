@@ -48,9 +48,17 @@ from speccomplete.server.options import ServerOptions, parse_options
 from speccomplete.server.positions import utf16_len
 from speccomplete.server.snippets import OpenDocument
 
-from .cases import Case, read_cases, sample_cases
-from .model_args import add_backend_args, add_model_args, add_options_arg, backend_options, extra_options, model_options
-from .replay import warm_up
+from .lib.cases import Case, read_cases, sample_cases
+from .lib.model_args import (
+    add_backend_args,
+    add_model_args,
+    add_options_arg,
+    backend_options,
+    extra_options,
+    model_options,
+)
+from .lib.output import number
+from .lib.pipeline import warm_up
 
 OVERALL = "OVERALL"
 NUMBER = re.compile(r"(?<![\w.])\d[\w.]*")  # a number literal with its suffix or base letters (`0x00`, `1.5f`)
@@ -347,22 +355,17 @@ def _silenced(evidence: dict | None, min_confidence: float) -> bool:
 
 
 def format_curve(curve: list[dict]) -> str:
-    def num(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}"
-
     lines = ["minConfidence  shown  exact/sh  sim/sh  sim/all  loops"]
     for row in curve:
         lines.append(
-            f"{row['min_confidence']:13.2f}  {num(row['shown_rate']):>5}  {num(row['exact_shown']):>8}"
-            f"  {num(row['similarity_shown']):>6}  {num(row['similarity_all']):>7}  {num(row['loop_rate']):>5}"
+            f"{row['min_confidence']:13.2f}  {number(row['shown_rate'], 2):>5}  {number(row['exact_shown'], 2):>8}"
+            f"  {number(row['similarity_shown'], 2):>6}  {number(row['similarity_all'], 2):>7}"
+            f"  {number(row['loop_rate'], 2):>5}"
         )
     return "\n".join(lines)
 
 
 def format_table(data: dict) -> str:
-    def num(value: float | None, digits: int = 2) -> str:
-        return "-" if value is None else f"{value:.{digits}f}"
-
     header = (
         f"{'language':>11}{'n':>4}{'shown':>7}{'empty':>7}{'ref':>5}{'exact/sh':>10}{'exact/all':>10}"
         f"{'sim/sh':>8}{'sim/all':>8}{'loops':>7}{'mean ms':>9}{'p50 ms':>8}{'gen tok':>8}"
@@ -382,10 +385,10 @@ def format_table(data: dict) -> str:
         if name == OVERALL:
             lines.append("-" * len(header))
         lines.append(
-            f"{name:>11}{r['n']:>4}{num(r['shown_rate']):>7}{num(r['empty_rate']):>7}{r['scored']:>5}"
-            f"{num(r['exact_shown']):>10}{num(r['exact_all']):>10}{num(r['similarity_shown']):>8}"
-            f"{num(r['similarity_all']):>8}{num(r['loop_rate']):>7}{num(r['mean_latency_ms'], 0):>9}"
-            f"{num(r['p50_latency_ms'], 0):>8}{num(r['mean_generated_tokens'], 1):>8}"
+            f"{name:>11}{r['n']:>4}{number(r['shown_rate'], 2):>7}{number(r['empty_rate'], 2):>7}{r['scored']:>5}"
+            f"{number(r['exact_shown'], 2):>10}{number(r['exact_all'], 2):>10}{number(r['similarity_shown'], 2):>8}"
+            f"{number(r['similarity_all'], 2):>8}{number(r['loop_rate'], 2):>7}{number(r['mean_latency_ms'], 0):>9}"
+            f"{number(r['p50_latency_ms'], 0):>8}{number(r['mean_generated_tokens'], 1):>8}"
         )
     errors = data["languages"][OVERALL]["errors"]
     if errors:
@@ -427,7 +430,8 @@ def run_quality(
     engine: Engine, options: ServerOptions, cases: list[Case], progress=None, at_line_end: AtLineEnd = "as-is"
 ) -> list[dict]:
     """Every case's row, in case order, after an unmeasured request of each kind on an unrelated document
-    (allocators, kernels: `specdec replay`'s warm-up), so that the first case is not charged for them."""
+    (allocators, kernels: the warm-up `specdec replay` runs too, lib/pipeline.py), so that the first case is not
+    charged for them."""
     warm_up(engine, options)
     rows = []
     for index, case in enumerate(cases):

@@ -34,49 +34,33 @@ import json
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 from speccomplete.metrics import percentile
-from speccomplete.server.completion import Completion, Engine, Request, complete, load_engine
+from speccomplete.server.completion import Completion, Engine, complete, load_engine
 from speccomplete.server.language import detect_language
 from speccomplete.server.options import ServerOptions, parse_options
 
-from .model_args import add_backend_args, add_model_args, add_options_arg, backend_options, extra_options, model_options
+from .lib.model_args import (
+    add_backend_args,
+    add_model_args,
+    add_options_arg,
+    backend_options,
+    extra_options,
+    model_options,
+)
+from .lib.output import number
+from .lib.pipeline import UNRELATED_DOCUMENT, UNRELATED_PATH, Pause, request_at, warm_up
 
 TARGET_P50_MS = {"single": 250.0, "multi": 800.0}
 KINDS = ("single", "multi")
 CACHES = ("warm", "cold")
 MIN_LINE_CHARS = 4  # a line typed halfway must have something before the pause
 
-# What the user had open before switching to the file: nothing of it is in any source file's prompt.
-UNRELATED_PATH = "notes.txt"
-UNRELATED_DOCUMENT = (
-    "Meeting notes, Thursday\n\nAttendees: Ana, Bo, Chidi\nAgreed to move the release by one week so that the"
-)
-
 Cache = Literal["warm", "cold"]
 ProgressFn = Callable[[], None]
-
-
-@dataclasses.dataclass(frozen=True)
-class Pause:
-    """One point where the user stops typing: the document so far and the cursor at its end."""
-
-    text: str
-    line: int
-    character: int  # UTF-16 code units, as LSP counts
-
-    @classmethod
-    def at_end(cls, text: str) -> Pause:
-        last = text[text.rfind("\n") + 1 :]
-        return cls(text, text.count("\n"), utf16_length(last))
-
-
-def utf16_length(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
 
 
 def chosen_lines(lines: list[str], count: int) -> list[int]:
@@ -103,10 +87,6 @@ def halfway(lines: list[str], i: int) -> Pause:
     line = lines[i]
     indent = len(line) - len(line.lstrip())
     return Pause.at_end("\n".join(lines[:i]) + "\n" + line[: indent + len(line.strip()) // 2])
-
-
-def request_at(pause: Pause, path: str, request_id: str) -> Request:
-    return Request(request_id, pause.text, path, None, pause.line, pause.character, "automatic", time.perf_counter())
 
 
 def prefill_only(options: ServerOptions) -> ServerOptions:
@@ -174,12 +154,6 @@ def replay_file(
     return records
 
 
-def warm_up(engine: Engine, options: ServerOptions) -> None:
-    """One request of each kind on the unrelated document: allocators, kernels, compiled shapes."""
-    for pause in (Pause.at_end(UNRELATED_DOCUMENT), Pause.at_end(UNRELATED_DOCUMENT + "\n\n")):
-        complete(engine, options, request_at(pause, UNRELATED_PATH, "replay-warm-up"), threading.Event())
-
-
 def run_replay(
     engine: Engine,
     options: ServerOptions,
@@ -237,9 +211,6 @@ def target_verdicts(summary: list[dict]) -> dict:
 
 
 def format_table(data: dict) -> str:
-    def num(value: float | None, digits: int = 0) -> str:
-        return "-" if value is None else f"{value:.{digits}f}"
-
     lines = [
         f"replay {data['label']}: backend {data['backend']}, target {data['target']}, draft {data['draft']}, "
         f"device {data['device']}",
@@ -249,15 +220,16 @@ def format_table(data: dict) -> str:
     ]
     for row in data["summary"]:
         lines.append(
-            f"{row['kind'] + '-line':<12}{row['cache']:<7}{row['n']:>4}{num(row['p50_ms']):>9}{num(row['p95_ms']):>9}"
-            f"{num(row['mean_generated_tokens'], 1):>9}{num(row['mean_prompt_tokens']):>12}"
-            f"{num(row['mean_prompt_reused_tokens']):>12}"
+            f"{row['kind'] + '-line':<12}{row['cache']:<7}{row['n']:>4}"
+            f"{number(row['p50_ms']):>9}{number(row['p95_ms']):>9}"
+            f"{number(row['mean_generated_tokens'], 1):>9}{number(row['mean_prompt_tokens']):>12}"
+            f"{number(row['mean_prompt_reused_tokens']):>12}"
         )
     lines.append("")
     for kind in KINDS:
         verdicts = [(cache, data["targets"][f"{kind}_{cache}"]) for cache in CACHES]
         said = ", ".join(
-            f"{cache} {num(v['p50_ms'])} ms " + ("-" if v["met"] is None else "met" if v["met"] else "MISSED")
+            f"{cache} {number(v['p50_ms'])} ms " + ("-" if v["met"] is None else "met" if v["met"] else "MISSED")
             for cache, v in verdicts
         )
         lines.append(f"target {kind}-line p50 <= {TARGET_P50_MS[kind]:.0f} ms: {said}")

@@ -32,9 +32,9 @@ from speccomplete.server.options import ServerOptions
 from speccomplete.telemetry.events import CompletionEvent
 from speccomplete.telemetry.log import EventLog
 
-from .cases import Case, read_cases
-from .model_args import add_model_args, device_name, load
-from .sweep import grid_settings, parse_list, run_sweep
+from .lib.cases import Case, read_cases
+from .lib.grid import grid_settings, parse_list, run_sweep
+from .lib.model_args import add_model_args, device_name, load
 
 if TYPE_CHECKING:
     from speccomplete.decoder.drafts import Drafter

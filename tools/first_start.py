@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from speccomplete.decoder import models
-from speccomplete.harness.eval import server_command, start_session, stop_session
+from speccomplete.harness.lib.session import server_command, start_session, stop_session
 from speccomplete.harness.returns import device_facts
 
 

@@ -31,10 +31,10 @@ from typing import Any
 
 from lsprotocol import types
 
-from speccomplete.harness.eval import stop_session
 from speccomplete.server.log_limits import POPUPS_PER_MINUTE
 from speccomplete.server.options import ServerOptions
 
+from ..lib.session import stop_session
 from .check import CheckResult
 from .storm import StressSession, start_server, wait_for_status
 from .wire import save_tiny_model

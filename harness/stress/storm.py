@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 import time
 from concurrent.futures import Future
@@ -31,10 +30,11 @@ from pygls.exceptions import JsonRpcException
 from pygls.lsp.client import LanguageClient
 
 import speccomplete.telemetry.log
-from speccomplete.harness.eval import Session, drain_stderr, server_command, stop_session
 from speccomplete.metrics import percentile
-from speccomplete.server.lsp import COMPLETED, STATUS
+from speccomplete.server.positions import utf16_len
 
+from ..lib.output import rounded
+from ..lib.session import Session, connect, server_command, stop_session
 from .check import CheckResult
 from .wire import save_tiny_model
 
@@ -70,11 +70,22 @@ SHORT = Plan(keystrokes=60, pause_every=20, start_share=0.4, ready_timeout_s=180
 
 @dataclass
 class StressSession(Session):
-    """eval's session, also recording the server's messages and its specdec/completed notifications in order."""
+    """The harness's session (lib/session.py), also recording the server's messages and its specdec/completed
+    notifications in order."""
 
     messages: list[types.ShowMessageParams] = field(default_factory=list)
     arrivals: list[Arrival] = field(default_factory=list)  # notifications and answers, as they arrived
     status_times: list[float] = field(default_factory=list)  # time.monotonic() each of `statuses` arrived
+
+    def status_arrived(self, status: dict) -> None:
+        super().status_arrived(status)
+        self.status_times.append(time.monotonic())
+
+    def completion_noted(self, note: dict) -> None:
+        self.arrivals.append(Arrival(time.monotonic(), note=note))
+
+    def message_shown(self, params: types.ShowMessageParams) -> None:
+        self.messages.append(params)
 
 
 @dataclass
@@ -87,36 +98,9 @@ class Arrival:
 async def start_server(init_options: dict, ready_timeout: float, env: dict | None = None) -> StressSession:
     """`specdec serve` over stdio, initialized like an editor initializes it; returns at its first "ready" or
     "error" status (a server whose models fail to load is still up: its last status says so)."""
-    client = LanguageClient("specdec-stress", "0.1.0")
-    session = StressSession(client)
-    settled = asyncio.get_running_loop().create_future()
-
-    @client.feature(STATUS)
-    def on_status(params):
-        status = params._asdict()  # pygls hands a custom notification's params over as a namedtuple
-        session.statuses.append(status)
-        session.status_times.append(time.monotonic())
-        if status.get("state") in ("ready", "error") and not settled.done():
-            settled.set_result(status)
-
-    @client.feature(COMPLETED)
-    def on_completed(params):
-        session.arrivals.append(Arrival(time.monotonic(), note=params._asdict()))
-
-    @client.feature(types.WINDOW_SHOW_MESSAGE)
-    def on_message(params: types.ShowMessageParams):
-        session.messages.append(params)
-
-    await client.start_io(*server_command(), env=env)
-    session.tasks.append(asyncio.create_task(drain_stderr(session)))
-    await client.initialize_async(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(), process_id=os.getpid(), initialization_options=init_options
-        )
-    )
-    client.initialized(types.InitializedParams())
+    session = StressSession(LanguageClient("specdec-stress", "0.1.0"))
     try:
-        await asyncio.wait_for(settled, ready_timeout)
+        await connect(session, server_command(), init_options, ready_timeout, env=env)
     except TimeoutError:
         await stop_session(session)
         raise RuntimeError(f"the server reported neither ready nor error in {ready_timeout:.0f} s") from None
@@ -254,13 +238,13 @@ async def _type(storm: Storm, text: str, start: int, plan: Plan, rng: random.Ran
         )
     )
     lines = text[:start].split("\n")
-    line, column = len(lines) - 1, _utf16_len(lines[-1])
+    line, column = len(lines) - 1, utf16_len(lines[-1])
     typed = text[start : start + plan.keystrokes]
     started = time.monotonic()
     storm.sample_rss(started)
     for index, character in enumerate(typed):
         storm.type_key(character, line, column)
-        line, column = (line + 1, 0) if character == "\n" else (line, column + _utf16_len(character))
+        line, column = (line + 1, 0) if character == "\n" else (line, column + utf16_len(character))
         key_sent = time.monotonic()
         pause = (index + 1) % plan.pause_every == 0 or index == len(typed) - 1
         sent = storm.request(line, column, before_pause=pause)
@@ -273,10 +257,6 @@ async def _type(storm: Storm, text: str, start: int, plan: Plan, rng: random.Ran
             await asyncio.sleep(0.01)
         storm.sample_rss(started)
         await asyncio.sleep(max(0.0, key_sent + rng.uniform(*PAUSE_S) - time.monotonic()))
-
-
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
 
 
 async def _storm(seed: int, full: bool, workdir: Path) -> tuple[Storm, list[dict], bool]:
@@ -364,22 +344,26 @@ def report(storm: Storm, events: list[dict], alive: bool, seed: int, full: bool)
         "event_outcomes": _count(e["outcome"] for e in events),
         "pauses": len(after_pause),
         "latency_after_pause_ms": {
-            kind: {"n": len(values), "p50": _round(percentile(values, 50)), "p95": _round(percentile(values, 95))}
+            kind: {
+                "n": len(values),
+                "p50": rounded(percentile(values, 50), 1),
+                "p95": rounded(percentile(values, 95), 1),
+            }
             for kind, values in latency.items()
             if values
         },
-        "server_latency_after_pause_ms_p50": _round(
-            percentile([e["latency_ms"] for r in after_pause if (e := by_request_id.get(r.request_id or ""))], 50)
+        "server_latency_after_pause_ms_p50": rounded(
+            percentile([e["latency_ms"] for r in after_pause if (e := by_request_id.get(r.request_id or ""))], 50), 1
         ),
-        "prompt_reused_share_after_pause": _round(reuse_share, 3),
+        "prompt_reused_share_after_pause": rounded(reuse_share, 3),
         "cancel_to_idle_ms": {
             "n": len(cancel_to_idle),
-            "p50": _round(percentile(cancel_to_idle, 50)),
-            "p95": _round(percentile(cancel_to_idle, 95)),
-            "max": _round(max(cancel_to_idle, default=None)),
+            "p50": rounded(percentile(cancel_to_idle, 50), 1),
+            "p95": rounded(percentile(cancel_to_idle, 95), 1),
+            "max": rounded(max(cancel_to_idle, default=None), 1),
         },
         "rss_kib": [[round(t, 1), kib] for t, kib in storm.rss],
-        "rss_growth_after_warm_up": _round(growth, 4),
+        "rss_growth_after_warm_up": rounded(growth, 4),
     }
     result.target("stale completions", len(stale), "== 0", not stale)
     result.target("requests never answered", len(unanswered), "== 0", not unanswered)
@@ -387,16 +371,16 @@ def report(storm: Storm, events: list[dict], alive: bool, seed: int, full: bool)
     result.target("server alive at the end", alive, "== True", alive)
     result.target("RSS samples", len(rss), ">= 2", len(rss) >= 2)
     if full:
-        result.target("RSS growth after warm-up (max/min - 1)", _round(growth, 4), "<= 0.05", (growth or 0) <= 0.05)
+        result.target("RSS growth after warm-up (max/min - 1)", rounded(growth, 4), "<= 0.05", (growth or 0) <= 0.05)
         result.target(
             "single-line latency after a pause, p50 (ms)",
-            _round(single_p50),
+            rounded(single_p50, 1),
             "<= 400",
             single_p50 is not None and single_p50 <= 400,
         )
         result.target(
             "prompt share reused from the cache after a pause",
-            _round(reuse_share, 3),
+            rounded(reuse_share, 3),
             ">= 0.8",
             reuse_share is not None and reuse_share >= 0.8,
         )
@@ -422,7 +406,3 @@ def _count(values) -> dict:
     for value in values:
         counts[value] = counts.get(value, 0) + 1
     return counts
-
-
-def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)

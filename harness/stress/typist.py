@@ -35,13 +35,15 @@ from pathlib import Path
 
 from lsprotocol import types
 
-from speccomplete.harness.eval import stop_session
 from speccomplete.metrics import percentile
 from speccomplete.server.language import detect_language
 from speccomplete.server.lsp import ACCEPT
+from speccomplete.server.positions import utf16_len
 
+from ..lib.output import rounded
+from ..lib.session import stop_session
 from .check import CheckResult
-from .storm import Storm, _utf16_len, start_server
+from .storm import Storm, start_server
 from .wire import save_tiny_model
 
 BURST = 12  # keys before a pause
@@ -174,13 +176,13 @@ async def _type_file(
         )
     )
     lines = text[:start].split("\n")
-    line, column = len(lines) - 1, _utf16_len(lines[-1])
+    line, column = len(lines) - 1, utf16_len(lines[-1])
     pauses_at = {BURST, 2 * BURST, len(keys)}
     burst_began, burst_cpu = time.monotonic(), cpu_seconds(session.process.pid)
     await asyncio.sleep(rng.uniform(*rhythm.key_s))
     for index, character in enumerate(keys, start=1):
         storm.type_key(character, line, column)
-        line, column = (line + 1, 0) if character == "\n" else (line, column + _utf16_len(character))
+        line, column = (line + 1, 0) if character == "\n" else (line, column + utf16_len(character))
         sent = storm.request(line, column, before_pause=index in pauses_at)
         if index not in pauses_at:
             await asyncio.sleep(
@@ -217,7 +219,7 @@ async def _take(storm: Storm, sent, line: int, column: int, plan: Plan) -> Taken
         types.WORKSPACE_EXECUTE_COMMAND, types.ExecuteCommandParams(command=ACCEPT, arguments=[sent.request_id])
     )
     lines = sent.text.split("\n")
-    end = (line + len(lines) - 1, (column if len(lines) == 1 else 0) + _utf16_len(lines[-1]))
+    end = (line + len(lines) - 1, (column if len(lines) == 1 else 0) + utf16_len(lines[-1]))
     following = storm.request(*end, before_pause=True)
     while following.answered is None and time.monotonic() < following.sent + plan.answer_timeout_s:
         await asyncio.sleep(0.005)
@@ -308,23 +310,23 @@ def summary(typed: Typed) -> dict:
         latencies = [p.latency_ms for p in pauses if p.latency_ms is not None]
         out[kind] = {
             "n": len(pauses),
-            "p50_ms": _round(percentile(latencies, 50)),
-            "p90_ms": _round(percentile(latencies, 90)),
+            "p50_ms": rounded(percentile(latencies, 50), 1),
+            "p90_ms": rounded(percentile(latencies, 90), 1),
             "shown": sum(p.shown for p in pauses),
             "unanswered": len(pauses) - len(latencies),
         }
     waits = [t.latency_ms for t in typed.taken if t.latency_ms is not None]
     out[TAKEN] = {
         "n": len(typed.taken),
-        "p50_ms": _round(percentile(waits, 50)),
-        "p90_ms": _round(percentile(waits, 90)),
+        "p50_ms": rounded(percentile(waits, 50), 1),
+        "p90_ms": rounded(percentile(waits, 90), 1),
         "shown": sum(t.shown for t in typed.taken),
         "unanswered": len(typed.taken) - len(waits),
     }
     out["compiled_in_use_s"] = typed.compiled_in_use_s
     out["decodes_started"] = typed.decodes
     out["decodes_cancelled"] = typed.decodes_cancelled
-    out["cores_while_typing"] = _round(typed.cpu_s / typed.typing_s, 3) if typed.typing_s else None
+    out["cores_while_typing"] = rounded(typed.cpu_s / typed.typing_s, 3) if typed.typing_s else None
     return out
 
 
@@ -361,7 +363,3 @@ def report(runs: dict[str, Typed], seed: int, full: bool) -> CheckResult:
             + (f", compiled step in use {typed.compiled_in_use_s} s after the start" if typed.compiled_in_use_s else "")
         )
     return result
-
-
-def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)

@@ -8,9 +8,10 @@ from helpers.tiny_models import tiny_llama
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
-from speccomplete.harness.bench import bench_events, format_table, report, run_bench, weight_bytes_per_token
+from speccomplete.harness.bench import bench_events, format_table, report, run_bench
 from speccomplete.harness.bench_contenders import Contenders
-from speccomplete.harness.cases import Case, write_cases
+from speccomplete.harness.lib.cases import Case, write_cases
+from speccomplete.harness.lib.roofline import weight_bytes_per_token
 
 
 def _cases():

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from speccomplete.harness.cases import Case, read_cases, sample_cases, write_cases
+from speccomplete.harness.lib.cases import Case, read_cases, sample_cases, write_cases
 
 
 def test_cases_round_trip_and_cursor(tmp_path):

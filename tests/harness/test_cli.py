@@ -8,6 +8,7 @@ import importlib.util
 import inspect
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,14 @@ def test_cli_only_wires_harness_modules():
         assert parser.get_default("run").__module__.startswith("speccomplete.harness."), subcommand
     defined_here = {name for name, f in inspect.getmembers(cli, inspect.isfunction) if f.__module__ == cli.__name__}
     assert defined_here == {"build_parser", "main", "subcommand_parser"}
+
+
+def test_the_import_contract_keeps_every_subcommand_module_apart():
+    """pyproject.toml's independence contract (checked by .ci/lint) names each subcommand's module: what two
+    subcommands share lives in harness/lib/, never in one of them."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    contract = next(c for c in pyproject["tool"]["importlinter"]["contracts"] if c["type"] == "independence")
+    assert sorted(contract["modules"]) == sorted({f"speccomplete.harness.{s.module}" for s in SUBCOMMANDS})
 
 
 def test_parsing_a_command_loads_its_parser_in_place():

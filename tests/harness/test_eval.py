@@ -11,8 +11,8 @@ from collections import Counter
 from helpers.languages import CODE_LANGUAGES
 from helpers.lsp import EXAMPLES, REPO, SERVER_COMMAND, records, save_random_model
 
-from speccomplete.harness.cases import Case, read_cases, write_cases
 from speccomplete.harness.eval import CaseAnswer, run_eval, summarize_answers
+from speccomplete.harness.lib.cases import Case, read_cases, write_cases
 from speccomplete.telemetry.events import CompletionEvent
 
 

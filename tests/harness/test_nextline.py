@@ -3,7 +3,7 @@
 from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.engine import SpeculativeDecoder
-from speccomplete.harness.cases import Case
+from speccomplete.harness.lib.cases import Case
 from speccomplete.harness.nextline import next_line_quality
 
 

@@ -10,7 +10,7 @@ from helpers.lsp import EXAMPLES, save_random_model
 
 from speccomplete.cli import main
 from speccomplete.harness import quality
-from speccomplete.harness.cases import Case, read_cases, write_cases
+from speccomplete.harness.lib.cases import Case, read_cases, write_cases
 from speccomplete.harness.quality import (
     OVERALL,
     after_enter,

@@ -9,8 +9,8 @@ import pytest
 from helpers.lsp import save_random_model
 
 from speccomplete.cli import build_parser, main
+from speccomplete.harness.lib.pipeline import Pause
 from speccomplete.harness.replay import (
-    Pause,
     after_enter,
     chosen_lines,
     end_of_line_above,
@@ -18,7 +18,6 @@ from speccomplete.harness.replay import (
     run_replay,
     server_options,
     summarize,
-    utf16_length,
 )
 from speccomplete.server.completion import load_engine
 
@@ -81,7 +80,7 @@ def test_pauses_are_where_the_user_stops_typing():
     assert after_enter(lines, 1) == Pause("def f(x):\n    ", 1, 4)
     assert halfway(lines, 1) == Pause("def f(x):\n    return", 1, 10)
     assert end_of_line_above(lines, 1) == Pause("def f(x):", 0, 9)
-    assert utf16_length("é😀") == 3  # the emoji is two UTF-16 code units
+    assert Pause.at_end("é😀") == Pause("é😀", 0, 3)  # the emoji is two UTF-16 code units
 
 
 def test_chosen_lines_spread_over_the_file_in_order():

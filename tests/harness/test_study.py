@@ -16,7 +16,7 @@ from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draf
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
 from speccomplete.harness import study
-from speccomplete.harness.cases import Case, write_cases
+from speccomplete.harness.lib.cases import Case, write_cases
 from speccomplete.telemetry.analysis.read import UnreadableLineWarning
 
 PY = "def add(x, y):\n    return x + y\n\n\ndef twice(x):\n    return add(x, add(x, x))\n"

@@ -7,8 +7,8 @@ from helpers.events import read_events
 from helpers.tiny_models import tiny_llama
 
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, derive_draft
-from speccomplete.harness.cases import Case
-from speccomplete.harness.sweep import grid_settings, run_sweep
+from speccomplete.harness.lib.cases import Case
+from speccomplete.harness.lib.grid import grid_settings, run_sweep
 from speccomplete.telemetry.analysis.report import build_report
 from speccomplete.telemetry.log import EventLog
 

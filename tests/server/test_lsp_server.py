@@ -33,7 +33,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from speccomplete.harness.cases import read_cases
+from speccomplete.harness.lib.cases import read_cases
 from speccomplete.telemetry.events import CompletionEvent
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -88,7 +88,7 @@ def target(cases_path: str, nextline_path: str) -> None:
     from speccomplete.decoder.drafts import build_drafter
     from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
     from speccomplete.decoder.gamma import parse_gamma_policy
-    from speccomplete.harness.cases import read_cases
+    from speccomplete.harness.lib.cases import read_cases
     from speccomplete.harness.nextline import next_line_quality
 
     cases, nextline_cases = read_cases(cases_path), read_cases(nextline_path)
