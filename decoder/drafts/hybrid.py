@@ -20,7 +20,8 @@ class HybridDrafter(Drafter):
     missing shrinks to one token, whose verify costs about a plain step. With no model
     (`ngram+none`) a round without a match drafts nothing: a plain target step. Behind a
     drafter that asks it (a SelfDrafter), the lookup is asked again after each of its drafts, and a
-    copy ends that round (Drafter.propose's `lookup`).
+    copy ends that round (Drafter.propose's `lookup`). Where the prompt has no match, a request's references
+    (other documents, `refer`) are searched too; the server passes none (docs/speculative-decoding.md).
     """
 
     def __init__(
