@@ -47,16 +47,22 @@ def products(x: torch.Tensor, weight: torch.Tensor, weight_sums: torch.Tensor) -
     library = _library()
     if library is None:
         raise RuntimeError("the int8 rows kernel is not available on this machine (int8_rows.available())")
+    if torch.autograd.profiler._is_profiler_enabled:  # named in a profile (`specdec stepcost --profile`), as ops are
+        with torch.profiler.record_function(PROFILED_AS):
+            return _multiply(library, x, weight, weight_sums)
+    return _multiply(library, x, weight, weight_sums)
+
+
+def _multiply(library: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, weight_sums: torch.Tensor) -> torch.Tensor:
+    """`products` on `library`."""
     x = x.contiguous()
     rows, width = x.shape
     out = torch.empty(rows, weight.shape[0], dtype=torch.float32)
     shifted = torch.empty(rows * width, dtype=torch.uint8)
-    arguments = (x.data_ptr(), rows, width, weight.data_ptr(), weight_sums.data_ptr(), weight.shape[0])
-    if torch.autograd.profiler._is_profiler_enabled:  # named in a profile (`specdec stepcost --profile`), as ops are
-        with torch.profiler.record_function(PROFILED_AS):
-            library.int8_rows(*arguments, out.data_ptr(), shifted.data_ptr())
-    else:
-        library.int8_rows(*arguments, out.data_ptr(), shifted.data_ptr())
+    library.int8_rows(
+        x.data_ptr(), rows, width, weight.data_ptr(), weight_sums.data_ptr(), weight.shape[0], out.data_ptr(),
+        shifted.data_ptr(),
+    )  # fmt: skip
     return out
 
 
@@ -145,12 +151,7 @@ def _checks(library: ctypes.CDLL) -> bool:
     for rows, width, outputs in ((1, 200, 7), (5, 640, 64), (9, 130, 13), (17, 64, 40)):
         x = torch.randint(-127, 128, (rows, width), generator=generator).float()
         weight = torch.randint(-127, 128, (outputs, width), dtype=torch.int8, generator=generator)
-        out = torch.empty(rows, outputs, dtype=torch.float32)
-        shifted = torch.empty(rows * width, dtype=torch.uint8)
-        sums = weight.sum(1, dtype=torch.int32)
-        library.int8_rows(
-            x.data_ptr(), rows, width, weight.data_ptr(), sums.data_ptr(), outputs, out.data_ptr(), shifted.data_ptr()
-        )
+        out = _multiply(library, x, weight, weight.sum(1, dtype=torch.int32))
         if not torch.equal(out, (x.long() @ weight.t().long()).float()):
             return False
     return True

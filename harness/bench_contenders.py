@@ -135,36 +135,32 @@ def build_contenders(
             target, tokenizer, drafter, parse_gamma_policy(args.gamma), steps=steps
         )
         doc[f"spec_draft_{spec}"] = f"draft {spec} instead of {args.draft}"
+
+    def twin(name: str, tree_nodes: int) -> SpeculativeDecoder:
+        """Row `name`'s decoder again, on the same drafter (it follows the shared steps' cache, as every row here
+        does) and a copy of its γ policy."""
+        row = ours[name]
+        return SpeculativeDecoder(
+            target,
+            tokenizer,
+            row.drafter,
+            copy.deepcopy(row.gamma),
+            draft_confidence=row.draft_confidence,
+            steps=steps,
+            tree_nodes=tree_nodes,
+        )
+
     speculative = [name for name in ours if name == "spec" or name.startswith("spec_draft_")]
     for nodes in [int(n) for n in (args.compare_tree_nodes or "").split(",") if n]:
         for name in speculative:
-            twin = ours[name]
-            # the same drafter: it follows the shared steps' cache, as every row here does
-            ours[f"{name}_tree{nodes}"] = SpeculativeDecoder(
-                target,
-                tokenizer,
-                twin.drafter,
-                copy.deepcopy(twin.gamma),
-                draft_confidence=twin.draft_confidence,
-                steps=steps,
-                tree_nodes=nodes,
-            )
+            ours[f"{name}_tree{nodes}"] = twin(name, nodes)
             doc[f"{name}_tree{nodes}"] = f"{doc[name]}; draft trees of up to {nodes} nodes" + (
                 " (chains)" if not nodes else ""
             )
     referring = set()
     if args.compare_workspace:
         for name in [name for name in ours if name.startswith("spec") and ours[name].drafter is not None]:
-            twin = ours[name]
-            ours[f"{name}_workspace"] = SpeculativeDecoder(
-                target,
-                tokenizer,
-                twin.drafter,
-                copy.deepcopy(twin.gamma),
-                draft_confidence=twin.draft_confidence,
-                steps=steps,
-                tree_nodes=twin.tree_nodes,
-            )
+            ours[f"{name}_workspace"] = twin(name, ours[name].tree_nodes)
             doc[f"{name}_workspace"] = (
                 f"{doc[name]}; the lookup also copies from the case's workspace ({args.compare_workspace}+ tokens)"
             )
