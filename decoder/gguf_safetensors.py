@@ -8,7 +8,7 @@ read from the GGUF: dequantized by the gguf package, renamed to transformers' na
 transformers' GGUF loader changes them back (its tensor processors, transformers/modeling_gguf_pytorch_utils.py).
 The folder written holds the same model.safetensors, tensor for tensor, and the same metadata files.
 
-The GPU carry uses it (tools/gpu_pack.py builds the meta, gpu/unpack.sh converts):
+The GPU carry uses it (tools/gpu/pack.py builds the meta, gpu/unpack.sh converts):
 
     python -m speccomplete.decoder.gguf_safetensors GGUF META OUT     META: a folder or its .tar.xz
 """

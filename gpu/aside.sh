@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Move the shipped weights out of the working tree for the load calls of the GPU programme, and back.
 #
-#   bash gpu/aside.sh out    # before `python -m tools.gpu_pack` and the load calls
+#   bash gpu/aside.sh out    # before `python -m tools.gpu.pack` and the load calls
 #   bash gpu/aside.sh back   # before the step calls (bench and train read the shipped drafts)
 #
 # Every device call carries the working tree and its loads, 64 MiB in all. The tracked *.safetensors

@@ -13,13 +13,13 @@
 # Each step sources $GPU_ROOT/env.sh (PYTHONPATH to the staged site, SPECDEC_TARGET to the converted
 # target) and runs one command under its own `timeout`, so that it ends inside the device tool's
 # 10 minutes. The command writes its own results under $OUT, the machine's facts inside its summary
-# (harness/returns.py): train.json or train-derived.json and the draft in draft/, in parts
-# of 15 MiB; bench.json and bench.txt (bench-trained.*, bench-derived.*); tests.json and tests.xml;
-# eval.json, eval-events.jsonl. Its output goes to STEP.log (eval: eval.txt). The tool returns at most
-# 8 files, of 16 MiB each: train's are its log, its summary, the draft's config.json, README.md and its
-# weights without the head (the target's rows, rebuilt on load), ~15 MB in 1-2 parts. cuda's are its
-# parts' JSON and one log for all three (cuda.log): cuda.json (each part's exit status, seconds and cap),
-# tests.json, tests.xml, bench.json, bench.txt, eval.json, eval-events.jsonl.
+# (harness/lib/facts.py): train.json or train-derived.json, after which the step puts the draft in draft/, its
+# weights in parts of 15 MiB (tools/gpu/returns.py); bench.json and bench.txt (bench-trained.*, bench-derived.*);
+# tests.json and tests.xml; eval.json, eval-events.jsonl. Its output goes to STEP.log (eval: eval.txt).
+# The tool returns at most 8 files, of 16 MiB each: train's are its log, its summary, the draft's
+# config.json, README.md and its weights without the head (the target's rows, rebuilt on load), ~15 MB in
+# 1-2 parts. cuda's are its parts' JSON and one log for all three (cuda.log): cuda.json (each part's exit
+# status, seconds and cap), tests.json, tests.xml, bench.json, bench.txt, eval.json, eval-events.jsonl.
 # --smoke runs the same commands on the CPU with tiny budgets (the rehearsal in
 # tests/harness/test_gpu_steps.py: a tiny target in SPECDEC_TARGET, two cases, a few tokens).
 #
@@ -130,7 +130,7 @@ find_corpus() { # sets corpus and dev (the training steps), or exits
   [ -f "$corpus/manifest.json" ] || corpus=$corpus/train
   [ -f "$corpus/manifest.json" ] || {
     echo "no training corpus in ${SPECDEC_CORPUS:-$GPU_ROOT/corpus}: the pack holds one only when" \
-      "python -m tools.gpu_pack was given --splits (.carry/PLAN.md says 'Corpus: ...')" >&2
+      "python -m tools.gpu.pack was given --splits (.carry/PLAN.md says 'Corpus: ...')" >&2
     exit 2
   }
   dev=()
@@ -152,6 +152,19 @@ run_logged() { # run_logged LOG CMD...: the command under the step's timeout, it
   shift
   timeout --signal="${stop_signal:-TERM}" --kill-after="${kill_after:-20}" "$step_timeout" "$@" 2>&1 | tee -a "$log"
   return "${PIPESTATUS[0]}"
+}
+
+return_draft() { # return_draft FOLDER SMALL-FILE...: a trained draft as the tool brings it back, in $OUT/draft:
+  # its small files, and its weights in parts of 15 MiB (the tool returns 16 MiB a file at most), which
+  # tools/ratchet.py joins and checks against the summary's model_sha256
+  local folder=$1 name
+  shift
+  mkdir -p "$OUT/draft"
+  for name in "$@"; do
+    if [ -f "$folder/$name" ]; then cp "$folder/$name" "$OUT/draft/"; fi
+  done
+  # by its path: PYTHONSAFEPATH keeps the repo root (and `python -m tools...`) off the path; standard library only
+  "$PYTHON" tools/gpu/returns.py split "$folder/model.safetensors" "$OUT/draft"
 }
 
 run_bench() { # run_bench NAME FLAGS...: the bench of the cases on the target, into $OUT/NAME.json and .txt
@@ -201,7 +214,8 @@ train)
   # The target runs beside the draft (no feature files), until --max-minutes; the same call again resumes.
   run_logged "$OUT/train.log" "$PYTHON" -m speccomplete train-eagle3 --online --data "$corpus" "${dev[@]}" \
     --out "$eagle_dir" --target "$SPECDEC_TARGET" "${train_device[@]}" "${train_extra[@]}" --lr 1e-3 \
-    --max-minutes "$train_minutes" --summary "$OUT/train.json" --return-parts "$OUT/draft"
+    --max-minutes "$train_minutes" --summary "$OUT/train.json" &&
+    return_draft "$eagle_dir" config.json README.md
   ;;
 cuda)
   # One call after train, at most 3 minutes (docs/gpu.md): the tests, the bench, the eval, each under
@@ -251,7 +265,8 @@ train-derived)
   run_logged "$OUT/train-derived.log" "$PYTHON" -m speccomplete finetune --data "$corpus" "${dev[@]}" \
     --out "$derived_dir" --target "$SPECDEC_TARGET" "${device[@]}" "${derived_extra[@]}" --objective kd \
     --lr 5e-4 --checkpoint-every 200 --eval-every 100000000 --max-minutes "$derived_minutes" \
-    --summary "$OUT/train-derived.json" --return-parts "$OUT/draft"
+    --summary "$OUT/train-derived.json" &&
+    return_draft "$derived_dir" draft.json README.md
   ;;
 bench-derived)
   need_draft "$derived_dir/draft.json"

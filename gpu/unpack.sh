@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Unpack one load of the GPU carry (`python -m tools.gpu_pack`, tools/gpu_pack.py; docs/gpu.md).
+# Unpack one load of the GPU carry (`python -m tools.gpu.pack`, tools/gpu/pack.py; docs/gpu.md).
 #
 #   bash gpu/unpack.sh LOAD      LOAD: a load folder (.carry/load-1) or its name (load-1, under .carry/)
 #
@@ -11,13 +11,14 @@
 #   models/<name>    the converted safetensors folder: written from the GGUF and the carried model-meta.tar.xz
 #                    (decoder/gguf_safetensors.py, seconds), else by transformers (decoder/models.py, convert_gguf)
 #   cases.jsonl      the dev cases, when the pack has them
-#   packed/          the training corpus as packed source text (tools.gpu_pack --splits), gathered from its loads
+#   packed/          the training corpus as packed source text (tools.gpu.pack --splits), gathered from its loads
 #   corpus/          its train/ and dev/ shard folders: tokenized on every core (`specdec corpus --packed`) once
 #                    packed.json (in the corpus's last load) and the model's tokenizer are here
 #   env.sh           what later steps source (from the repo root): PYTHONPATH, PYTHONSAFEPATH,
 #                    SPECDEC_TARGET (the model folder), SPECDEC_CACHE (so the packaged alias names it too),
 #                    SPECDEC_CASES, SPECDEC_CORPUS when carried, and a `specdec` shell function
-# and a report of what it did goes to $OUT/unpack.txt when OUT is set.
+# and a report of what it did goes to $OUT/unpack.txt when OUT is set. What needs Python is in tools/gpu/unpack.py,
+# run by its path (`unpack_py`): PYTHONSAFEPATH keeps the repo root, and so `python -m tools...`, off the path.
 #
 # Safe to rerun: a load already unpacked is unpacked again the same way, a model already converted is
 # kept. Files live only while the machine is warm: a fresh machine (or a different pack) starts over from
@@ -30,6 +31,7 @@ py=${PYTHON:-python3}
 # Python puts the current folder first on its path, and the repo root's speccomplete/ lacks the mapped
 # subpackages: without this, `import speccomplete.decoder` from the repo root finds no decoder.
 export PYTHONSAFEPATH=1
+unpack_py() { "$py" "$repo/tools/gpu/unpack.py" "$@"; }
 report=${OUT:+$OUT/unpack.txt}
 if [ -n "$report" ]; then mkdir -p "$OUT"; fi
 
@@ -52,12 +54,7 @@ stage_package() {
     for entry in "$repo"/speccomplete/*; do
         [ "$(basename "$entry")" = __pycache__ ] || ln -s "$entry" "$pkg/"
     done
-    "$py" -c '
-import sys, tomllib
-package_dir = tomllib.load(open(sys.argv[1], "rb"))["tool"]["setuptools"]["package-dir"]
-for package, folder in package_dir.items():
-    print(package.split(".", 1)[1], folder)
-' "$repo/pyproject.toml" | while read -r sub folder; do ln -s "$repo/$folder" "$pkg/$sub"; done
+    unpack_py stage-map "$repo/pyproject.toml" | while read -r sub folder; do ln -s "$repo/$folder" "$pkg/$sub"; done
 }
 
 usage="usage: bash gpu/unpack.sh LOAD (a load folder, or its name under .carry/) | --stage"
@@ -68,13 +65,9 @@ if [ "$1" = --stage ]; then
 fi
 load=$1
 [ -d "$load" ] || load=.carry/$1
-[ -f "$load/load.json" ] || fail "$1: not a load of the carry (no load.json); build one with python -m tools.gpu_pack"
+[ -f "$load/load.json" ] || fail "$1: not a load of the carry (no load.json); build one with python -m tools.gpu.pack"
 load=$(cd "$load" && pwd)
-read -r pack number loads name gguf_file < <("$py" -c '
-import json, sys
-load = json.load(open(sys.argv[1]))
-print(load["pack"], load["load"], load["loads"], load["model"]["name"], load["model"]["file"])
-' "$load/load.json")
+read -r pack number loads name gguf_file < <(unpack_py load-info "$load/load.json")
 
 mkdir -p "$root"
 say "load $number of $loads (pack $pack) from $load into $root, $(du -sh "$load" | cut -f1)"
@@ -137,11 +130,8 @@ if [ ! -f "$model_dir/config.json" ] && [ -f "$root/gguf/model.SHA256SUMS" ]; th
                 { how="transformers, after the meta failed"; say "converting with the meta failed: falling back"; }
         fi
         if [ ! -f "$model_dir/config.json" ]; then
-            PYTHONPATH="$root/pkg:$root/site${PYTHONPATH:+:$PYTHONPATH}" "$py" -c '
-import sys
-from speccomplete.decoder.models import convert_gguf
-convert_gguf(sys.argv[1], sys.argv[2])
-' "$root/gguf/$gguf_file" "$model_dir" || fail "converting $gguf_file failed"
+            PYTHONPATH="$root/pkg:$root/site${PYTHONPATH:+:$PYTHONPATH}" unpack_py convert \
+                "$root/gguf/$gguf_file" "$model_dir" || fail "converting $gguf_file failed"
         fi
         seconds=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
         rm -f "$root/gguf"/*.part-*  # kept until now, so a failed conversion can be rerun from this load
@@ -157,7 +147,7 @@ if [ -f "$load/cases.jsonl" ]; then
     say "cases: $(wc -l <"$root/cases.jsonl") into $root/cases.jsonl"
 fi
 if [ -d "$load/corpus" ]; then
-    # the corpus may span loads (tools.gpu_pack --corpus-loads): each brings some of its compressed files
+    # the corpus may span loads (tools.gpu.pack --corpus-loads): each brings some of its compressed files
     mkdir -p "$root/packed"
     cp -r "$load"/corpus/. "$root/packed/"
     say "corpus: $(find "$load/corpus" -type f | wc -l) files; $(du -sh "$root/packed" | cut -f1) in $root/packed"
@@ -200,19 +190,9 @@ say "env: $root/env.sh"
 if [ "$number" -eq "$loads" ]; then
     [ -f "$model_dir/config.json" ] || fail "the last load is in but $model_dir was not converted"
     mapfile -t wheels < <(find "$root/site" -maxdepth 1 -name '*.dist-info' -printf '%f\n' 2>/dev/null | sed 's/-[^-]*\.dist-info$//' | sort)
-    facts=$(PYTHONPATH="$root/pkg:$root/site${PYTHONPATH:+:$PYTHONPATH}" "$py" -c '
-import importlib.metadata as metadata, sys
-import torch, transformers
-import speccomplete.cli  # our package, and everything its commands import at load time
-import speccomplete.decoder
-
-print("package:", speccomplete.decoder.__file__)
-assert speccomplete.decoder.__file__.startswith(sys.argv[1]), "our package comes from elsewhere"
-print(f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}")
-for name in sys.argv[2:]:
-    print(f"wheel {name} {metadata.version(name)}")
-print("device:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")
-' "$root/pkg" ${wheels[@]+"${wheels[@]}"}) ||
+    # our package, and everything its commands import at load time, from pkg/ with the carried wheels
+    facts=$(PYTHONPATH="$root/pkg:$root/site${PYTHONPATH:+:$PYTHONPATH}" unpack_py facts "$root/pkg" \
+        ${wheels[@]+"${wheels[@]}"}) ||
         fail "the package does not import with the carried wheels"
     while read -r line; do say "$line"; done <<<"$facts"
     say "done: all $loads loads in; source $root/env.sh"

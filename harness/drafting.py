@@ -22,14 +22,13 @@ from speccomplete.decoder.training.corpus import (
     nl_documents,
     package_roots,
     parse_budgets,
-    read_packed_index,
     split_lists,
     stack_documents,
-    tokenize_packed,
 )
+from speccomplete.decoder.training.packed import read_packed_index, tokenize_packed
 
 from .lib.model_args import add_model_args
-from .lib.training import add_training_loop_args, loop_settings, return_training_run, special_ids, token_count
+from .lib.training import add_training_loop_args, loop_settings, special_ids, token_count, write_training_summary
 
 if TYPE_CHECKING:
     from speccomplete.decoder.drafts.trained import DraftMeta
@@ -43,7 +42,7 @@ def add_corpus_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--splits", help="directory of <lang>.<split>.txt lists of source files")
     p.add_argument(
         "--packed",
-        help="a packed text corpus (python -m tools.gpu_pack --splits; packed.json and <split>/<lang>.NNNN.jsonl.xz): "
+        help="a packed text corpus (python -m tools.gpu.pack --splits; packed.json and <split>/<lang>.NNNN.jsonl.xz): "
         "every split of it is tokenized, into OUT/train and OUT/dev",
     )
     p.add_argument(
@@ -300,7 +299,7 @@ def cmd_finetune(args) -> int:
             [Shards.load(p.data).manifest for p in phases],
             state["evals"][0]["dev"] if state["evals"] and state["evals"][0]["step"] == 0 else None,
         )
-    return_training_run(args, state, Path(args.out), ("draft.json", "README.md"), startup_s)
+    write_training_summary(args, state, Path(args.out), startup_s)
     print(f"trained {state['tokens']} tokens in {state['step']} steps; draft in {args.out}")
     if not state["complete"]:
         print(f"stopped at --max-minutes {args.max_minutes:g}; the same command resumes from {args.out}/checkpoint")

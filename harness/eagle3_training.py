@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from speccomplete.decoder.models import DEFAULT_TARGET
 
-from .lib.training import add_training_loop_args, loop_settings, return_training_run, special_ids, token_count
+from .lib.training import add_training_loop_args, loop_settings, special_ids, token_count, write_training_summary
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -180,7 +180,7 @@ def run(args) -> int:
     )
     save_eagle3(draft, out, config)
     write_model_card(out, args, shape, extra, corpus.manifest)
-    return_training_run(args, state, out, ("config.json", "README.md"), startup_s)
+    write_training_summary(args, state, out, startup_s)
     print(f"trained {state['tokens']} tokens in {state['step']} steps; EAGLE-3 draft in {out}")
     if not state["complete"]:
         print(f"stopped at --max-minutes {args.max_minutes:g}; the same command resumes from {out}/checkpoint")
@@ -211,7 +211,7 @@ def _vocabulary(target, tokenizer, data, size: int) -> torch.Tensor:
 
 def _trained_on(device: torch.device) -> str:
     """The machine, for the model card: the GPU where training ran on one, else the CPU."""
-    from .returns import device_facts
+    from .lib.facts import device_facts
 
     facts = device_facts()
     machine = facts["gpu"] if device.type == "cuda" and facts["gpu"] else facts["cpu"] or "a CPU"

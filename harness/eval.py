@@ -28,10 +28,10 @@ from speccomplete.telemetry.events import CompletionEvent
 from speccomplete.telemetry.log import EventLog
 
 from .lib.cases import Case, read_cases
+from .lib.facts import write_summary
 from .lib.model_args import add_backend_args, add_model_args, backend_options, model_options
 from .lib.output import number
 from .lib.session import Session, server_command, start_session, stop_session
-from .returns import write_summary
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ def latency_summary(answers: list[CaseAnswer], events: list[CompletionEvent]) ->
         "cases": len(answers),
         "events": len(events),
         "unanswered": sum(1 for r in answers if r.status != "ok"),  # errors, timeouts and crashes
-        # where the server decoded, as its events say ("device" is the machine's facts: returns.write_summary)
+        # where the server decoded, as its events say ("device" is the machine's facts: lib/facts.write_summary)
         "decoder_device": events[0].device if events else None,
         "single_line": latencies(multiline=False),
         "multi_line": latencies(multiline=True),

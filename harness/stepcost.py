@@ -348,9 +348,9 @@ def run(args: argparse.Namespace) -> int:
     from speccomplete.decoder.models import load_model
     from speccomplete.decoder.target_steps import EagerTarget
 
+    from .lib.facts import device_facts
     from .lib.output import write_json
     from .lib.roofline import weight_bytes_per_token
-    from .returns import device_facts
 
     weights = set(args.weights.split(","))
     if unknown := weights - set(WEIGHTS):

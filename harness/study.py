@@ -378,7 +378,7 @@ def run(args: argparse.Namespace) -> int:
     from speccomplete.decoder.loader import use_cpu_kernels
     from speccomplete.decoder.target_steps import target_steps
 
-    from .returns import device_facts
+    from .lib.facts import device_facts
 
     out = Path(args.out)
     if args.from_events:

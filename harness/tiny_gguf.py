@@ -1,5 +1,5 @@
 """A tiny random llama GGUF, written in-process: the model of the tests that run llama.cpp (xllamacpp) or
-read GGUF files, and of the GPU pack's rehearsal (tools/gpu_pack.py).
+read GGUF files, and of the GPU pack's rehearsal (tools/gpu/pack.py).
 
 The model is two llama layers (d_model 64, 4 heads, 2 KV heads, FFN 128, context 512) with seeded random
 f32 weights, about 430 KB; writing it takes milliseconds. Its tokenizer is GPT-2-style byte-level BPE

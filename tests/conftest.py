@@ -61,7 +61,7 @@ def pytest_sessionfinish(session, exitstatus):
     path = session.config.getoption("summary_json", None)
     if not path:
         return
-    from speccomplete.harness.returns import write_summary
+    from speccomplete.harness.lib.facts import write_summary
 
     counts = Counter(_OUTCOMES.values())
     rows = {

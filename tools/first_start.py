@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from speccomplete.decoder import models
+from speccomplete.harness.lib.facts import device_facts
 from speccomplete.harness.lib.session import server_command, start_session, stop_session
-from speccomplete.harness.returns import device_facts
 
 
 def conversions() -> list[dict]:

@@ -13,24 +13,17 @@ and the stream of each language cut into fixed-length sequences, so a sequence b
 language (documents may continue across sequences). Shards are safetensors (`tokens` [N, L]
 int32, `language` [N] int16) plus `manifest.json`. The output depends only on the inputs and the seed.
 
-A corpus can also travel as packed source text (`python -m tools.gpu_pack --splits`): per split and language, chunks
-`<split>/<lang>.<NNNN>.jsonl.xz` (JSON lines with "text" and "source"; concatenated, a language's chunks are one
-valid .xz stream) and `packed.json`, the index. `tokenize_packed` turns it into the shard folders `train/` and
-`dev/` on the machine that trains, tokenizing chunks in parallel; the output does not depend on the workers.
+A corpus can also travel as packed source text, tokenized on the machine that trains: packed.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import heapq
 import json
 import logging
-import lzma
-import multiprocessing
 import os
 import random
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,7 +213,7 @@ def build_corpus(
 
         sequences, st.documents, st.tokens = pack(stream(), seq_len, budget)
         st.sequences = len(sequences)
-        st.sources = {_source_root(s) for s in used_sources[: st.documents]}
+        st.sources = {source_root(s) for s in used_sources[: st.documents]}
         all_sequences.extend(sequences)
         labels.extend([index] * len(sequences))
         log.info("%s: %d docs, %d tokens", language, st.documents, st.tokens)
@@ -299,308 +292,11 @@ def write_shards(
     return manifest
 
 
-def _source_root(source: str) -> str:
+def source_root(source: str) -> str:
     """A coarse provenance label: the dataset, or the first four path components (the package)."""
     if ":" in source and not source.startswith("/"):
         return source.split(":", 1)[0]
     return "/".join(Path(source).parts[:5])
-
-
-# --------------------------------------------------------------------------- packed source text
-
-PACKED_FORMAT = "specdec-packed-text"
-PACKED_INDEX = "packed.json"
-XZ_PRESET = 6  # presets 7-9 and extreme gain little on code for several times the time
-# A chunk is the unit of compression, of placement in a load and of one tokenizing worker's job: larger chunks
-# compress a little better, smaller ones waste less of a load's end and spread over more workers.
-CHUNK_TEXT_BYTES = 4 * 2**20
-
-
-def sampled_documents(list_file: str | Path, language: str, seed: int) -> Iterator[Document]:
-    """The documents of a file list in a deterministic order per (seed, language). The paths are shuffled,
-    not the documents, so a sample reads only the files it takes."""
-    return documents_at(sampled_paths(list_file, language, seed), language)
-
-
-def sampled_paths(list_file: str | Path, language: str, seed: int) -> list[str]:
-    """A file list's paths in sampled_documents' order."""
-    paths = listed_paths(list_file)
-    random.Random(f"{seed}:{language}").shuffle(paths)
-    return paths
-
-
-def text_bytes(document: Document) -> int:
-    return len(document.text.encode("utf-8"))
-
-
-def text_chunks(documents: Iterable[Document], chunk_bytes: int) -> Iterator[list[Document]]:
-    """Consecutive runs of documents, each closed once it holds `chunk_bytes` of text or more."""
-    chunk: list[Document] = []
-    size = 0
-    for document in documents:
-        chunk.append(document)
-        size += text_bytes(document)
-        if size >= chunk_bytes:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
-
-
-def balanced_chunks(
-    documents: dict[str, Iterable[Document]], chunk_bytes: int = CHUNK_TEXT_BYTES
-) -> Iterator[tuple[str, int, list[Document]]]:
-    """(language, chunk number, documents), always next from the language with the least text so far (ties by
-    name): wherever a consumer stops, the languages are balanced by bytes, save those that ran out."""
-    streams = {language: text_chunks(docs, chunk_bytes) for language, docs in documents.items()}
-    heap = [(0, language, 0) for language in sorted(streams)]
-    heapq.heapify(heap)
-    while heap:
-        size, language, number = heapq.heappop(heap)
-        chunk = next(streams[language], None)
-        if chunk is None:
-            continue
-        yield language, number, chunk
-        heapq.heappush(heap, (size + sum(text_bytes(d) for d in chunk), language, number + 1))
-
-
-def compress_documents(documents: list[Document]) -> bytes:
-    """One chunk file's bytes: JSON lines {"text", "source"} compressed as one .xz stream."""
-    lines = "".join(json.dumps({"text": d.text, "source": d.source}, ensure_ascii=False) + "\n" for d in documents)
-    return lzma.compress(lines.encode("utf-8"), preset=XZ_PRESET)
-
-
-def read_packed_file(path: str | Path, language: str) -> Iterator[Document]:
-    # newline="\n": JSON escapes every line break inside a document, so only "\n" ends a line
-    with lzma.open(path, "rt", encoding="utf-8", newline="\n") as f:
-        for line in f:
-            row = json.loads(line)
-            yield Document(language, row["text"], row["source"])
-
-
-def packed_file_name(split: str, language: str, number: int) -> str:
-    return f"{split}/{language}.{number:04d}.jsonl.xz"
-
-
-def packed_index(seq_len: int, seed: int, tokenizer: str = "") -> dict:
-    """An empty packed.json: `record_packed_file` fills its splits."""
-    return {
-        "format": PACKED_FORMAT,
-        "version": 1,
-        "compression": "xz",
-        "seq_len": seq_len,
-        "seed": seed,
-        "tokenizer": tokenizer,  # the tokenizer the pack's estimates used; the machine tokenizes with the target's
-        "splits": {},
-    }
-
-
-def record_packed_file(index: dict, split: str, language: str, name: str, documents: list[Document], size: int) -> None:
-    row = (
-        index["splits"]
-        .setdefault(split, {})
-        .setdefault(language, {"documents": 0, "text_bytes": 0, "bytes": 0, "files": []})
-    )
-    row["documents"] += len(documents)
-    row["text_bytes"] += sum(text_bytes(d) for d in documents)
-    row["bytes"] += size
-    row["files"].append(name)
-
-
-def write_packed(
-    documents: dict[str, dict[str, Iterable[Document]]],
-    out_dir: str | Path,
-    *,
-    seq_len: int = 512,
-    seed: int = 0,
-    chunk_bytes: int = CHUNK_TEXT_BYTES,
-) -> dict:
-    """Every document of every split and language, in order, as a packed text corpus in one folder."""
-    out = Path(out_dir)
-    index = packed_index(seq_len, seed)
-    for split, languages in sorted(documents.items()):
-        for language, docs in sorted(languages.items()):
-            for number, chunk in enumerate(text_chunks(docs, chunk_bytes)):
-                name = packed_file_name(split, language, number)
-                data = compress_documents(chunk)
-                (out / name).parent.mkdir(parents=True, exist_ok=True)
-                (out / name).write_bytes(data)
-                record_packed_file(index, split, language, name, chunk, len(data))
-    (out / PACKED_INDEX).write_text(json.dumps(index, indent=1) + "\n")
-    return index
-
-
-def compressed_chunks(
-    chunks: Iterator[tuple[str, int, list[Document]]], workers: int = 1
-) -> Generator[tuple[str, int, list[Document], bytes], None, None]:
-    """`chunks` with each one's compressed bytes, in order; compressed `workers` at a time. A consumer that stops
-    early wastes at most one round of compression (the pool never reads ahead further)."""
-    if workers <= 1:
-        for language, number, documents in chunks:
-            yield language, number, documents, compress_documents(documents)
-        return
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        while batch := [chunk for _, chunk in zip(range(workers), chunks)]:
-            for (language, number, documents), data in zip(batch, pool.map(compress_documents, [c[2] for c in batch])):
-                yield language, number, documents, data
-
-
-def read_packed_index(packed_dir: str | Path) -> dict:
-    """packed.json of a packed text corpus, once every file it lists is there."""
-    packed_dir = Path(packed_dir)
-    index_path = packed_dir / PACKED_INDEX
-    if not index_path.exists():
-        raise CorpusError(
-            f"{packed_dir} has no {PACKED_INDEX}: not a packed text corpus (python -m tools.gpu_pack --splits)"
-        )
-    index = json.loads(index_path.read_text())
-    if index.get("format") != PACKED_FORMAT:
-        raise CorpusError(f"{index_path} is not a {PACKED_FORMAT} index")
-    missing = [
-        name
-        for languages in index["splits"].values()
-        for row in languages.values()
-        for name in row["files"]
-        if not (packed_dir / name).is_file()
-    ]
-    if missing:
-        raise CorpusError(f"{len(missing)} files of {packed_dir} are missing (a load not unpacked?): {missing[:3]}")
-    return index
-
-
-def encode_texts(tokenizer, texts: list[str]) -> list[list[int]]:
-    """Token ids without special tokens, as `tokenizer(text, add_special_tokens=False)` gives them; a fast
-    tokenizer's Rust backend directly (no offsets, no Python dicts per document)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    encode_batch = getattr(backend, "encode_batch_fast", None)
-    if encode_batch is None:
-        return tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [encoding.ids for encoding in encode_batch(texts, add_special_tokens=False)]
-
-
-@dataclass
-class TokenizedFile:
-    tokens: np.ndarray  # int32, every document framed as [BOS] text [EOS], in file order
-    lengths: np.ndarray  # int64, framed tokens per document
-    sources: list[str]  # per document, `_source_root` of its source
-
-
-def tokenize_file(tokenizer, path: str | Path, language: str) -> TokenizedFile:
-    documents = list(read_packed_file(path, language))
-    head, tail = frame_ends(tokenizer)
-    flat: list[int] = []
-    lengths = []
-    for ids in encode_texts(tokenizer, [d.text for d in documents]):
-        flat += head
-        flat += ids
-        flat += tail
-        lengths.append(len(head) + len(ids) + len(tail))
-    return TokenizedFile(
-        np.array(flat, dtype=np.int32), np.array(lengths, dtype=np.int64), [_source_root(d.source) for d in documents]
-    )
-
-
-_WORKER_TOKENIZER = None  # the pool's workers inherit it by fork
-
-
-def _tokenize_job(job: tuple[str, str]) -> TokenizedFile:
-    return tokenize_file(_WORKER_TOKENIZER, *job)
-
-
-def _start_worker() -> None:
-    # a worker is one core: the tokenizer's own threads would only contend with the other workers
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-
-
-def tokenize_packed(
-    packed_dir: str | Path,
-    tokenizer,
-    out_dir: str | Path,
-    *,
-    seq_len: int | None = None,
-    seed: int | None = None,
-    workers: int = 1,
-    budgets: dict[str, int] | None = None,
-    shard_sequences: int = 4096,
-    tokenizer_name: str = "",
-    command: str = "",
-    progress: Callable[[int, int], None] | None = None,
-) -> dict[str, dict]:
-    """Tokenize a packed text corpus into one shard folder per split (`out_dir/train`, `out_dir/dev`), as
-    `build_corpus` would from the same documents in the same order; returns the manifests by split.
-
-    Files are tokenized by `workers` processes (one file a job) and gathered in file order, so the output
-    does not depend on `workers`. seq_len and seed default to the pack's; `budgets` caps tokens per language
-    (default: everything).
-    """
-    global _WORKER_TOKENIZER
-    packed_dir, out = Path(packed_dir), Path(out_dir)
-    index = read_packed_index(packed_dir)
-    seq_len = seq_len or index["seq_len"]
-    seed = index["seed"] if seed is None else seed
-    if seq_len < 2:
-        raise CorpusError(f"seq_len must be >= 2, got {seq_len}")
-    jobs = [
-        (split, language, str(packed_dir / name))
-        for split, languages in sorted(index["splits"].items())
-        for language, row in sorted(languages.items())
-        for name in row["files"]
-    ]
-    files: dict[tuple[str, str], list[TokenizedFile]] = {}
-    _WORKER_TOKENIZER = tokenizer
-    try:
-        with contextlib.ExitStack() as stack:
-            if workers <= 1:
-                results: Iterator[TokenizedFile] = (tokenize_file(tokenizer, path, lang) for _, lang, path in jobs)
-            else:
-                pool = stack.enter_context(multiprocessing.get_context("fork").Pool(workers, _start_worker))
-                results = pool.imap(_tokenize_job, [(path, lang) for _, lang, path in jobs])
-            for done, ((split, language, _), result) in enumerate(zip(jobs, results), 1):
-                files.setdefault((split, language), []).append(result)
-                if progress:
-                    progress(done, len(jobs))
-    finally:
-        _WORKER_TOKENIZER = None
-    manifests = {}
-    for split in sorted(index["splits"]):
-        languages = sorted(index["splits"][split])
-        sequences, labels, per_language = [], [], {}
-        for number, language in enumerate(languages):
-            parts = files.get((split, language), [])
-            stream = np.concatenate([p.tokens for p in parts]) if parts else np.zeros(0, np.int32)
-            lengths = np.concatenate([p.lengths for p in parts]) if parts else np.zeros(0, np.int64)
-            sources = [s for p in parts for s in p.sources]
-            budget = (budgets or {}).get(language, (budgets or {}).get("*"))
-            count = (len(stream) if budget is None else min(len(stream), budget)) // seq_len
-            used = count * seq_len
-            documents = int(np.searchsorted(np.cumsum(lengths), used, side="left")) + 1 if used else 0
-            sequences.append(stream[:used].reshape(count, seq_len))
-            labels.append(np.full(count, number, dtype=np.int16))
-            per_language[language] = {
-                "documents": documents,
-                "tokens": used,
-                "sequences": count,
-                "budget": budget,
-                "sources": sorted(set(sources[:documents])),
-            }
-        if not sum(len(s) for s in sequences):
-            log.warning("no %s split: no language produced a full %d-token sequence", split, seq_len)
-            continue
-        manifests[split] = write_shards(
-            out / split,
-            np.concatenate(sequences),
-            np.concatenate(labels),
-            languages,
-            per_language,
-            seed=seed,
-            shard_sequences=shard_sequences,
-            tokenizer_name=tokenizer_name,
-            vocab_size=len(tokenizer),
-            command=command,
-        )
-    if not manifests:
-        raise CorpusError(f"the corpus is empty: no language produced a full {seq_len}-token sequence")
-    return manifests
 
 
 # --------------------------------------------------------------------------- reading

@@ -1,16 +1,18 @@
 """What the draft-training commands share (`specdec finetune`, `specdec train-eagle3`): the training loop's
-options and the settings they give, and what a run returns (--return-parts, --summary)."""
+options and the settings they give, and the run's summary (--summary)."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
 from speccomplete.decoder.training.corpus import parse_budgets
+
+from .facts import write_summary
 
 
 def add_training_loop_args(
@@ -47,11 +49,8 @@ def add_training_loop_args(
         help="optimizer steps between reading the losses back (each read waits for the GPU; 20+ there)",
     )
     p.add_argument(
-        "--summary", help="write the run's summary JSON here (tokens, tokens/s, dev fitness before and after)"
-    )
-    p.add_argument(
-        "--return-parts",
-        help="copy the draft's small files here and its weights in parts of 15 MiB (what a lent GPU returns)",
+        "--summary",
+        help="write the run's summary JSON here (tokens, tokens/s, dev fitness before and after, the weights' sha256)",
     )
 
 
@@ -75,23 +74,12 @@ def loop_settings(args: argparse.Namespace, device) -> dict[str, Any]:
     )
 
 
-def return_training_run(args, state: dict, folder: Path, small_files: tuple[str, ...], startup_s: float) -> None:
-    """--return-parts and --summary of a training command: the draft's small files and its weights in
-    parts into one folder, and the run's summary (harness/returns.py) beside them."""
-    from ..returns import sha256_file, split_into_parts, write_summary
-
-    weights = folder / "model.safetensors"
-    parts: list[str] = []
-    if args.return_parts:
-        dest = Path(args.return_parts)
-        dest.mkdir(parents=True, exist_ok=True)
-        for name in small_files:
-            if (folder / name).exists():
-                shutil.copy(folder / name, dest / name)
-        if weights.exists():
-            parts = split_into_parts(weights, dest)
+def write_training_summary(args, state: dict, folder: Path, startup_s: float) -> None:
+    """--summary of a training command: the run's numbers, the sha256 of the draft's weights in `folder`, and the
+    machine's facts (lib/facts.py)."""
     if not args.summary:
         return
+    weights = folder / "model.safetensors"
     log_path = folder / "train_log.jsonl"
     records = (
         [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.exists() else []
@@ -115,12 +103,15 @@ def return_training_run(args, state: dict, folder: Path, small_files: tuple[str,
             "dev_before": evals[0]["dev"] if evals else None,
             "dev_after_step": evals[-1]["step"] if evals else None,
             "dev_after": evals[-1]["dev"] if evals else None,
-            "model_sha256": sha256_file(weights) if weights.exists() else None,
-            "parts": parts,
-            "join": "cat model.safetensors.part-* > model.safetensors",
+            "model_sha256": _sha256(weights) if weights.exists() else None,
             "command": "specdec " + shlex.join(args.argv),
         },
     )
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def token_count(count: str) -> int:

@@ -57,7 +57,7 @@ MODULES = (
     "speccomplete.decoder.sampling",
     "speccomplete.decoder.kv_cache",
     "speccomplete.telemetry.analysis.statistics",
-    "speccomplete.harness.bench",
+    "speccomplete.harness.bench.summary",
     "speccomplete.server.filters",
 )
 TAKEN = "next lines after taking a block's first"

@@ -8,8 +8,10 @@ from helpers.tiny_models import tiny_llama
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, derive_draft
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
-from speccomplete.harness.bench import bench_events, format_table, report, run_bench
-from speccomplete.harness.bench_contenders import Contenders
+from speccomplete.harness.bench.contenders import Contenders
+from speccomplete.harness.bench.loop import run_bench
+from speccomplete.harness.bench.summary import bench_events, report
+from speccomplete.harness.bench.table import format_table
 from speccomplete.harness.lib.cases import Case, write_cases
 from speccomplete.harness.lib.roofline import weight_bytes_per_token
 
@@ -176,7 +178,8 @@ def test_the_warm_up_calls_every_row_count_of_compiled_steps_twice(tokenizer):
     row count of compiled steps has been called at least twice (here fixed steps marked compiled, which
     run the same padded forwards eagerly on the CPU)."""
     from speccomplete.decoder.target_steps import FixedShapeTarget
-    from speccomplete.harness.bench import build_methods, warm_up
+    from speccomplete.harness.bench.loop import warm_up
+    from speccomplete.harness.bench.methods import build_methods
 
     target = tiny_llama(seed=3)
     steps = FixedShapeTarget(target, capacity=128, max_rows=3)
@@ -206,7 +209,7 @@ def test_recordings_count_the_cudagraph_trees_recording_trigger():
     (DYNAMO) are counted apart, by dynamo's own counter."""
     from torch._dynamo.callback import CallbackTrigger, callback_handler
 
-    from speccomplete.harness.bench import Recordings, counts_between
+    from speccomplete.harness.bench.loop import Recordings, counts_between
 
     recordings = Recordings()
     try:

@@ -13,7 +13,7 @@ from speccomplete.decoder.gamma import HeuristicGamma
 from speccomplete.decoder.kernels import pack_linear_weights
 from speccomplete.decoder.lean_forward import supports
 from speccomplete.harness import bench
-from speccomplete.harness.bench_contenders import build_contenders
+from speccomplete.harness.bench.contenders import build_contenders
 
 
 def bench_args(*flags: str) -> argparse.Namespace:

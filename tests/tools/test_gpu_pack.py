@@ -1,4 +1,4 @@
-"""The GPU carry's CPU rehearsal: `python -m tools.gpu_pack --smoke`, then gpu/unpack.sh for every load, in order.
+"""The GPU carry's CPU rehearsal: `python -m tools.gpu.pack --smoke`, then gpu/unpack.sh for every load, in order.
 
 The smoke pack carries a tiny random llama GGUF (no downloads), cut into several loads, its meta (the
 metadata files and tensor map of its conversion here), the dev cases and a small corpus; unpacking must
@@ -22,8 +22,10 @@ from helpers.tokenizers import make_byte_tokenizer
 
 from speccomplete.decoder.gguf_safetensors import differing_tensors
 from speccomplete.decoder.models import load_model
-from speccomplete.decoder.training.corpus import Shards, read_packed_file
-from tools.gpu_pack import Part, main, plan_loads, wheel_requirements
+from speccomplete.decoder.training.corpus import Shards
+from speccomplete.decoder.training.packed import read_packed_file
+from tools.gpu.pack import Part, main, plan_loads, wheel_requirements
+from tools.gpu.packed_text import sampled_paths
 
 REPO = Path(__file__).resolve().parents[2]
 UNPACK = REPO / "gpu" / "unpack.sh"
@@ -180,8 +182,6 @@ def test_the_packed_corpus_is_deterministic(smoke_pack, tmp_path):
 def test_a_pack_takes_text_the_lineage_has_not_seen_and_says_what_is_left(smoke_pack, tmp_path):
     """The next lending's pack starts where the draft's earlier lendings' packs stopped, per language, in the
     same seeded order; another seed's record says nothing of this order."""
-    from speccomplete.decoder.training.corpus import sampled_paths
-
     first = json.loads((smoke_pack / "plan.json").read_text())["corpus"]
     assert first["files_seen_before"] == {"python": 0, "rust": 0} and first["files_taken"]["python"] >= 1
     lineage = tmp_path / "lineage.json"

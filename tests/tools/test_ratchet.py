@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from speccomplete.harness.returns import sha256_file, split_into_parts
 from tools import ratchet
+from tools.gpu.returns import sha256_file, split_into_parts
 
 WEIGHTS = b"weights of the trained draft " * 1000
 
@@ -33,7 +33,7 @@ def returned_files(root: Path, before: float, after: float, init: str = "draft:d
     (draft / "README.md").write_text("# EAGLE-3 draft\n\nthe trainer's card\n")
     whole = root / "model.safetensors"
     whole.write_bytes(WEIGHTS)
-    parts = split_into_parts(whole, draft, part_bytes=10_000)
+    assert len(split_into_parts(whole, draft, part_bytes=10_000)) == 3
     summary = {
         "tokens": 5000,
         "steps": 10,
@@ -42,7 +42,6 @@ def returned_files(root: Path, before: float, after: float, init: str = "draft:d
         "dev_before": {"all": {"expected_acceptance": before}, "python": {"expected_acceptance": before - 0.01}},
         "dev_after": {"all": {"expected_acceptance": after}, "python": {"expected_acceptance": after + 0.01}},
         "model_sha256": sha256_file(whole),
-        "parts": parts,
         "device": {"date_utc": "2026-11-29T03:00:00Z", "gpu": "NVIDIA H200, 580, 143771 MiB"},
     }
     (files / "train.json").write_text(json.dumps(summary))

@@ -25,7 +25,7 @@ from speccomplete.decoder.kernels import default_int8_kernel, torch_int8_kernel
 from speccomplete.decoder.loader import use_cpu_kernels
 from speccomplete.decoder.models import load_model
 from speccomplete.decoder.target_steps import EagerTarget
-from speccomplete.harness.returns import device_facts
+from speccomplete.harness.lib.facts import device_facts
 from speccomplete.harness.stepcost import _interleaved_ms, _prefilled, _target_pass
 
 WIDTHS = (1, 2, 3, 5, 9, 17)

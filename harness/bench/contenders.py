@@ -1,5 +1,6 @@
 """Which decoders `specdec bench` times: our AR baseline and the product's decoder, the drafts
-compared beside it, and with --ablations one decoder per lever turned off or swapped."""
+compared beside it, and with --ablations one decoder per lever turned off or swapped; llama.cpp's rows,
+each in a process of its own; and how a target runs, as the header names it (`step_kind`)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def quantization_contenders(
 ) -> tuple[dict[str, SpeculativeDecoder], dict[str, str]]:
     """A second copy of the target with other weights (decoder/kernels.py): its AR and the product's
     decoder on it, rows `<fp32|int8>_ar` and `<fp32|int8>_spec`; each must equal its own AR."""
-    from .lib.model_args import load
+    from ..lib.model_args import load
 
     loaded = load(args, pack=True, quantization=quantization)
     prefix = QUANTIZED_ROWS[quantization]
@@ -221,3 +222,13 @@ def build_contenders(
         keep_hf_forward(hf_forward)
         lever_off("unpacked", stock, "packed weights, on the stock nn.Linear / MKL path")
     return Contenders(ours, referring=referring, workspace_ngram=args.compare_workspace), doc
+
+
+def step_kind(steps) -> str:
+    """How a target runs, as the bench's header names it: eager, compiled (on the CPU: eager steps with short
+    feeds compiled, decoder/compiled_step.py), fixed or graphs (decoder/target_steps.py)."""
+    if getattr(steps, "compiled", None) is not None:
+        return "compiled"
+    if getattr(steps, "records_graphs", False):
+        return "graphs" if type(steps).__name__ == "GraphTarget" else "compiled"
+    return "eager" if type(steps).__name__ == "EagerTarget" else "fixed"

@@ -1,4 +1,4 @@
-"""`python -m tools.gpu_pack` (from the repo root): the carry folder a lent GPU machine needs, cut into loads of
+"""`python -m tools.gpu.pack` (from the repo root): the carry folder a lent GPU machine needs, cut into loads of
 one device call each.
 
 The GPU machine has no network and lacks some of our dependencies and the packaged target. Each call
@@ -14,7 +14,8 @@ folder `load-N/` that fits one call beside the tree, sent in back-to-back calls 
   converted model's metadata files and tensor map (decoder/gguf_safetensors.py), built here from the
   model as `convert_gguf` converts it (decoder/models.py): with it, the machine writes the same
   safetensors in seconds instead of parsing the GGUF's metadata through transformers for a minute;
-- the dev cases (`--cases`) and a packed training corpus (`--splits`), in the room left over.
+- the dev cases (`--cases`) and a packed training corpus (`--splits`; tools/gpu/packed_text.py), in the room
+  left over.
 
 Each load also holds `load.json` (what it carries) and `SHA256SUMS` (its own files), so a broken
 transfer fails in the call that brought it. `PLAN.md` and `plan.json` list the calls in order.
@@ -35,11 +36,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from speccomplete.harness.returns import sha256_file
 from speccomplete.harness.tiny_gguf import write_tiny_gguf
 
+from .returns import sha256_file
+
 # the shipped EAGLE-3 draft's record of the text its lendings trained on (tools/ratchet.py)
-SHIPPED_LINEAGE = Path(__file__).resolve().parents[1] / "decoder" / "weights" / "gemma3-270m-eagle3" / "lineage.json"
+REPO = Path(__file__).resolve().parents[2]  # tools/gpu/ sits in the repo root
+SHIPPED_LINEAGE = REPO / "decoder" / "weights" / "gemma3-270m-eagle3" / "lineage.json"
 
 CALL_BYTES = 64 * 2**20  # what one device call may carry: the working tree and the carried folders
 MARGIN_BYTES = 3 * 2**20  # room for the tree to grow between packing and the GPU session
@@ -327,22 +330,19 @@ def add_corpus(
     from transformers import AutoTokenizer
 
     from speccomplete.decoder.models import resolve
-    from speccomplete.decoder.training.corpus import (
+    from speccomplete.decoder.training.corpus import Document, documents_at, parse_budgets, split_lists
+    from speccomplete.decoder.training.packed import PACKED_INDEX, encode_texts
+
+    from .packed_text import (
         CHUNK_TEXT_BYTES,
-        PACKED_INDEX,
-        Document,
         balanced_chunks,
         compress_documents,
         compressed_chunks,
-        documents_at,
-        encode_texts,
         packed_file_name,
         packed_index,
-        parse_budgets,
         record_packed_file,
         sampled_documents,
         sampled_paths,
-        split_lists,
         text_bytes,
         text_chunks,
     )
@@ -508,7 +508,7 @@ def seen_files(lineage_path: Path | None, seed: int) -> dict[str, int]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m tools.gpu_pack",
+        prog="python -m tools.gpu.pack",
         description="the carry folder a lent GPU machine needs, in loads of one call each",
     )
     p.add_argument(
@@ -568,7 +568,6 @@ def run(args) -> int:
     from speccomplete.decoder.models import DEFAULT_TARGET, convert_gguf, resolve
 
     out = Path(args.out).resolve()
-    repo = Path(__file__).resolve().parents[1]  # tools/ sits in the repo root
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob("load-*"), out / "PLAN.md", out / "plan.json"]:  # only what a pack writes
         if old.is_dir():
@@ -582,7 +581,7 @@ def run(args) -> int:
     elif args.smoke:
         budget = SMOKE_LOAD_BYTES
     else:
-        tree = tree_bytes(repo)
+        tree = tree_bytes(REPO)
         budget = CALL_BYTES - tree - args.margin_bytes
     room = budget - min(META_BYTES, budget // 8)
     if room <= 0:
@@ -650,7 +649,7 @@ def run(args) -> int:
         size = folder_bytes(folder)
         if size > budget:
             raise PackError(f"{folder.name} holds {size} bytes, over its budget of {budget}")
-        carry = folder.relative_to(repo).as_posix() if folder.is_relative_to(repo) else str(folder)
+        carry = folder.relative_to(REPO).as_posix() if folder.is_relative_to(REPO) else str(folder)
         rows.append({"name": folder.name, "bytes": size, "carry": [carry], "command": f"bash gpu/unpack.sh {carry}"})
         rows[-1].update((k, info[k]) for k in ("wheels", "pieces", "cases", "meta", "corpus"))
 
