@@ -25,6 +25,7 @@ class Family:
     sandwich: bool = False  # norms after attention and after the MLP as well (Gemma 2 and 3)
     window_in_config: bool = False  # every layer slides over config.sliding_window (Mistral, StarCoder2)
     attention_softcap: bool = False  # attention logits soft-capped as the attention module says (Gemma 2)
+    logit_softcap: bool = False  # its CausalLM soft-caps the logits by config.final_logit_softcapping where set
 
 
 FAMILIES = (
@@ -34,8 +35,17 @@ FAMILIES = (
     Family("Qwen2", "Qwen2Model", "Qwen2Attention", "Qwen2MLP"),
     Family("Qwen3", "Qwen3Model", "Qwen3Attention", "Qwen3MLP"),
     Family("Gemma", "GemmaModel", "GemmaAttention", "GemmaMLP", norm="1+w"),
-    Family("Gemma 2", "Gemma2Model", "Gemma2Attention", "Gemma2MLP", norm="1+w", sandwich=True, attention_softcap=True),
-    Family("Gemma 3", "Gemma3TextModel", "Gemma3Attention", "Gemma3MLP", norm="1+w", sandwich=True),
+    Family(
+        "Gemma 2",
+        "Gemma2Model",
+        "Gemma2Attention",
+        "Gemma2MLP",
+        norm="1+w",
+        sandwich=True,
+        attention_softcap=True,
+        logit_softcap=True,
+    ),
+    Family("Gemma 3", "Gemma3TextModel", "Gemma3Attention", "Gemma3MLP", norm="1+w", sandwich=True, logit_softcap=True),
     # its MLP is a plain c_fc, GELU, c_proj
     Family("StarCoder2", "Starcoder2Model", "Starcoder2Attention", None, norm="layer", window_in_config=True),
 )

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..families import BY_MODEL
 from ..kernels import PackedLinear
 from ..kv_cache import head_logits
 from ..sampling import draw_draft
@@ -114,7 +115,18 @@ class SelfDrafter(Drafter):
 
 def _check_logits_are_the_head(target) -> None:
     """The verify applies only the head (kv_cache.head_logits) to hidden states; that must be what
-    the model's own forward does, which a model that scales or otherwise post-processes its logits breaks."""
+    the model's own forward does, which a model that scales or otherwise post-processes its logits breaks.
+    A family's CausalLM says so by its record; any other model is probed (a forward: seconds for a large head)."""
+    family = BY_MODEL.get(type(target.base_model).__name__)
+    if family is not None and type(target).__name__.endswith("ForCausalLM"):
+        cap = getattr(target.config.get_text_config(), "final_logit_softcapping", None)
+        if cap and not family.logit_softcap:
+            raise ValueError(
+                f"{type(target).__name__} does not soft-cap its logits by final_logit_softcapping={cap}, "
+                "so they are made otherwise than by its head over its last hidden states, and the self draft "
+                "cannot verify with the head alone"
+            )
+        return
     probe = torch.tensor([[1, 2, 3]], device=target.device)
     with torch.inference_mode():
         want = target(input_ids=probe, use_cache=False).logits[0]

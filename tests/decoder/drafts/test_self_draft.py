@@ -139,6 +139,18 @@ def test_self_refuses_a_model_whose_logits_are_not_its_head():
         SelfDrafter(model, whole_vocabulary(model))
 
 
+def test_self_probes_a_model_of_no_known_family(monkeypatch):
+    """A family's record says how its logits are made; a model of any other family is probed with a forward."""
+    from speccomplete.decoder.drafts import self_draft
+
+    monkeypatch.setattr(self_draft, "BY_MODEL", {})
+    model = tiny_llama(seed=4, layers=1)
+    SelfDrafter(model, whole_vocabulary(model))
+    model.config.final_logit_softcapping = 0.05
+    with pytest.raises(ValueError, match="makes its logits otherwise than by its head"):
+        SelfDrafter(model, whole_vocabulary(model))
+
+
 def test_self_needs_a_reduced_vocabulary(llama, tokenizer):
     with pytest.raises(DraftLoadError, match="no trained draft ships for this target"):
         build_drafter("self", llama, tokenizer)
