@@ -127,6 +127,10 @@ def _check_logits_are_the_head(target) -> None:
                 "cannot verify with the head alone"
             )
         return
+    _probe_logits_are_the_head(target)
+
+
+def _probe_logits_are_the_head(target) -> None:
     probe = torch.tensor([[1, 2, 3]], device=target.device)
     with torch.inference_mode():
         want = target(input_ids=probe, use_cache=False).logits[0]

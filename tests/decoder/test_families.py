@@ -220,3 +220,21 @@ def test_every_family_in_the_table_runs_lean_and_int8():
         if INT8_RUNS:
             use_cpu_kernels(SimpleNamespace(records_graphs=False), model, None, int8=True)
             assert not any(isinstance(m, torch.nn.Linear) for m in model.modules()), name
+
+
+def test_every_family_record_says_how_its_logits_are_made():
+    """The self draft trusts a record's `logit_softcap` instead of probing (drafts/self_draft.py): with a soft cap in
+    its config, each family's probe agrees with what its record says."""
+    from speccomplete.decoder.drafts import self_draft
+
+    builders = {**FAMILY_BUILDERS, "llama": tiny_llama, "gemma3": tiny_gemma3}
+    for name, build in builders.items():
+        model = build()
+        model.config.get_text_config().final_logit_softcapping = 0.05  # small: tiny logits are far below a real cap
+        family = BY_MODEL[type(model.base_model).__name__]
+        try:
+            self_draft._probe_logits_are_the_head(model)
+            probed = True
+        except ValueError:
+            probed = False
+        assert probed == family.logit_softcap, name
