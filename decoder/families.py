@@ -1,6 +1,6 @@
 """The model families our own forward runs: one record each, read by the lean forward (lean_forward.py, its
-facts), the int8 kernels (kernels.py, which attention and MLP modules it may fuse), the loader's message
-(loader.py) and docs/models.md.
+facts), the int8 kernels (kernels.py, which attention and MLP modules it may fuse), the self draft (drafts/
+self_draft.py, whether the head alone makes its logits), the loader's message (loader.py) and docs/models.md.
 
 Adding a family is a record here (checked against its modeling file in transformers), a tiny-config builder in
 tests/helpers/tiny_models.py (FAMILY_BUILDERS) and, where it has fill-in-the-middle markers, their tokenizer
