@@ -236,9 +236,9 @@ def _compile(model, taps: tuple[int, ...], max_rows: int, folder: Path) -> None:
             _Graph(model, taps),
             example,
             dynamic_shapes=(
-                {1: rows} if max_rows > 1 else None,
-                {0: rows} if max_rows > 1 else None,
-                {0: rows} if max_rows > 1 else None,
+                {1: rows},
+                {0: rows},
+                {0: rows},
                 {0: held},
                 [None] * layers,
                 [None] * layers,
@@ -361,6 +361,8 @@ def build_or_load(
     patches torch process-wide, so a build here breaks whatever else runs the model meanwhile (the server's
     decodes); loading traces nothing."""
     began = time.perf_counter()
+    # plain decoding feeds one row; export takes no row dimension from 1 to 1, so its graph takes up to two
+    max_rows = max(max_rows, 2)
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)  # compiled into the graph; a fresh thread has whatever count was set last
     path = entry_path(entry_key(model, quantization, max_rows, threads, taps))

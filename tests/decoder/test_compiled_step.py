@@ -70,6 +70,20 @@ def test_compiled_steps_write_what_eager_steps_write(int8, llama, tokenizer, cac
     assert spec.steps.compiled is compiled  # never fell back to eager
 
 
+def test_a_step_for_plain_decoding_is_one_row(llama, tokenizer, cache_dir):
+    """Without a draft a step feeds one row (a static shape), and compiled AR writes what eager AR writes."""
+    target, _ = packed_pair(llama, int8=False)
+    compiled, _ = compiled_step.build_or_load(target, "none", 1)
+    steps = EagerTarget(target)
+    steps.use_compiled(compiled)
+    eager_ar = SpeculativeDecoder(target, tokenizer, None, None)
+    compiled_ar = SpeculativeDecoder(target, tokenizer, None, None, steps=steps)
+    for prompt in random_prompts(2):
+        want = generate(eager_ar, prompt, max_new_tokens=16).token_ids
+        assert generate(compiled_ar, prompt, max_new_tokens=16).token_ids == want
+    assert compiled_ar.steps.compiled is compiled
+
+
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])
 def test_the_self_draft_on_the_compiled_step_is_its_ar(int8, gemma3, tokenizer, cache_dir):
     """The self draft's hidden states are the target's own, and the verify keeps their keys and values: on the
