@@ -124,12 +124,6 @@ def test_the_import_contract_keeps_every_subcommand_module_apart():
     assert sorted(contract["modules"]) == sorted({f"speccomplete.harness.{s.module}" for s in SUBCOMMANDS})
 
 
-def test_the_readmes_harness_row_names_every_subcommand():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| `harness/` |"))
-    assert [s.name for s in SUBCOMMANDS if f"`{s.name}`" not in row] == []
-
-
 def test_parsing_a_command_loads_its_parser_in_place():
     parser = build_parser()
     args = parser.parse_args(["-v", "replay", "--files", "a.py"])
