@@ -6,32 +6,27 @@ It sums the same integers exactly in int32 and converts them to float32 as torch
 do not change, bit for bit.
 
 The C source is built with the system's C compiler at first use (well under a second) and kept under the model
-cache, keyed by the source, the compiler and the OpenMP runtime. It runs its threads on torch's own OpenMP
-runtime, so `torch.set_num_threads` sizes them too. Where it cannot run (no VNNI, ATen capped below AVX-512, no
-compiler, torch not on GNU OpenMP, or a build that fails its check) `available()` is False, with one log line
-saying why, and Int8Linear keeps torch's kernels.
+cache (c_kernels.py). It runs its threads on torch's own OpenMP runtime, so `torch.set_num_threads` sizes them
+too. Where it cannot run (no VNNI, ATen capped below AVX-512, no compiler, torch not on GNU OpenMP, or a build
+that fails its check) `available()` is False, with one log line saying why, and Int8Linear keeps torch's kernels.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
-import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 
-from .models import cache_root
+from . import c_kernels
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("int8_rows.c")
-FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-fopenmp", "-shared", "-fPIC")
+FLAGS = ("-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-fopenmp")
 _CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
 PROFILED_AS = "specdec::int8_rows"
 
@@ -73,9 +68,9 @@ def _library() -> ctypes.CDLL | None:
         log.info("int8 products on torch's kernels: %s", missing)
         return None
     try:
-        library = ctypes.CDLL(str(_built()))
+        library = ctypes.CDLL(str(c_kernels.built(SOURCE, FLAGS)))
     except (OSError, subprocess.CalledProcessError) as e:
-        log.warning("int8 products on torch's kernels: building %s failed: %s", SOURCE.name, _short(e))
+        log.warning("int8 products on torch's kernels: building %s failed: %s", SOURCE.name, c_kernels.short(e))
         return None
     library.int8_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     library.int8_rows.argtypes += [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
@@ -88,61 +83,11 @@ def _library() -> ctypes.CDLL | None:
 
 def _why_not() -> str:
     """Why the kernel cannot run here; "" where it can."""
-    flags = _cpu_flags()
-    if not all(flag in flags for flag in _CPU_FLAGS):
+    if not all(flag in c_kernels.cpu_flags() for flag in _CPU_FLAGS):
         return "no AVX-512 VNNI on this CPU"
     if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"):
         return f"ATen runs at {torch.backends.cpu.get_cpu_capability()} (ATEN_CPU_CAPABILITY)"
-    if _openmp_runtime() is None:
-        return "torch does not run on GNU OpenMP here"
-    if _compiler() is None:
-        return "no C compiler (gcc, or $CC)"
-    return ""
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
-
-
-def _openmp_runtime() -> str | None:
-    """The GNU OpenMP library this process (torch) has loaded: the kernel links to it, sharing its threads."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return None
-    paths = {line.split()[-1] for line in maps.splitlines() if "libgomp" in line and line.split()[-1].startswith("/")}
-    return min(paths) if paths else None
-
-
-def _compiler() -> str | None:
-    return shutil.which(os.environ.get("CC", "")) or shutil.which("gcc")
-
-
-def _built() -> Path:
-    """The built library, from the cache or built now (into a side folder, then renamed: whole or not at all)."""
-    compiler, runtime = _compiler(), _openmp_runtime()
-    assert compiler is not None and runtime is not None
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.blake2b(repr((SOURCE.read_bytes(), FLAGS, version, runtime)).encode(), digest_size=8).hexdigest()
-    folder = cache_root() / "kernels" / key
-    library = folder / "int8_rows.so"
-    if library.exists():
-        return library
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder.parent) as side:
-        # -nodefaultlibs: libgomp is torch's own, named by its path, not the system's
-        command = [compiler, *FLAGS, str(SOURCE), "-o", f"{side}/int8_rows.so", "-nodefaultlibs", "-lc", runtime]
-        subprocess.run([*command, f"-Wl,-rpath,{Path(runtime).parent}"], capture_output=True, text=True, check=True)
-        try:
-            os.rename(side, folder)
-        except OSError:  # another process built it first
-            pass
-    return library
+    return c_kernels.missing()
 
 
 def _checks(library: ctypes.CDLL) -> bool:
@@ -155,9 +100,3 @@ def _checks(library: ctypes.CDLL) -> bool:
         if not torch.equal(out, (x.long() @ weight.t().long()).float()):
             return False
     return True
-
-
-def _short(error: Exception) -> str:
-    """An error in a line: a compiler's last line of complaint, or the error itself."""
-    lines = (getattr(error, "stderr", None) or "").strip().splitlines()
-    return lines[-1] if lines else str(error)

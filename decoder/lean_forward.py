@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache
 
+from . import attend_rows
 from .families import BY_MODEL, Family
 from .tree import paths_of
 
@@ -268,7 +269,10 @@ def _attention(
 
 
 def _attend(queries, keys, values, mask, window: int | None, end: int, scale: float, cap: float | None) -> torch.Tensor:
-    """SDPA of `queries` over the first `end` keys; with no mask (one row), only the last `window` of them."""
+    """SDPA of `queries` over the first `end` keys; with no mask (one row), only the last `window` of them, and on
+    the rows kernel where it runs."""
+    if mask is None and attend_rows.usable(queries, keys):
+        return attend_rows.attend(queries, keys, values, end - 1, [-1], window, scale, cap)
     start = end - window if mask is None and window and end > window else 0
     keys, values = keys[:, :, start:end], values[:, :, start:end]
     if cap:
@@ -279,6 +283,8 @@ def _attend(queries, keys, values, mask, window: int | None, end: int, scale: fl
 def _attend_each_row(queries, keys, values, window: int | None, end: int, scale: float, cap: float | None):
     """Each of the T rows of `queries` [1, heads, T, d] over its own keys, as a one-row step at its position."""
     rows = queries.shape[2]
+    if attend_rows.usable(queries, keys):  # a chain: each row's path is the rows up to it
+        return attend_rows.attend(queries, keys, values, end - rows, [*range(-1, rows - 1)], window, scale, cap)
     return torch.cat(
         [
             _attend(queries[:, :, row : row + 1], keys, values, None, window, end - rows + row + 1, scale, cap)
@@ -305,7 +311,10 @@ def _attend_tree_rows(queries, keys, values, window: int | None, start: int, sca
     """Each row of `queries` [1, heads, T, d] as the one-row step at the end of its path (decoder/tree.py): the
     path's keys and values are put in place right after the cache's `start` tokens, where that step finds them,
     the row attends over exactly those, and the rows are put back as they were. So a row's result is that step's
-    bit for bit (attend_row_by_row), for the price of copying a few rows; a chain's paths are in place already."""
+    bit for bit (attend_row_by_row), for the price of copying a few rows; a chain's paths are in place already.
+    The rows kernel, where it runs, reads each path where it lies instead."""
+    if attend_rows.usable(queries, keys):
+        return attend_rows.attend(queries, keys, values, start, parents.tolist(), window, scale, cap)
     rows = queries.shape[2]
     placed = list(range(rows))  # the row whose keys and values sit at start + i
     saved: tuple[torch.Tensor, torch.Tensor] | None = None

@@ -38,7 +38,7 @@ def test_extreme_values_sum_exactly():
 
 
 def test_without_vnni_it_is_not_used(monkeypatch, caplog):
-    monkeypatch.setattr(int8_rows, "_cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(int8_rows.c_kernels, "cpu_flags", lambda: {"avx2", "fma"})
     int8_rows._library.cache_clear()
     try:
         with caplog.at_level(logging.INFO, logger=int8_rows.__name__):
@@ -51,7 +51,7 @@ def test_without_vnni_it_is_not_used(monkeypatch, caplog):
         int8_rows._library.cache_clear()
 
 
-@pytest.mark.skipif(not int8_rows._cpu_flags() >= set(int8_rows._CPU_FLAGS), reason="no AVX-512 VNNI here")
+@pytest.mark.skipif(not int8_rows.c_kernels.cpu_flags() >= set(int8_rows._CPU_FLAGS), reason="no AVX-512 VNNI here")
 def test_a_failed_build_falls_back_with_a_log_line(monkeypatch, tmp_path, caplog):
     compiler = tmp_path / "broken-cc"
     compiler.write_text("#!/bin/sh\necho 'broken-cc: internal error' >&2\nexit 1\n")

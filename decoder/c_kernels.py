@@ -1,0 +1,81 @@
+"""Our C kernels (int8_rows.c, attend_rows.c): built with the system's C compiler at first use and kept under the
+model cache, keyed by the source, the flags, the compiler and the OpenMP runtime.
+
+Each links to the GNU OpenMP library torch has loaded, named by its path, so its threads are torch's and
+`torch.set_num_threads` sizes them too. A build goes to a side folder that is renamed into place, so a library
+in the cache is whole; two processes building at once both succeed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .models import cache_root
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags, as /proc/cpuinfo lists them (none where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def openmp_runtime() -> str | None:
+    """The GNU OpenMP library this process (torch) has loaded: the kernels link to it, sharing its threads."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    paths = {line.split()[-1] for line in maps.splitlines() if "libgomp" in line and line.split()[-1].startswith("/")}
+    return min(paths) if paths else None
+
+
+def compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "")) or shutil.which("gcc")
+
+
+def missing() -> str:
+    """What building any kernel here lacks; "" where nothing does."""
+    if openmp_runtime() is None:
+        return "torch does not run on GNU OpenMP here"
+    if compiler() is None:
+        return "no C compiler (gcc, or $CC)"
+    return ""
+
+
+def built(source: Path, flags: tuple[str, ...], libraries: tuple[str, ...] = ()) -> Path:
+    """`source` built as a shared library with `flags`, from the cache or now. Raises CalledProcessError (the
+    compiler's complaint in its stderr) where the build fails."""
+    cc, runtime = compiler(), openmp_runtime()
+    assert cc is not None and runtime is not None, missing()
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
+    key = hashlib.blake2b(repr((source.read_bytes(), flags, libraries, version, runtime)).encode(), digest_size=8)
+    folder = cache_root() / "kernels" / key.hexdigest()
+    library = folder / f"{source.stem}.so"
+    if library.exists():
+        return library
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent) as side:
+        # -nodefaultlibs: libgomp is torch's own, named by its path, not the system's
+        command = [cc, *flags, "-shared", "-fPIC", str(source), "-o", f"{side}/{library.name}", "-nodefaultlibs"]
+        command += [*libraries, "-lc", runtime, f"-Wl,-rpath,{Path(runtime).parent}"]
+        subprocess.run(command, capture_output=True, text=True, check=True)
+        try:
+            os.rename(side, folder)
+        except OSError:  # another process built it first
+            pass
+    return library
+
+
+def short(error: Exception) -> str:
+    """An error in a line: a compiler's last line of complaint, or the error itself."""
+    lines = (getattr(error, "stderr", None) or "").strip().splitlines()
+    return lines[-1] if lines else str(error)
