@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import threading
 
 import torch
 
@@ -36,10 +37,26 @@ def token_text(tokenizer, token_id: int) -> str:
 WHITESPACE = tuple(chr(c) for c in range(0x3001) if chr(c).isspace())  # none above U+3000
 
 
-@functools.lru_cache(maxsize=4)
+# One tokenizer's texts built at a time: a request that heals while a warm-up builds them waits for it
+_BUILDING = threading.Lock()
+
+
 def token_strings(tokenizer) -> tuple[list[str], torch.Tensor]:
     """Every token's text, sorted, and the token ids in that order; special tokens are left out. One by one
     through the fast tokenizer's decoder, ~1 s over Gemma's 262k tokens, once per tokenizer."""
+    with _BUILDING:
+        return _token_strings(tokenizer)
+
+
+def warm_up(tokenizer) -> threading.Thread:
+    """token_strings on a thread of its own, begun now: a server gets to ready without waiting for it."""
+    thread = threading.Thread(target=token_strings, args=(tokenizer,), name="specdec-healing", daemon=True)
+    thread.start()
+    return thread
+
+
+@functools.lru_cache(maxsize=4)
+def _token_strings(tokenizer) -> tuple[list[str], torch.Tensor]:
     special = set(tokenizer.all_special_ids)
     texts = ((token_text(tokenizer, i), i) for i in range(len(tokenizer)) if i not in special)
     order = sorted((text, i) for text, i in texts if text)
