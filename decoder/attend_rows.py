@@ -33,6 +33,11 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")
 _CPU_FLAGS = ("avx2", "fma")
 
 
+# False: the lean forward attends on SDPA whatever is available (an A/B in one process:
+# docs/benchmarks/scripts/attend_rows.py)
+enabled = True
+
+
 def available() -> bool:
     return _library() is not None
 
@@ -40,7 +45,8 @@ def available() -> bool:
 def usable(queries: torch.Tensor, keys: torch.Tensor) -> bool:
     """Whether these tensors (float32 on the CPU, keys' last dimension contiguous) go to the kernel here."""
     return (
-        queries.device.type == "cpu"
+        enabled
+        and queries.device.type == "cpu"
         and queries.dtype == keys.dtype == torch.float32
         and keys.stride(-1) == 1
         and available()
