@@ -43,12 +43,12 @@ def available() -> bool:
 
 
 def usable(queries: torch.Tensor, keys: torch.Tensor) -> bool:
-    """Whether these tensors (float32 on the CPU, keys' last dimension contiguous) go to the kernel here."""
+    """Whether these tensors (float32 on the CPU, their last dimension contiguous) go to the kernel here."""
     return (
         enabled
         and queries.device.type == "cpu"
         and queries.dtype == keys.dtype == torch.float32
-        and keys.stride(-1) == 1
+        and keys.stride(-1) == queries.stride(-1) == 1
         and available()
     )
 

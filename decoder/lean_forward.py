@@ -269,8 +269,8 @@ def _attention(
 
 
 def _attend(queries, keys, values, mask, window: int | None, end: int, scale: float, cap: float | None) -> torch.Tensor:
-    """SDPA of `queries` over the first `end` keys; with no mask (one row), only the last `window` of them, and on
-    the rows kernel where it runs."""
+    """SDPA of `queries` over the first `end` keys; with no mask (one row), only the last `window` of them, on the
+    attention rows kernel (attend_rows.py) where it runs."""
     if mask is None and attend_rows.usable(queries, keys):
         return attend_rows.attend(queries, keys, values, end - 1, [-1], window, scale, cap)
     start = end - window if mask is None and window and end > window else 0
@@ -312,7 +312,7 @@ def _attend_tree_rows(queries, keys, values, window: int | None, start: int, sca
     path's keys and values are put in place right after the cache's `start` tokens, where that step finds them,
     the row attends over exactly those, and the rows are put back as they were. So a row's result is that step's
     bit for bit (attend_row_by_row), for the price of copying a few rows; a chain's paths are in place already.
-    The rows kernel, where it runs, reads each path where it lies instead."""
+    The attention rows kernel, where it runs, reads each path where it lies instead."""
     if attend_rows.usable(queries, keys):
         return attend_rows.attend(queries, keys, values, start, parents.tolist(), window, scale, cap)
     rows = queries.shape[2]
