@@ -18,7 +18,6 @@ import functools
 import itertools
 import logging
 import math
-import subprocess
 from pathlib import Path
 
 import torch
@@ -102,23 +101,17 @@ def _attend(library, queries, keys, values, start, paths, window, scale, cap) ->
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    missing = _why_not()
-    if missing:
-        log.info("attention on SDPA: %s", missing)
-        return None
-    try:
-        library = ctypes.CDLL(str(c_kernels.built(SOURCE, FLAGS, ("-lm",))))
-    except (OSError, subprocess.CalledProcessError) as e:
-        log.warning("attention on SDPA: building %s failed: %s", SOURCE.name, c_kernels.short(e))
-        return None
+    return c_kernels.load(
+        SOURCE, FLAGS, libraries=("-lm",), missing=_why_not(), fallback="attention on SDPA", declare=_declare,
+        check=_checks, log=log,
+    )  # fmt: skip
+
+
+def _declare(library: ctypes.CDLL) -> None:
     library.attend_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
     library.attend_rows.argtypes += [ctypes.c_int64] * 7 + [ctypes.c_void_p, ctypes.c_void_p]
     library.attend_rows.argtypes += [ctypes.c_int64, ctypes.c_float, ctypes.c_float, ctypes.c_void_p]
     library.attend_rows.restype = ctypes.c_int
-    if not _checks(library):
-        log.warning("attention on SDPA: the built %s attended otherwise than torch", SOURCE.name)
-        return None
-    return library
 
 
 def _why_not() -> str:

@@ -8,11 +8,14 @@ in the cache is whole; two processes building at once both succeed.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .models import cache_root
@@ -79,3 +82,32 @@ def short(error: Exception) -> str:
     """An error in a line: a compiler's last line of complaint, or the error itself."""
     lines = (getattr(error, "stderr", None) or "").strip().splitlines()
     return lines[-1] if lines else str(error)
+
+
+def load(
+    source: Path,
+    flags: tuple[str, ...],
+    *,
+    libraries: tuple[str, ...] = (),
+    missing: str,
+    fallback: str,
+    declare: Callable[[ctypes.CDLL], None],
+    check: Callable[[ctypes.CDLL], bool],
+    log: logging.Logger,
+) -> ctypes.CDLL | None:
+    """`source`'s library, built or from the cache, its functions declared and checked against torch; None where
+    it cannot run, with one log line saying why. `missing`: what this machine lacks for it ("" where nothing);
+    `fallback`: what runs instead, as the log line says."""
+    if missing:
+        log.info("%s: %s", fallback, missing)
+        return None
+    try:
+        library = ctypes.CDLL(str(built(source, flags, libraries)))
+    except (OSError, subprocess.CalledProcessError) as e:
+        log.warning("%s: building %s failed: %s", fallback, source.name, short(e))
+        return None
+    declare(library)
+    if not check(library):
+        log.warning("%s: the built %s gave other results than torch", fallback, source.name)
+        return None
+    return library

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import subprocess
 from pathlib import Path
 
 import torch
@@ -63,22 +62,16 @@ def _multiply(library: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, weigh
 
 @functools.cache
 def _library() -> ctypes.CDLL | None:
-    missing = _why_not()
-    if missing:
-        log.info("int8 products on torch's kernels: %s", missing)
-        return None
-    try:
-        library = ctypes.CDLL(str(c_kernels.built(SOURCE, FLAGS)))
-    except (OSError, subprocess.CalledProcessError) as e:
-        log.warning("int8 products on torch's kernels: building %s failed: %s", SOURCE.name, c_kernels.short(e))
-        return None
+    return c_kernels.load(
+        SOURCE, FLAGS, missing=_why_not(), fallback="int8 products on torch's kernels", declare=_declare, check=_checks,
+        log=log,
+    )  # fmt: skip
+
+
+def _declare(library: ctypes.CDLL) -> None:
     library.int8_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     library.int8_rows.argtypes += [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
     library.int8_rows.restype = None
-    if not _checks(library):
-        log.warning("int8 products on torch's kernels: the built %s gave other sums than torch", SOURCE.name)
-        return None
-    return library
 
 
 def _why_not() -> str:

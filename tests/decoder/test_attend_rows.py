@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.kernels import COMPLAINT, broken_compiler
 
 from speccomplete.decoder import attend_rows
 
@@ -92,16 +93,12 @@ def test_without_avx2_it_is_not_used(monkeypatch, caplog):
 
 @pytest.mark.skipif(not attend_rows.c_kernels.cpu_flags() >= {"avx2", "fma"}, reason="no AVX2 here")
 def test_a_failed_build_falls_back_with_a_log_line(monkeypatch, tmp_path, caplog):
-    compiler = tmp_path / "broken-cc"
-    compiler.write_text("#!/bin/sh\necho 'broken-cc: internal error' >&2\nexit 1\n")
-    compiler.chmod(0o755)
-    monkeypatch.setenv("CC", str(compiler))
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    broken_compiler(monkeypatch, tmp_path)
     attend_rows._library.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger=attend_rows.__name__):
             assert not attend_rows.available()
-        assert "failed" in caplog.text and "broken-cc: internal error" in caplog.text
+        assert "failed" in caplog.text and COMPLAINT in caplog.text
     finally:
         attend_rows._library.cache_clear()
 

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 import torch
+from helpers.kernels import COMPLAINT, broken_compiler
 
 from speccomplete.decoder import int8_rows
 
@@ -53,15 +54,11 @@ def test_without_vnni_it_is_not_used(monkeypatch, caplog):
 
 @pytest.mark.skipif(not int8_rows.c_kernels.cpu_flags() >= set(int8_rows._CPU_FLAGS), reason="no AVX-512 VNNI here")
 def test_a_failed_build_falls_back_with_a_log_line(monkeypatch, tmp_path, caplog):
-    compiler = tmp_path / "broken-cc"
-    compiler.write_text("#!/bin/sh\necho 'broken-cc: internal error' >&2\nexit 1\n")
-    compiler.chmod(0o755)
-    monkeypatch.setenv("CC", str(compiler))
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    broken_compiler(monkeypatch, tmp_path)
     int8_rows._library.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger=int8_rows.__name__):
             assert not int8_rows.available()
-        assert "failed" in caplog.text and "broken-cc: internal error" in caplog.text
+        assert "failed" in caplog.text and COMPLAINT in caplog.text
     finally:
         int8_rows._library.cache_clear()
