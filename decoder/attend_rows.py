@@ -1,10 +1,10 @@
 """Attention for the rows of a decode step or a verify, float32 on the CPU (attend_rows.c).
 
 A step's one row, a verify's rows and a draft tree's rows each attend over the cache and then their own path.
-SDPA spends most of its time on one query row setting itself up (several times what the keys and values take to
-read), and a verify called it once per row, so that its rows each cost as much as a step's. This kernel takes
-every row of every head in one call, each row alone and in one order, so a verify row is the one-row step at its
-position bit for bit, as the int8 verify needs (lean_forward.attend_row_by_row).
+For one query row SDPA's setting up costs more than reading the keys and values, and a verify called it once per
+row, through Python (docs/cpu.md, "Attention for a step's rows"). This kernel takes every row of every head in one
+call, each row alone and in one order, so a verify row is the one-row step at its position bit for bit, as the
+int8 verify needs (lean_forward.attend_row_by_row).
 
 Built with the system's C compiler at first use and kept under the model cache (c_kernels.py), on torch's own
 OpenMP threads. Where it cannot run (no AVX2 and FMA, no compiler, torch not on GNU OpenMP, or a build that fails
