@@ -157,13 +157,15 @@ def int8_full_range() -> bool:
 QUANTIZE_BLOCK_ROWS = 2048
 
 
-def quantize_rows(weights: list[torch.Tensor], levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize_rows(
+    weights: list[torch.Tensor], levels: int, with_sums: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The weights stacked by rows, quantized to int8 with one scale per row (its largest magnitude over `levels`):
-    the scales, the int8 weights and each int8 row's sum (the rows kernel's correction)."""
+    the scales, the int8 weights and, `with_sums`, each int8 row's sum (the rows kernel's correction)."""
     rows = sum(w.shape[0] for w in weights)
     scale = torch.empty(rows)
     quantized = torch.empty(rows, weights[0].shape[1], dtype=torch.int8)
-    sums = torch.empty(rows, dtype=torch.int32)
+    sums = torch.empty(rows, dtype=torch.int32) if with_sums else None
     start = 0
     for weight in weights:
         for begin in range(0, weight.shape[0], QUANTIZE_BLOCK_ROWS):
@@ -172,7 +174,8 @@ def quantize_rows(weights: list[torch.Tensor], levels: int) -> tuple[torch.Tenso
             block_scale = block.abs().amax(dim=1).clamp_(min=1e-12).div_(levels)
             block_int8 = (block / block_scale[:, None]).round_().clamp_(-levels, levels).to(torch.int8)
             scale[start:end], quantized[start:end] = block_scale, block_int8
-            sums[start:end] = block_int8.sum(1, dtype=torch.int32)
+            if sums is not None:
+                sums[start:end] = block_int8.sum(1, dtype=torch.int32)
             start = end
     return scale, quantized, sums
 
@@ -188,13 +191,14 @@ class Int8Linear(torch.nn.Module):
         kernel: which of INT8_KERNELS multiplies, or a function of the weight's size that says which."""
         super().__init__()
         self.in_features, self.out_features = linears[0].in_features, sum(m.out_features for m in linears)
-        levels = 127 if int8_full_range() else 63  # 7 bits where products of 8 would saturate
-        scale, weight_int8, row_sums = quantize_rows([m.weight.detach() for m in linears], levels)
-        self.kernel = kernel if isinstance(kernel, str) else kernel(weight_int8.numel())
+        self.kernel = kernel if isinstance(kernel, str) else kernel(self.out_features * self.in_features)
         if self.kernel not in INT8_KERNELS:
             raise ValueError(f"kernel must be one of {', '.join(INT8_KERNELS)}, not {self.kernel!r}")
         if self.kernel == "rows" and not int8_rows.available():
             raise ValueError("the rows kernel needs AVX-512 VNNI and a C compiler (decoder/int8_rows.py)")
+        levels = 127 if int8_full_range() else 63  # 7 bits where products of 8 would saturate
+        weights = [m.weight.detach() for m in linears]
+        scale, weight_int8, row_sums = quantize_rows(weights, levels, with_sums=self.kernel == "rows")
         onednn = self.kernel == "onednn"
         # one of the two: the weights as quantized (the rows kernel reads them [out, in], _int_mm as the [in, out]
         # view), or oneDNN's blocked copy
@@ -205,7 +209,7 @@ class Int8Linear(torch.nn.Module):
         self._unit_scales = scale.new_ones(self.out_features) if onednn else None
         self._zero_points = torch.zeros(self.out_features, dtype=torch.long) if onednn else None
         # the rows kernel's: the weights [out, in] (weight_t's storage) and the sums of their rows
-        self._rows = (weight_int8, row_sums) if self.kernel == "rows" else None
+        self._rows = (weight_int8, row_sums) if row_sums is not None else None
         self.key = _opaque_key(self, weight_int8)
         biases = [m.bias for m in linears]
         bias = (
