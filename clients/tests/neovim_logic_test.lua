@@ -418,6 +418,11 @@ step(':SpecdecInstall: its plan, and the finder preferring its venv', function(n
   if not vim.deep_equal(gpu, { want[1], want[3] }) then -- with a GPU, PyPI's torch comes with speccomplete
     error('plan with a GPU ' .. vim.inspect(gpu))
   end
+  -- an update of the venv is its speccomplete step again (pip builds a folder again at the same version)
+  local update = install.update_plan({ venv = '/v', repo = '/r' })
+  if not vim.deep_equal(update, { want[3] }) then
+    error('update plan ' .. vim.inspect(update))
+  end
   -- the repository is the one the plugin lives in
   if install.repo() ~= vim.fn.getcwd() then
     error('repo ' .. install.repo() .. ', expected ' .. vim.fn.getcwd())
@@ -473,6 +478,280 @@ step('a finished :SpecdecInstall starts the server it installed, unless cmd name
       end
       next()
     end)
+  end)
+end)
+
+-- The update.lua tests run against install.lua's files in a folder of the test's own, and a fresh update.lua
+-- (its once-per-Neovim check not yet done); `restore()` puts the stubbed functions back.
+local function stubbed(modules, stubs)
+  local saved = {}
+  for name, fns in pairs(stubs) do
+    saved[name] = {}
+    for key, fn in pairs(fns) do
+      saved[name][key] = modules[name][key]
+      modules[name][key] = fn
+    end
+  end
+  return function()
+    for name, fns in pairs(saved) do
+      for key, fn in pairs(fns) do
+        modules[name][key] = fn
+      end
+    end
+  end
+end
+
+local function fresh_update()
+  package.loaded['specdec.update'] = nil
+  return require('specdec.update')
+end
+
+step("the venv's staleness: the marker's commit against the checkout's, and the lock", function(next)
+  local install = require('specdec.install')
+  local update = fresh_update()
+  local data = dir .. '/update-data'
+  vim.fn.delete(data, 'rf')
+  local restore = stubbed({ install = install }, { install = { dir = function() return data end } })
+  local ok, err = pcall(function()
+    -- outdated: another commit, or no marker (a venv from before markers); unknown commit: never
+    local cases = {
+      { nil, 'abc', true }, { { commit = 'abc' }, 'abc', false }, { { commit = 'abc' }, 'def', true },
+      { { commit = 'abc' }, nil, false }, { nil, nil, false },
+    }
+    for _, c in ipairs(cases) do
+      if update.outdated(c[1], c[2]) ~= c[3] then
+        error('outdated(' .. vim.inspect(c[1]) .. ', ' .. vim.inspect(c[2]) .. ') is not ' .. tostring(c[3]))
+      end
+    end
+    if install.read_marker() ~= nil then
+      error('a marker before any install')
+    end
+    install.write_marker('abc', '/r')
+    local marker = install.read_marker()
+    if not (marker and marker.commit == 'abc' and marker.repo == '/r') then
+      error('marker ' .. vim.inspect(marker))
+    end
+    -- the lock: one holder; a live one's (pid 1) refuses, also :SpecdecInstall; a dead one's is taken over
+    local release = install.lock()
+    local again, holder = install.lock()
+    if not release or again or holder ~= vim.fn.getpid() then
+      error('lock taken twice: ' .. vim.inspect({ release, again, holder }))
+    end
+    release()
+    if vim.fn.filereadable(install.lock_path()) == 1 then
+      error('the lock stayed after its release')
+    end
+    vim.fn.writefile({ '1' }, install.lock_path())
+    again, holder = install.lock()
+    if again or holder ~= 1 then
+      error("pid 1's lock was not respected: " .. vim.inspect({ again, holder }))
+    end
+    if install.install() ~= false then
+      error(':SpecdecInstall ran while another Neovim held the lock')
+    end
+    vim.fn.writefile({ '4194305' }, install.lock_path()) -- above Linux's pid_max: no such process
+    release = install.lock()
+    if not release or vim.fn.readfile(install.lock_path())[1] ~= tostring(vim.fn.getpid()) then
+      error("a dead Neovim's lock was not taken over")
+    end
+    release()
+  end)
+  restore()
+  if not ok then
+    error(err)
+  end
+  wait_for(':SpecdecInstall saying who holds the lock', function()
+    return vim.fn.execute('messages'):find('another Neovim (pid 1) is installing or updating', 1, true)
+  end, 2000, POLL_MS, function()
+    -- the checkout's commit, read in a job
+    local head = vim.trim(vim.fn.system({ 'git', 'rev-parse', 'HEAD' }))
+    local got = false
+    install.commit(vim.fn.getcwd(), function(commit)
+      got = { commit }
+    end)
+    wait_for('the commit', function()
+      return got
+    end, 5000, POLL_MS, function()
+      if got[1] ~= head then
+        return fail('commit ' .. vim.inspect(got[1]) .. ', git says ' .. head)
+      end
+      install.commit(dir .. '/not-a-checkout', function(commit)
+        got = { commit or 'none' }
+      end)
+      wait_for('no commit outside a checkout', function()
+        return got[1] ~= head and got[1]
+      end, 5000, POLL_MS, function(commit)
+        if commit ~= 'none' then
+          return fail('a commit outside a checkout: ' .. commit)
+        end
+        next()
+      end)
+    end)
+  end)
+end)
+
+step('the restart waits until no request is pending, then a quiet moment', function(next)
+  local update = fresh_update()
+  local client = { requests = { [1] = { type = 'pending' }, [2] = { type = 'cancel' } } }
+  local called, cleared = nil, nil
+  local QUIET = 200
+  update.when_idle(function()
+    return client
+  end, QUIET, 20, function(c)
+    called = { at = vim.loop.now(), client = c }
+  end)
+  vim.defer_fn(function()
+    if called then
+      return fail('restarted with a request pending')
+    end
+    client.requests[1] = nil -- answered; the cancelled one's answer nobody waits for
+    cleared = vim.loop.now()
+    wait_for('the restart after the quiet moment', function()
+      return called
+    end, 3000, POLL_MS, function()
+      if called.at - cleared < QUIET - 30 or called.client ~= client then -- timers fire a little early
+        return fail(string.format('restarted %d ms after the last answer', called.at - cleared))
+      end
+      local none
+      update.when_idle(function() end, QUIET, 20, function(c)
+        none = { c }
+      end)
+      if not none or none[1] ~= nil then
+        return fail('without a client it should go at once')
+      end
+      next()
+    end)
+  end, 500)
+end)
+
+-- The whole update with the steps stubbed: the checkout moved on (the marker says another commit), the server
+-- is the venv's; the update's steps run, the marker then says HEAD, the lock is free again, the client
+-- restarts only once its request is answered, and one INFO message says so. Then a failing update: the marker
+-- stays, a warning says so, no restart.
+step('an update in the background, then the restart between requests; a failed one keeps the server', function(next)
+  local install, server = require('specdec.install'), require('specdec.server')
+  local update = fresh_update()
+  local data = dir .. '/update-flow'
+  vim.fn.delete(data, 'rf')
+  local head = vim.trim(vim.fn.system({ 'git', 'rev-parse', 'HEAD' }))
+  local exe = '/venv/bin/specdec'
+  local client = { id = 1, config = { cmd = { exe, 'serve' } }, requests = { [7] = { type = 'pending' } } }
+  local ran, restarts, notes = {}, {}, {}
+  local steps = { { title = 'updating', cmd = { 'true' } } }
+  local restore = stubbed({ install = install, server = server, vim = vim }, {
+    install = {
+      dir = function() return data end,
+      executable = function() return exe end,
+      update_plan = function(opts)
+        table.insert(ran, opts.repo)
+        return steps
+      end,
+    },
+    server = {
+      find_executable = function() return exe, 'in the venv :SpecdecInstall made' end,
+      client = function() return client end,
+      restart = function(_, _, done)
+        table.insert(restarts, vim.loop.now())
+        done(true)
+      end,
+    },
+    vim = {
+      notify = function(msg, level)
+        table.insert(notes, { msg = msg, level = level })
+      end,
+    },
+  })
+  local status = specdec.status
+  specdec.status = { state = 'ready', message = '' }
+  update.QUIET_MS = 100
+  install.write_marker('0000000', '/old')
+  local answered
+  local function finish(err)
+    restore()
+    specdec.status = status
+    if err then
+      return fail(err)
+    end
+    next()
+  end
+  update.check({})
+  wait_for('the update to run and the marker to say HEAD', function()
+    local marker = install.read_marker()
+    return marker and marker.commit == head
+  end, 5000, POLL_MS, function()
+    if #ran ~= 1 or ran[1] ~= install.repo() then
+      return finish('the update ran ' .. vim.inspect(ran))
+    end
+    if vim.fn.filereadable(install.lock_path()) == 1 then
+      return finish('the lock stayed after the update')
+    end
+    vim.defer_fn(function()
+      if #restarts > 0 then
+        return finish('restarted with a request pending')
+      end
+      client.requests[7] = nil
+      answered = vim.loop.now()
+      wait_for('the restart', function()
+        return #restarts > 0 and #notes > 0
+      end, 3000, POLL_MS, function()
+        if restarts[1] - answered < 70 then
+          return finish('restarted ' .. (restarts[1] - answered) .. ' ms after the answer')
+        end
+        if #notes ~= 1 or notes[1].level ~= vim.log.levels.INFO or not notes[1].msg:find('updated the server', 1, true) then
+          return finish('messages ' .. vim.inspect(notes))
+        end
+        -- once per Neovim: a second check does nothing
+        update.check({})
+        -- a failing update: the marker stays, a warning, no restart
+        update = fresh_update()
+        update.QUIET_MS = 100
+        steps = { { title = 'updating', cmd = { 'false' } } }
+        install.write_marker('0000000', '/old')
+        notes, restarts = {}, {}
+        update.check({})
+        wait_for('the failure said', function()
+          return #notes > 0
+        end, 5000, POLL_MS, function()
+          vim.defer_fn(function()
+            local marker = install.read_marker()
+            if #ran ~= 2 then
+              return finish('the checks ran the update ' .. #ran .. ' times, not 2')
+            end
+            if not (notes[1].level == vim.log.levels.WARN and notes[1].msg:find('keeps running', 1, true)) then
+              return finish('messages ' .. vim.inspect(notes))
+            end
+            if marker.commit ~= '0000000' or #restarts > 0 then
+              return finish('after a failure: marker ' .. vim.inspect(marker) .. ', restarts ' .. #restarts)
+            end
+            if vim.fn.filereadable(install.lock_path()) == 1 then
+              return finish('the lock stayed after the failure')
+            end
+            finish()
+          end, 300)
+        end)
+      end)
+    end, 300)
+  end)
+end)
+
+-- The restart itself, with the stand-in server: the client exits, and a new one attaches to the buffer.
+step('server.restart: the old client exits, a new one attaches to the buffers open', function(next)
+  local server, config = require('specdec.server'), require('specdec.config')
+  local bufnr = vim.api.nvim_get_current_buf()
+  local old = server.client(bufnr)
+  if not old then
+    error('no client attached to ' .. vim.api.nvim_buf_get_name(bufnr))
+  end
+  local restarted = false
+  server.restart(config.options, vim.fn.exists('##LspAttach') == 0 and specdec.attach or nil, function(started)
+    restarted = started
+  end)
+  wait_for('a new client attached', function()
+    local new = server.client(bufnr)
+    return restarted and new and new.id ~= old.id and not vim.lsp.get_client_by_id(old.id) and new
+  end, 10000, POLL_MS, function(new)
+    log('restarted: client ' .. old.id .. ' exited, ' .. new.id .. ' attached')
+    next()
   end)
 end)
 

@@ -135,6 +135,16 @@ def test_neovim_ghost_text_logic(editors, key, display, tmp_path):
         pytest.fail(f"exit {proc.returncode}; artifacts in {dest}\n{output[-4000:]}")
 
 
+def test_vscode_restart_logic(editors):
+    """The extension's plain-Node parts (vscode_logic_test.mjs): the pause a restart onto an updated server
+    waits for, and another window's lock. Node 24 runs the TypeScript sources as they are."""
+    node = f"{editors['NODE24']}/bin/node"
+    cmd = [node, "--disable-warning=MODULE_TYPELESS_PACKAGE_JSON", "clients/tests/vscode_logic_test.mjs"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    print(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 # Ghost text at 12 of the 14 pauses, on the defaults: issue 43's target.
 PAUSES_SHOWN = 12
 

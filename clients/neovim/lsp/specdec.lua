@@ -6,5 +6,8 @@
 -- cmd: `specdec` on $PATH, else this repository's .venv/bin/specdec. No filetypes: every file buffer.
 -- One server for the whole Neovim (reuse_client): it holds the models in memory.
 -- plugin/specdec.lua adds the ghost text and keys to the buffers it attaches to.
-require('specdec').check_server(require('specdec.config').options)
+local options = require('specdec.config').options
+if require('specdec').check_server(options) then
+  require('specdec.update').check(options) -- the venv :SpecdecInstall made, kept on the plugin's checkout
+end
 return require('specdec.server').config()

@@ -20,7 +20,16 @@ import { commandLine, findServer, offerInstall } from './locate';
 import { TraceChannel, pipeStderr } from './logs';
 import { onInterpreterChange } from './pythonExtension';
 import { MANAGED, PYTHON_EXTENSION, Server } from './serverSources';
-import { initManagedEnvironment, managedServer, setUpServerEnvironment, updateManagedEnvironment } from './setup';
+import { InFlight } from './inFlight';
+import {
+  anotherWindowSettingUp,
+  initManagedEnvironment,
+  managedEnvironmentStamp,
+  managedServer,
+  managedUpdateDue,
+  setUpServerEnvironment,
+  updateManagedEnvironment,
+} from './setup';
 import { openTelemetryReport } from './report';
 import {
   commandChanged,
@@ -44,6 +53,15 @@ let waitClock: WaitClock;
 let completedNotes: CompletedNotes;
 let globalState: vscode.Memento;
 let starting: Promise<void> = Promise.resolve(); // start and restart run one at a time
+// The completion requests on their way to the server (the middleware counts them): a restart that can
+// wait for a pause between them does.
+const requests = new InFlight();
+// A pause this long, with nothing in flight, is one between two bursts of typing.
+const QUIET_MS = 2000;
+// A load that takes longer than this (a first conversion of a large model) is not waited for.
+const LOAD_WAIT_MS = 10 * 60_000;
+let following: Promise<void> | undefined; // followManagedEnvironment, one at a time
+let deactivated = false;
 
 const status = (state: SpecdecStatus['state'], message: string): SpecdecStatus => ({
   state,
@@ -107,6 +125,7 @@ async function provideInline(
   const asked = performance.now();
   const waitStart = invoked ? asked : waitClock.waitStart(document, position, asked);
   statusBar.requestStarted();
+  requests.started();
   try {
     const answer = await next(document, position, context, token);
     if (token.isCancellationRequested) return answer; // VS Code drops it: nothing reached the user
@@ -120,6 +139,7 @@ async function provideInline(
     return answer;
   } finally {
     statusBar.requestEnded();
+    requests.ended();
   }
 }
 
@@ -163,7 +183,11 @@ function createClient(found: Server): LanguageClient {
             ? { ...context, triggerKind: vscode.CompletionTriggerKind.TriggerForIncompleteCompletions }
             : context;
         statusBar.requestStarted();
-        return Promise.resolve(next(document, position, automatic, token)).finally(() => statusBar.requestEnded());
+        requests.started();
+        return Promise.resolve(next(document, position, automatic, token)).finally(() => {
+          statusBar.requestEnded();
+          requests.ended();
+        });
       },
       // The model load's work-done progress: vscode-languageclient shows it (a window progress);
       // the status bar mirrors its percentage ("specdec loading 42%").
@@ -190,6 +214,13 @@ async function start(): Promise<void> {
     return undefined;
   });
   server = found;
+  if (!found && anotherWindowSettingUp()) {
+    // Another window is making the managed environment: this one starts its server when it is done.
+    output.info('no specdec server found yet: another VS Code window is setting up the server environment');
+    statusBar.update(status('loading', 'waiting for another window to set up the server'));
+    void followManagedEnvironment(undefined);
+    return;
+  }
   if (!found) {
     statusBar.update(status('error', 'server not found'));
     output.error('no specdec server found; see specdec.server.command');
@@ -216,6 +247,40 @@ async function stop(): Promise<void> {
       output.warn(`stopping the server: ${e}`);
     }
   }
+}
+
+// Resolves once the running server has loaded its models or failed to (at most LOAD_WAIT_MS), or at
+// once without one: the load imports some of speccomplete's modules as it goes, and an update that
+// replaced them meanwhile could break it.
+async function serverLoaded(): Promise<void> {
+  const deadline = Date.now() + LOAD_WAIT_MS;
+  while (client && statusBar.serverState() === 'loading' && Date.now() < deadline && !deactivated) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+// The managed environment, followed while the server runs: brought up to this .vsix's wheel in the
+// background (or made or updated by another window, waited for), then, when it holds other files than
+// when the server started (`startedOn`, its managedEnvironmentStamp then), the server restarts onto
+// them between requests: once none is in flight and a moment passed without one.
+function followManagedEnvironment(startedOn: string | undefined): Promise<void> {
+  following ??= (async () => {
+    if (!managedUpdateDue()) return;
+    await serverLoaded();
+    await updateManagedEnvironment(output, () => deactivated);
+    if (deactivated) return;
+    if (!server) {
+      // None was found while another window set the environment up: look again, now that it is done.
+      await restartServer();
+      return;
+    }
+    if (server.source !== MANAGED || managedEnvironmentStamp() === startedOn) return;
+    output.info('the server environment changed: restarting the server at the next pause between requests');
+    if (await requests.quiet(QUIET_MS, () => deactivated)) await restartServer();
+  })().finally(() => {
+    following = undefined;
+  });
+  return following;
 }
 
 function restartServer(): Promise<void> {
@@ -328,13 +393,14 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
   );
   refreshStatusBar(); // with the editor's ghost text off, say so now
-  // Before the first start: a new .vsix's wheel goes into the managed environment, or this window
-  // waits while another one sets the environment up.
-  starting = updateManagedEnvironment(output, (message) => statusBar.update(status('loading', message)));
+  // The server starts from the environment as it is; a new .vsix's wheel goes into it afterwards.
+  const startedOn = managedEnvironmentStamp();
   await restartServer();
+  void followManagedEnvironment(startedOn);
 }
 
 export async function deactivate(): Promise<void> {
+  deactivated = true;
   await stop();
 }
 

@@ -103,6 +103,18 @@ export function tryLock(file: string): Lock | undefined {
   };
 }
 
+// Whether another process holds the lock now and is not stale (the lock is not taken).
+export function heldByAnother(file: string): boolean {
+  try {
+    const text = fs.readFileSync(file, 'utf8');
+    if (stale(text, fs.statSync(file).mtimeMs)) return false;
+    const holder: Holder = JSON.parse(text);
+    return holder.pid !== process.pid || holder.host !== os.hostname();
+  } catch {
+    return false; // no lock, or one being written: nothing to wait for yet
+  }
+}
+
 // The lock, once its holder releases it or goes stale; undefined if `cancelled()` turns true first.
 export async function waitForLock(file: string, cancelled: () => boolean): Promise<Lock | undefined> {
   for (;;) {

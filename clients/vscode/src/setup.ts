@@ -6,7 +6,8 @@
 // wheel bundled in the .vsix (dist/server/, built by `npm run package`: speccomplete is not on PyPI).
 // A marker file written last says the environment is complete (the managed server is used only then)
 // and which wheel it holds, by SHA-256: the version number alone does not tell two builds apart.
-// A newer .vsix brings its wheel into the environment at activation (updateManagedEnvironment).
+// A newer .vsix brings its wheel into the environment after activation, while the installed server
+// serves (updateManagedEnvironment); extension.ts then restarts the server between requests.
 // One window at a time makes or updates it: a lock file in the global storage (lockFile.ts).
 import { ChildProcess, execFile, spawn } from 'child_process';
 import { createHash } from 'crypto';
@@ -14,7 +15,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import * as readline from 'readline';
 import * as vscode from 'vscode';
-import { Lock, tryLock, waitForLock } from './lockFile';
+import { Lock, heldByAnother, tryLock, waitForLock } from './lockFile';
 import { activeInterpreter } from './pythonExtension';
 import { MANAGED, Server } from './serverSources';
 
@@ -249,56 +250,82 @@ function firstLine(e: unknown): string {
   return e instanceof Error ? e.message.split('\n')[0].replace(/:$/, '') : String(e);
 }
 
-// At activation, before the first start: waits while another window makes or updates the managed
-// environment, then, when it holds another speccomplete than the wheel this .vsix carries, installs
-// the carried one (speccomplete alone: torch and the other dependencies stay). `say` tells the status
-// bar. On a failure the installed server stays and starts; this never throws.
-export async function updateManagedEnvironment(output: vscode.LogOutputChannel, say: (message: string) => void): Promise<void> {
+// Whether updateManagedEnvironment may have anything to do: the environment holds another wheel than
+// the one this .vsix carries, or another window holds the lock (setting it up or updating it). The
+// usual case, a marker read and the wheel's hash, is false: nothing to install and no one to wait for.
+export function managedUpdateDue(): boolean {
   const dir = envDir();
-  if (!dir || !storage) return;
+  return !!dir && (installedState(dir) === 'outdated' || anotherWindowSettingUp());
+}
+
+// What the managed environment holds, as its marker says (undefined: not set up). The marker is written
+// last, by each setup and update: when it changed, a running managed server runs replaced files.
+export function managedEnvironmentStamp(): string | undefined {
+  const dir = envDir();
+  try {
+    return dir ? fs.readFileSync(path.join(dir, MARKER), 'utf8') : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+// Whether another window holds the lock: it is making or updating the environment now.
+export function anotherWindowSettingUp(): boolean {
+  return !!storage && heldByAnother(path.join(storage, LOCK));
+}
+
+// Another window holds the lock: waits for it with a progress in the status bar, not a notification,
+// since this window's server (the one installed) is not waiting for it.
+function waitForOtherWindow(output: vscode.LogOutputChannel, lockFile: string, cancelled: () => boolean): Promise<Lock | undefined> {
+  output.info(WAITING_FOR_OTHER_WINDOW);
+  return Promise.resolve(
+    vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Window, title: 'specdec: waiting for another window to set up the server' },
+      () => waitForLock(lockFile, cancelled),
+    ),
+  );
+}
+
+// Installs the carried wheel into the set-up environment, then records it in the marker. pip replaces
+// speccomplete's files under the running server; a failed install puts the old ones back and leaves
+// the marker as it was, so the next window to open tries again.
+async function installCarriedWheel(output: vscode.LogOutputChannel, dir: string): Promise<void> {
+  const wheel = carriedWheel()!;
+  const installed = readMarker(dir);
+  output.info(
+    `[setup] the server environment holds ${installed?.wheel} (sha256 ${installed?.sha256 ?? 'not recorded'}), ` +
+      `this extension carries ${path.basename(wheel.file)} (sha256 ${wheel.sha256}): installing it while the installed server runs`,
+  );
+  const started = Date.now();
+  await vscode.window.withProgress(
+    { location: vscode.ProgressLocation.Notification, title: 'specdec: updating the server to this version of the extension' },
+    async (progress, token) => {
+      await installSpeccomplete({ progress, token, output }, inEnv(dir, 'python'), wheel.file, true);
+      writeMarker(dir, wheel, installed?.torch ?? 'cpu');
+    },
+  );
+  output.info(`[setup] updated in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+}
+
+// In the background, while the server installed serves: waits while another window makes or updates
+// the managed environment, then, when it holds another speccomplete than the wheel this .vsix carries,
+// installs the carried one (speccomplete alone: torch and the other dependencies stay). The caller
+// restarts the server when the environment changed (managedEnvironmentStamp). `cancelled`: the window
+// is closing. On a failure the installed server stays; this never throws.
+export async function updateManagedEnvironment(output: vscode.LogOutputChannel, cancelled: () => boolean): Promise<void> {
+  const dir = envDir();
+  if (!dir || !storage || !managedUpdateDue()) return;
   const lockFile = path.join(storage, LOCK);
   let lock: Lock | undefined;
   try {
-    // The usual case, a marker read and the wheel's hash: nothing to install and no one to wait for.
-    if (installedState(dir) !== 'outdated' && !fs.existsSync(lockFile)) return;
-    lock = tryLock(lockFile);
-    if (!lock) {
-      output.info(WAITING_FOR_OTHER_WINDOW);
-      say('waiting for another window to set up the server');
-      lock = await vscode.window.withProgress(
-        {
-          location: vscode.ProgressLocation.Notification,
-          title: 'specdec: waiting for another VS Code window to set up the server',
-          cancellable: true,
-        },
-        (_progress, token) => waitForLock(lockFile, () => token.isCancellationRequested),
-      );
-      if (!lock) {
-        output.warn('[setup] stopped waiting for the other window');
-        return;
-      }
-    }
-    if (installedState(dir) !== 'outdated') return; // up to date, or brought up to date by the other window
-    const wheel = carriedWheel()!;
-    const installed = readMarker(dir);
-    output.info(
-      `[setup] the server environment holds ${installed?.wheel} (sha256 ${installed?.sha256 ?? 'not recorded'}), ` +
-        `this extension carries ${path.basename(wheel.file)} (sha256 ${wheel.sha256}): installing it`,
-    );
-    say('updating the server');
-    const started = Date.now();
-    await vscode.window.withProgress(
-      { location: vscode.ProgressLocation.Notification, title: 'specdec: updating the server to this version of the extension' },
-      async (progress, token) => {
-        await installSpeccomplete({ progress, token, output }, inEnv(dir, 'python'), wheel.file, true);
-        writeMarker(dir, wheel, installed?.torch ?? 'cpu');
-      },
-    );
-    output.info(`[setup] updated in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    lock = tryLock(lockFile) ?? (await waitForOtherWindow(output, lockFile, cancelled));
+    if (!lock) return; // the window is closing
+    // Still outdated: not brought up to date by the window waited for.
+    if (installedState(dir) === 'outdated') await installCarriedWheel(output, dir);
   } catch (e) {
     output.error(`[setup] updating the server environment: ${e instanceof Error ? e.message : e}`);
-    const fallback = managedServer() ? ' Starting the installed one.' : '';
-    showFailure(output, `specdec: updating the server failed: ${firstLine(e)}.${fallback}`);
+    const kept = managedServer() ? ' The installed server keeps running; the next window to open tries again.' : '';
+    showFailure(output, `specdec: updating the server failed: ${firstLine(e)}.${kept}`);
   } finally {
     lock?.release();
   }

@@ -216,7 +216,10 @@ function M.setup(opts)
   local hooked = M.hook()
   M.commands()
   server.start(options, not hooked and M.attach or nil)
-  M.check_server(options)
+  if M.check_server(options) then
+    -- the venv :SpecdecInstall made, installed again in the background if the plugin's checkout moved on
+    require('specdec.update').check(options, not hooked and M.attach or nil)
+  end
 end
 
 -- After :SpecdecInstall: start the server it installed, for the buffers open now and later, as setup() would

@@ -165,4 +165,54 @@ function M.run_command(client, command, bufnr)
   end
 end
 
+-- The requests the client is waiting on answers for (client.requests: cancelled ones are left out, their
+-- answers are dropped).
+function M.pending(client)
+  local n = 0
+  for _, request in pairs(client.requests or {}) do
+    if request.type == 'pending' then
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- Stop the running client, and once it has exited start the server again for the buffers open (a start
+-- before then would reuse the stopping client): on 0.11+ vim.lsp.enable again, which attaches the buffers
+-- its config wants (the user's vim.lsp.config overrides stay); before, start() as setup() ran it.
+-- `done(started)` after.
+function M.restart(options, on_attach, done)
+  local old = M.client()
+  if not old then
+    return done and done(false)
+  end
+  local function stop(force)
+    if methods then
+      old:stop(force)
+    else
+      old.stop(force)
+    end
+  end
+  stop(false) -- shutdown, then exit
+  local waited = 0
+  local function start_when_gone()
+    if vim.lsp.get_client_by_id(old.id) and waited < 10000 then
+      waited = waited + 50
+      if waited == 3000 then
+        stop(true) -- no answer to shutdown: ended
+      end
+      return vim.defer_fn(start_when_gone, 50)
+    end
+    if vim.lsp.config and vim.lsp.enable then
+      vim.lsp.enable(M.NAME)
+    else
+      M.start(options, on_attach)
+    end
+    if done then
+      done(true)
+    end
+  end
+  start_when_gone()
+end
+
 return M
