@@ -1,7 +1,8 @@
-"""Our C kernels (int8_rows.c, attend_rows.c): built with the system's C compiler at first use and kept under the
-model cache, keyed by the source, the flags, the compiler and the OpenMP runtime.
+"""Our C kernels (int8_rows.c, attend_rows.c) and their torch operators (torch_ops.cpp): built with the system's
+compiler at first use and kept under the model cache, keyed by the source, the flags, the compiler, torch and the
+OpenMP runtime.
 
-Each links to the GNU OpenMP library torch has loaded, named by its path, so its threads are torch's and
+Each C kernel links to the GNU OpenMP library torch has loaded, named by its path, so its threads are torch's and
 `torch.set_num_threads` sizes them too. A build goes to a side folder that is renamed into place, so a library
 in the cache is whole; two processes building at once both succeed.
 """
@@ -17,6 +18,8 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 from .models import cache_root
 
@@ -45,6 +48,10 @@ def compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "")) or shutil.which("gcc")
 
 
+def cxx_compiler() -> str | None:
+    return shutil.which(os.environ.get("CXX", "")) or shutil.which("g++")
+
+
 def missing() -> str:
     """What building any kernel here lacks; "" where nothing does."""
     if openmp_runtime() is None:
@@ -55,21 +62,24 @@ def missing() -> str:
 
 
 def built(source: Path, flags: tuple[str, ...], libraries: tuple[str, ...] = ()) -> Path:
-    """`source` built as a shared library with `flags`, from the cache or now. Raises CalledProcessError (the
-    compiler's complaint in its stderr) where the build fails."""
-    cc, runtime = compiler(), openmp_runtime()
+    """`source` built as a shared library with `flags`, from the cache or now: C on torch's OpenMP runtime, or C++
+    (a .cpp) with the flags and libraries it names. Raises CalledProcessError (the compiler's complaint in its
+    stderr) where the build fails."""
+    cxx = source.suffix == ".cpp"
+    cc, runtime = (cxx_compiler(), "") if cxx else (compiler(), openmp_runtime())
     assert cc is not None and runtime is not None, missing()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.blake2b(repr((source.read_bytes(), flags, libraries, version, runtime)).encode(), digest_size=8)
+    facts = (source.read_bytes(), flags, libraries, version, runtime, torch.__version__)
+    key = hashlib.blake2b(repr(facts).encode(), digest_size=8)
     folder = cache_root() / "kernels" / key.hexdigest()
     library = folder / f"{source.stem}.so"
     if library.exists():
         return library
     folder.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder.parent) as side:
-        # -nodefaultlibs: libgomp is torch's own, named by its path, not the system's
-        command = [cc, *flags, "-shared", "-fPIC", str(source), "-o", f"{side}/{library.name}", "-nodefaultlibs"]
-        command += [*libraries, "-lc", runtime, f"-Wl,-rpath,{Path(runtime).parent}"]
+        command = [cc, *flags, "-shared", "-fPIC", str(source), "-o", f"{side}/{library.name}", *libraries]
+        if not cxx:  # -nodefaultlibs: libgomp is torch's own, named by its path, not the system's
+            command += ["-nodefaultlibs", "-lc", runtime, f"-Wl,-rpath,{Path(runtime).parent}"]
         subprocess.run(command, capture_output=True, text=True, check=True)
         try:
             os.rename(side, folder)

@@ -1,27 +1,28 @@
 """The target's CPU step compiled once per machine and kept on disk (AOTInductor, Inductor's C++ backend).
 
 An eager step is ~1,600 small operators (norms, rotary, activation quantization, residuals), each paying
-dispatch; compiled, they fuse into a few loops around the products, which stay the packed kernels
-(kernels.opaque_linear). The step is exported (torch.export) and compiled ahead of time into a package of
-C++ code, kept in a folder under the model cache keyed by what makes the code valid: torch's
-version, the CPU's ISA, the model, its weights' format, the row counts, the thread count and the modules
-traced. Building takes a minute or two, so it never happens on a request: a build in the background (the
-server runs `specdec precompile` in a process of its own) or ahead. A later start loads the package (a
-second: no tracing) and hands it the model's own weights (no copy on disk or in memory). The steps
-(target_steps.EagerTarget) switch to it between two requests; until then they run eagerly.
+dispatch; compiled, they fuse into a few loops around the products, which stay our kernels, called as
+operators from C++ where they are built (torch_ops.py), else through Python (kernels.opaque_linear). The step
+is exported (torch.export) and compiled ahead of time into a package of C++ code, kept in a folder under the
+model cache keyed by what makes the code valid: torch's version, the CPU's ISA, the model, its weights'
+format, the row counts, the thread count and the modules traced. Building takes a minute or two, so it never
+happens on a request: a build in the background (the server runs `specdec precompile` in a process of its own)
+or ahead. A later start loads the package (a second: no tracing) and hands it the model's own weights (no copy
+on disk or in memory). The steps (target_steps.EagerTarget) switch to it between two requests; until then they
+run eagerly.
 
 The graph takes the cache's buffers (grown to CAPACITY tokens) as inputs and writes the new rows' keys and
-values into them in place; how many tokens they hold comes in as the length of an empty tensor, a shape,
-so that one graph serves every cache length. One graph, of the final hidden states, for any row count up
-to `max_rows` (a dynamic dimension) covers a step, every verify width and the self draft's steps; the head
-runs eagerly after it (one opaque product). The same code for every feed is what keeps speculation exact: a
-verify's rows are bit-equal to one-row steps (checked at every build and load; a graph specialized to one
-row reduced a wide model's rows in another order), and the self draft's hidden states, whose keys and values
-the verify keeps, are the ones a logits step would have made (two graphs fused them differently). Attention
-is one opaque operator a layer (lean_forward.attend_tree_rows), each row as a one-row step, so the graph never
-branches on the cache's length. A draft tree's verify (decoder/tree.py) is the same graph: each row comes with
-its depth and its parent row, a chain's being its index and the row before. A feed past `max_rows` (a prefill)
-runs eagerly.
+values into them in place; how many tokens they hold comes in as the length of an empty tensor, a shape, so
+that one graph serves every cache length. One graph, of the final hidden states, for any row count up to
+`max_rows` (a dynamic dimension) covers a step, every verify width and the self draft's steps; the head runs
+eagerly after it (one opaque product). The same code for every feed is what keeps speculation exact: a
+verify's rows are bit-equal to one-row steps (checked at every build and load; a graph specialized to one row
+reduced a wide model's rows in another order), and the self draft's hidden states, whose keys and values the
+verify keeps, are the ones a logits step would have made (two graphs fused them differently). Attention is one
+opaque operator a layer (torch_ops' attend_rows, or lean_forward.attend_tree_rows), each row as a one-row
+step, so the graph never branches on the cache's length. A draft tree's verify (decoder/tree.py) is the same
+graph: each row comes with its depth and its parent row, a chain's being its index and the row before. A feed
+past `max_rows` (a prefill) runs eagerly.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import cast
 import torch
 from transformers.cache_utils import Cache
 
-from . import lean_forward
+from . import lean_forward, torch_ops
 from .kv_cache import (
     PreallocatedLayer,
     head_logits,
@@ -291,6 +292,9 @@ def entry_key(model, quantization: str, max_rows: int, threads: int, taps: tuple
     format, the feeds compiled and the thread count."""
     from .kernels import int8_full_range, weight_sample
 
+    # which of our operators the graph calls from C++ (torch_ops.py); asking registers them, as a package that
+    # calls them needs before it loads
+    operators = [torch_ops.int8_rows_op(), torch_ops.attend_rows_op()]
     facts = {
         "format": FORMAT,
         "code": _code_digest(),
@@ -303,6 +307,7 @@ def entry_key(model, quantization: str, max_rows: int, threads: int, taps: tuple
         "max_rows": max_rows,
         "threads": threads,
         "taps": list(taps),
+        "operators": operators,
     }
     return hashlib.blake2b(json.dumps(facts, sort_keys=True).encode(), digest_size=12).hexdigest()
 
@@ -312,8 +317,9 @@ def _code_digest() -> str:
     from . import kernels, kv_cache, tree
 
     digest = hashlib.blake2b(digest_size=8)
-    for module in (lean_forward, kernels, kv_cache, tree):
+    for module in (lean_forward, kernels, kv_cache, tree, torch_ops):
         digest.update(Path(module.__file__ or "").read_bytes())
+    digest.update(torch_ops.SOURCE.read_bytes())
     digest.update(Path(__file__).read_bytes())
     return digest.hexdigest()
 

@@ -43,7 +43,7 @@ from typing import cast
 
 import torch
 
-from . import int8_rows, lean_forward
+from . import int8_rows, lean_forward, torch_ops
 from .families import FAMILIES, LEAN_ATTENTIONS
 
 log = logging.getLogger(__name__)
@@ -185,6 +185,8 @@ class Int8Linear(torch.nn.Module):
 
     weight_scale: torch.Tensor
     bias: torch.Tensor | None
+    rows_weight: torch.Tensor | None
+    rows_sums: torch.Tensor | None
 
     def __init__(self, *linears: torch.nn.Linear, kernel: str | Callable[[int], str] = default_int8_kernel):
         """One linear, or several over the same input fused into one (outputs concatenated).
@@ -208,8 +210,6 @@ class Int8Linear(torch.nn.Module):
         )
         self._unit_scales = scale.new_ones(self.out_features) if onednn else None
         self._zero_points = torch.zeros(self.out_features, dtype=torch.long) if onednn else None
-        # the rows kernel's: the weights [out, in] (weight_t's storage) and the sums of their rows
-        self._rows = (weight_int8, row_sums) if row_sums is not None else None
         self.key = _opaque_key(self, weight_int8)
         biases = [m.bias for m in linears]
         bias = (
@@ -222,6 +222,10 @@ class Int8Linear(torch.nn.Module):
         # buffers, not plain attributes: a compiled step's package names its constants by these paths
         self.register_buffer("weight_scale", scale, persistent=False)
         self.register_buffer("bias", bias, persistent=False)
+        # the rows kernel's: the weights [out, in] (weight_t's storage) and the sums of their rows
+        rows_kernel = row_sums is not None
+        self.register_buffer("rows_weight", weight_int8 if rows_kernel else None, persistent=False)
+        self.register_buffer("rows_sums", row_sums, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # A decode step calls this ~110 times and each op costs microseconds of dispatch, so no op runs
@@ -240,13 +244,15 @@ class Int8Linear(torch.nn.Module):
     def _int_products(self, quantized: torch.Tensor) -> torch.Tensor:
         """The exact int32 sums of products of int8 activations (as floats, [rows, in]) and weights."""
         if torch.compiler.is_compiling():  # compiled, the weights are read as they lie, not copied to a layout
+            if self.rows_weight is not None and self.rows_sums is not None and torch_ops.int8_rows_op():  # from C++
+                return torch.ops.specdec.int8_rows(quantized, self.rows_weight, self.rows_sums)
             return opaque_linear(quantized, self.key, self.out_features)
         return self.opaque_product(quantized)
 
     def opaque_product(self, quantized: torch.Tensor) -> torch.Tensor:
         """The exact sums, as int32 (`_int_mm`) or as float32 (the rows kernel, oneDNN's blocked matmul)."""
-        if self._rows is not None:
-            return int8_rows.products(quantized, *self._rows)
+        if self.rows_weight is not None and self.rows_sums is not None:
+            return int8_rows.products(quantized, self.rows_weight, self.rows_sums)
         if self.weight_t is not None:
             return torch._int_mm(quantized.to(torch.int8), self.weight_t)
         # oneDNN's int8 matmul takes unsigned activations: shifted by 128, with 128 as their zero point. With unit

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache
 
-from . import attend_rows
+from . import attend_rows, torch_ops
 from .families import BY_MODEL, Family
 from .tree import paths_of
 
@@ -261,7 +261,7 @@ def _attention(
     if mask is EACH_ROW:  # each row as the one-row step at its position: its own keys, no mask
         out = _attend_each_row(queries, keys, values, window, end, scaling, cap)
     elif isinstance(mask, TreeRows):  # the same, each at the end of its path; traced: one opaque operator
-        attend = attend_tree_rows if torch.compiler.is_compiling() else _attend_tree_rows
+        attend = _attend_traced if torch.compiler.is_compiling() else _attend_tree_rows
         out = attend(queries, keys, values, window, mask.start, scaling, cap, mask.parents)
     else:
         out = _attend(queries, keys, values, cast(torch.Tensor | None, mask), window, end, scaling, cap)
@@ -333,6 +333,14 @@ def _attend_tree_rows(queries, keys, values, window: int | None, start: int, sca
         keys[:, :, start : start + rows] = saved[0]
         values[:, :, start : start + rows] = saved[1]
     return torch.cat(out, dim=2)
+
+
+def _attend_traced(queries, keys, values, window: int | None, start, scale: float, cap, parents):
+    """_attend_tree_rows as one operator in a compiled graph: the attention rows kernel's, called from C++, where
+    it runs; else attend_tree_rows, through Python."""
+    if torch_ops.attend_rows_op() and attend_rows.usable(queries, keys):
+        return torch.ops.specdec.attend_rows(queries, keys, values, start, parents, window, scale, cap)
+    return attend_tree_rows(queries, keys, values, window, start, scale, cap, parents)
 
 
 # Not marked as mutating: the keys and values it moves are put back before it returns, so nothing else sees them.

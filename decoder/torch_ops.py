@@ -1,0 +1,87 @@
+"""Our C kernels as torch operators (torch_ops.cpp), which a compiled step calls from C++.
+
+A compiled step (compiled_step.py) reaches the int8 products and the attention through operators. Defined in
+Python (kernels.opaque_linear, lean_forward.attend_tree_rows), each of a step's ~90 calls goes through Python;
+registered from C++, AOTInductor calls them directly (docs/cpu.md, "The compiled step's operators"). The same C
+functions compute either way, so the numbers do not change.
+
+The operators are built against torch's headers with the system's C++ compiler (seconds), only by what compiles or
+loads a step (never on a request's path), and kept under the model cache (c_kernels.py). Where they cannot be
+built, `available()` is False with one log line, and a compiled step calls the Python operators as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import subprocess
+from pathlib import Path
+
+import torch
+
+from . import attend_rows, c_kernels, int8_rows
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("torch_ops.cpp")
+
+# The operators' schemas and their shapes for tracing; their CPU kernels come from SOURCE once it is loaded.
+_LIBRARY = torch.library.Library("specdec", "FRAGMENT")
+_LIBRARY.define("int8_rows(Tensor x, Tensor weight, Tensor sums) -> Tensor")
+_LIBRARY.define(
+    "attend_rows(Tensor queries, Tensor keys, Tensor values, SymInt start, Tensor parents, int? window, float scale, "
+    "float? cap) -> Tensor"
+)
+
+
+@torch.library.register_fake("specdec::int8_rows", lib=_LIBRARY)
+def _int8_rows_shape(x, weight, sums):
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
+@torch.library.register_fake("specdec::attend_rows", lib=_LIBRARY)
+def _attend_rows_shape(queries, keys, values, start, parents, window, scale, cap):
+    return queries.new_empty(queries.shape)
+
+
+def int8_rows_op() -> bool:
+    """Whether `torch.ops.specdec.int8_rows` runs the int8 rows kernel here."""
+    return int8_rows.available() and _loaded()
+
+
+def attend_rows_op() -> bool:
+    """Whether `torch.ops.specdec.attend_rows` runs the attention rows kernel here."""
+    return attend_rows.available() and _loaded()
+
+
+@functools.cache
+def _loaded() -> bool:
+    if c_kernels.cxx_compiler() is None:
+        log.info("compiled steps call Python operators: no C++ compiler (g++, or $CXX)")
+        return False
+    try:
+        path = c_kernels.built(SOURCE, _flags(), _libraries())
+        torch.ops.load_library(str(path))
+    except (OSError, subprocess.CalledProcessError) as e:
+        log.warning("compiled steps call Python operators: building %s failed: %s", SOURCE.name, c_kernels.short(e))
+        return False
+    kernels = [_address(library, name) for library, name in ((int8_rows, "int8_rows"), (attend_rows, "attend_rows"))]
+    ctypes.CDLL(str(path)).specdec_set_kernels(*kernels)
+    return True
+
+
+def _address(module, name: str) -> ctypes.c_void_p:
+    """The address of a C kernel's function (NULL where it is not available: its operator is then not used)."""
+    library = module._library()
+    return ctypes.c_void_p(ctypes.cast(getattr(library, name), ctypes.c_void_p).value if library else None)
+
+
+def _flags() -> tuple[str, ...]:
+    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+    return ("-O2", "-std=c++17", abi, f"-I{Path(torch.__file__).parent / 'include'}")
+
+
+def _libraries() -> tuple[str, ...]:
+    lib = Path(torch.__file__).parent / "lib"
+    return (f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}")
