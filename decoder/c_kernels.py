@@ -10,6 +10,7 @@ in the cache is whole; two processes building at once both succeed.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -34,6 +35,7 @@ def cpu_flags() -> set[str]:
     return set(line.partition(":")[2].split())
 
 
+@functools.cache  # the process keeps the runtime it loaded, and reading the maps of a large one is slow
 def openmp_runtime() -> str | None:
     """The GNU OpenMP library this process (torch) has loaded: the kernels link to it, sharing its threads."""
     try:

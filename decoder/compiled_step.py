@@ -264,11 +264,24 @@ def _tensor_at(module: torch.nn.Module, fqn: str) -> torch.Tensor:
 def _load(model, taps: tuple[int, ...], folder: Path):
     """The package in `folder`, given the model's own tensors as its constants."""
     graph = _Graph(model, taps)
-    runner = torch._inductor.aoti_load_package(str(folder / PACKAGE))
+    runner = _open_package(folder / PACKAGE)
     _remove_extracted_packages()
     constants = {fqn: _tensor_at(graph, fqn) for fqn in runner.get_constant_fqns()}
     runner.load_constants(constants, check_full_update=True, user_managed=True)
     return runner
+
+
+def _open_package(path: Path):
+    """The package's runner. `aoti_load_package` first works out this machine's vector ISA by building probe
+    libraries and loading each in a child Python (six, about a second), only to warn where the package was built
+    for another; an entry's key holds the ISA already, so the package's own loader is called directly where this
+    torch has it."""
+    try:
+        from torch.export.pt2_archive._package import AOTICompiledModel
+
+        return AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1))
+    except (ImportError, AttributeError, TypeError):  # another torch's internals
+        return torch._inductor.aoti_load_package(str(path))
 
 
 def _remove_extracted_packages() -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from . import compiled_step
+from . import attend_rows, compiled_step, int8_rows
 from .compiled_step import BuildReport, CompiledStep
 from .drafts import build_drafter, parse_draft_spec
 from .engine import SpeculativeDecoder, round_rows
@@ -33,6 +33,15 @@ class LoadedDecoder:
     quantization: str = "none"  # what the target's linear weights are: "none" or "int8" (auto resolved)
 
 
+def load_c_kernels() -> None:
+    """Our C kernels (int8_rows.py, attend_rows.py), from their cache or built, before a model loads: a small
+    process loads and checks them in milliseconds; once a model is mapped, reading which OpenMP runtime torch
+    runs (c_kernels.openmp_runtime) alone takes a fifth of a second, and the attention kernel would load at the
+    first decode step, inside the first completion (docs/cpu.md, "What a start costs")."""
+    int8_rows.available()
+    attend_rows.available()
+
+
 def load_decoder(
     target: str,
     draft: str,
@@ -55,6 +64,8 @@ def load_decoder(
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     policy = parse_gamma_policy(gamma)
     draft_spec = parse_draft_spec(draft)  # a mistyped one fails now, not after the target has loaded
+    if pack and device in ("auto", "cpu"):
+        load_c_kernels()
     target_model, tokenizer = load_model(target, device=device, dtype=dtype, progress=progress)
     drafter, draft_model = build_drafter(draft_spec, target_model, tokenizer, device=device, dtype=dtype)
     stepper = target_steps(

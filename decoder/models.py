@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
 import logging
 import math
 import os
@@ -337,6 +338,42 @@ def _weight_bytes(model_dir: Path, dtype: torch.dtype) -> int | None:
     return elements * torch.finfo(dtype).bits // 8
 
 
+# What a tokenizer_config.json may hold for `_plain_tokenizer` to read its folder: special tokens, limits, sides
+# and the names the loader itself writes. Anything else (added tokens' flags, a class's own options such as
+# Llama's `legacy`, custom code) goes through transformers' whole loading.
+_PLAIN_TOKENIZER_KEYS = {
+    "tokenizer_class", "backend", "is_local", "local_files_only", "name_or_path", "model_max_length", "padding_side",
+    "truncation_side", "clean_up_tokenization_spaces", "model_input_names", "chat_template",
+}  # fmt: skip
+_TOKENIZER_BOOKKEEPING = {"tokenizer_class", "backend", "is_local", "local_files_only", "name_or_path"}
+
+
+def _plain_tokenizer(folder: Path):
+    """The folder's tokenizer, its class built straight from tokenizer.json, where its tokenizer_config.json
+    holds only special tokens and plain settings (the packaged models' do); None otherwise. The same tokenizer as
+    AutoTokenizer's (tests/integration/test_packaged_tokenizers.py), without its parsing the file three more
+    times in Python: about 1.7 s less on Gemma-3's 262k tokens (docs/cpu.md, "What a start costs")."""
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    config_file, tokenizer_file = folder / "tokenizer_config.json", folder / "tokenizer.json"
+    if not (config_file.is_file() and tokenizer_file.is_file()) or (folder / "special_tokens_map.json").exists():
+        return None
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        plain = all(
+            key in _PLAIN_TOKENIZER_KEYS or (key.endswith("_token") and isinstance(value, str))
+            for key, value in config.items()
+        )
+        tokenizer_class = tokenizer_class_from_name(config.get("tokenizer_class") or "PreTrainedTokenizerFast")
+        if not plain or tokenizer_class is None:
+            return None
+        settings = {key: value for key, value in config.items() if key not in _TOKENIZER_BOOKKEEPING}
+        return tokenizer_class(tokenizer_file=str(tokenizer_file), name_or_path=str(folder), **settings)
+    except Exception as e:  # transformers' own loading decides, and says what is wrong
+        log.debug("tokenizer in %s: the plain way failed (%s); loading it through AutoTokenizer", folder, e)
+        return None
+
+
 def load_model(spec: str, device: str = "auto", dtype: str = "auto", progress: Progress | None = None):
     """Load a causal LM and its tokenizer: safetensors only, never remote code. `progress` hears how a
     first use's conversion goes (resolve)."""
@@ -355,7 +392,9 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", progress: P
             )
     cache_only = not local.is_dir() and not hub_reachable()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=cache_only)
+        tokenizer = _plain_tokenizer(local) if local.is_dir() else None
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=cache_only)
         model = AutoModelForCausalLM.from_pretrained(
             where, dtype=dt, use_safetensors=True, trust_remote_code=False, local_files_only=cache_only
         )
