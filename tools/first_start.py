@@ -1,6 +1,6 @@
 """What a first start costs, in one run: each packaged model's GGUF converted with its shipped meta and through
-transformers, and `specdec serve` from its start to ready on a cold model cache and on a warm one. Prints a table
-and writes JSON.
+transformers, and `specdec serve` from its start to ready, and to its compiled step in use, on a cold model cache
+and on a warm one. Prints a table and writes JSON.
 
     python -m tools.first_start --json out/first-start.json
 
@@ -49,13 +49,35 @@ async def server_starts() -> list[dict]:
     for cache in ("cold", "warm"):
         if cache == "cold":
             shutil.rmtree(models.cache_root() / "models" / models.DEFAULT_TARGET, ignore_errors=True)
+        began = time.perf_counter()
         session = await start_session(server_command(), {}, 900)
+        in_use_s = await compiled_in_use_s(session, began, timeout=600)
         await asyncio.sleep(1)  # what it writes on stderr once ready
         rows.append(
-            {"model cache": cache, "ready_s": round(session.ready_s or 0, 1), "stderr_lines": len(session.stderr)}
+            {
+                "model cache": cache,
+                "ready_s": round(session.ready_s or 0, 1),
+                "compiled_in_use_s": in_use_s,
+                "stderr_lines": len(session.stderr),
+            }
         )
         await stop_session(session)
     return rows
+
+
+async def compiled_in_use_s(session, began: float, timeout: float) -> float | None:
+    """Seconds from `began` to the first status no longer `optimizing` after one that was (the compiled step in
+    use), looked for every 50 ms; None where none came within `timeout`."""
+    deadline, seen, optimizing = time.perf_counter() + timeout, 0, False
+    while time.perf_counter() < deadline:
+        for status in session.statuses[seen:]:
+            if status.get("optimizing"):
+                optimizing = True
+            elif optimizing and status.get("state") == "ready":
+                return round(time.perf_counter() - began, 1)
+        seen = len(session.statuses)
+        await asyncio.sleep(0.05)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'model':<14} {'conversion':<14} {'seconds':>8}")
     for row in converted:
         print(f"{row['model']:<14} {row['way']:<14} {row['convert_s']:>8}")
-    print(f"\n{'specdec serve, model cache':<28} {'start to ready (s)':>18} {'stderr lines':>13}")
+    print(f"\n{'specdec serve, model cache':<28} {'start to ready (s)':>18} {'compiled step in use (s)':>25}")
     for row in started:
-        print(f"{row['model cache']:<28} {row['ready_s']:>18} {row['stderr_lines']:>13}")
+        print(f"{row['model cache']:<28} {row['ready_s']:>18} {row['compiled_in_use_s'] or '-':>25}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         data = {"device": device_facts(), "conversions": converted, "server": started}
