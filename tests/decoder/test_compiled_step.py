@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.decoding import assert_greedy_matches, generate, random_prompts
+from helpers.decoding import assert_compiled_ar_is_eager_ar, assert_greedy_matches, generate, random_prompts
 
 from speccomplete.decoder import compiled_step
 from speccomplete.decoder.drafts import HybridDrafter, ModelDrafter, SelfDrafter, derive_draft
@@ -74,14 +74,7 @@ def test_a_step_for_plain_decoding_is_one_row(llama, tokenizer, cache_dir):
     """Without a draft a step feeds one row (a static shape), and compiled AR writes what eager AR writes."""
     target, _ = packed_pair(llama, int8=False)
     compiled, _ = compiled_step.build_or_load(target, "none", 1)
-    steps = EagerTarget(target)
-    steps.use_compiled(compiled)
-    eager_ar = SpeculativeDecoder(target, tokenizer, None, None)
-    compiled_ar = SpeculativeDecoder(target, tokenizer, None, None, steps=steps)
-    for prompt in random_prompts(2):
-        want = generate(eager_ar, prompt, max_new_tokens=16).token_ids
-        assert generate(compiled_ar, prompt, max_new_tokens=16).token_ids == want
-    assert compiled_ar.steps.compiled is compiled
+    assert_compiled_ar_is_eager_ar(target, tokenizer, compiled, random_prompts(2))
 
 
 @pytest.mark.parametrize("int8", [False, True], ids=["fp32", "int8"])

@@ -11,13 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.decoding import generate, random_prompts
+from helpers.decoding import assert_compiled_ar_is_eager_ar, random_prompts
 from helpers.kernels import COMPLAINT, broken_compiler
 
 from speccomplete.decoder import attend_rows, compiled_step, int8_rows, torch_ops
-from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.loader import use_cpu_kernels
-from speccomplete.decoder.target_steps import EagerTarget
 
 needs_int8_op = pytest.mark.skipif(not torch_ops.int8_rows_op(), reason="no AVX-512 VNNI or no C/C++ compiler here")
 needs_attend_op = pytest.mark.skipif(not torch_ops.attend_rows_op(), reason="no AVX2 or no C/C++ compiler here")
@@ -82,13 +80,7 @@ def test_the_compiled_step_on_either_operators_is_its_ar(operators, gemma3, toke
     calls_cpp = "specdec::int8_rows" in text and "specdec::attend_rows" in text
     assert calls_cpp == (operators == "c++")
     assert ("specdec::opaque_linear" in text) == (operators == "python")
-    steps = EagerTarget(target)
-    steps.use_compiled(compiled)
-    eager_ar = SpeculativeDecoder(target, tokenizer, None, None)
-    compiled_ar = SpeculativeDecoder(target, tokenizer, None, None, steps=steps)
-    for prompt in random_prompts(3):
-        want = generate(eager_ar, prompt, max_new_tokens=16).token_ids
-        assert generate(compiled_ar, prompt, max_new_tokens=16).token_ids == want
+    assert_compiled_ar_is_eager_ar(target, tokenizer, compiled, random_prompts(3))
 
 
 def test_a_failed_build_falls_back_with_a_log_line(monkeypatch, tmp_path, caplog):

@@ -8,6 +8,7 @@ import random
 import torch
 
 from speccomplete.decoder.engine import DecodeOptions, Generation, SpeculativeDecoder
+from speccomplete.decoder.target_steps import EagerTarget
 from speccomplete.decoder.training.fitness import fitness_from_logits
 
 CODE_SNIPPETS = [
@@ -99,3 +100,16 @@ def draft_fitness(target, draft, ids: list[int]) -> dict[str, float]:
     # no cache: a draft made of non-adjacent layers would index a config-sized cache out of range
     q_logits = draft(input_ids=input_ids, use_cache=False).logits[0]
     return fitness_from_logits(p_logits, q_logits, getattr(draft, "vocab_ids", None))
+
+
+def assert_compiled_ar_is_eager_ar(target, tokenizer, compiled, prompts: list[str], max_new_tokens: int = 16) -> None:
+    """AR on the eager steps and AR on steps running `compiled` (a CompiledStep) write the same tokens, and the
+    compiled one never fell back to eager."""
+    steps = EagerTarget(target)
+    steps.use_compiled(compiled)
+    eager_ar = SpeculativeDecoder(target, tokenizer, None, None)
+    compiled_ar = SpeculativeDecoder(target, tokenizer, None, None, steps=steps)
+    for prompt in prompts:
+        want = generate(eager_ar, prompt, max_new_tokens=max_new_tokens).token_ids
+        assert generate(compiled_ar, prompt, max_new_tokens=max_new_tokens).token_ids == want
+    assert steps.compiled is compiled
