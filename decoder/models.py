@@ -368,6 +368,8 @@ def _plain_tokenizer(folder: Path):
         if not plain or tokenizer_class is None:
             return None
         settings = {key: value for key, value in config.items() if key not in _TOKENIZER_BOOKKEEPING}
+        if (template := folder / "chat_template.jinja").is_file():  # where transformers saves it apart
+            settings["chat_template"] = template.read_text(encoding="utf-8")
         return tokenizer_class(tokenizer_file=str(tokenizer_file), name_or_path=str(folder), **settings)
     except Exception as e:  # transformers' own loading decides, and says what is wrong
         log.debug("tokenizer in %s: the plain way failed (%s); loading it through AutoTokenizer", folder, e)

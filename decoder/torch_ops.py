@@ -7,7 +7,8 @@ functions compute either way, so the numbers do not change.
 
 The operators are built against torch's headers with the system's C++ compiler (seconds), only by what compiles or
 loads a step (never on a request's path), and kept under the model cache (c_kernels.py). Where they cannot be
-built, `available()` is False with one log line, and a compiled step calls the Python operators as before.
+built, `int8_rows_op()` and `attend_rows_op()` are False with one log line, and a compiled step calls the Python
+operators as before.
 """
 
 from __future__ import annotations

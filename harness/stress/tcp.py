@@ -34,7 +34,7 @@ class Connection:
         self.sock.sendall(frame(message))
 
     def read_until(self, done, timeout: float = 30.0) -> bool:
-        """Read until done(self.received) or the server closes or the time runs out; True if done."""
+        """Read until done(self.received) or the server closes (or resets) or the time runs out; True if done."""
         deadline = time.monotonic() + timeout
         while not done(self.received):
             left = deadline - time.monotonic()
@@ -43,8 +43,10 @@ class Connection:
             self.sock.settimeout(left)
             try:
                 data = self.sock.recv(65536)
-            except (TimeoutError, ConnectionError):
+            except TimeoutError:
                 return False
+            except ConnectionError:  # a reset: the server closed it while we wrote (what a refusal races with)
+                data = b""
             if not data:
                 self.closed = True
                 return done(self.received)

@@ -36,6 +36,7 @@ def test_the_plain_tokenizer_is_autotokenizers(alias):
         assert plain.decode(ids) == reference.decode(ids)
     assert plain.get_vocab() == reference.get_vocab()
     assert plain.all_special_ids == reference.all_special_ids
+    assert plain.chat_template == reference.chat_template
     for name in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "padding_side", "model_max_length"):
         assert getattr(plain, name) == getattr(reference, name), name
 
