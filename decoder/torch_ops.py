@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import subprocess
 from pathlib import Path
 
 import torch
@@ -58,17 +57,38 @@ def attend_rows_op() -> bool:
 
 @functools.cache
 def _loaded() -> bool:
-    if c_kernels.cxx_compiler() is None:
-        log.info("compiled steps call Python operators: no C++ compiler (g++, or $CXX)")
-        return False
-    try:
-        path = c_kernels.built(SOURCE, _flags(), _libraries())
-        torch.ops.load_library(str(path))
-    except (OSError, subprocess.CalledProcessError) as e:
-        log.warning("compiled steps call Python operators: building %s failed: %s", SOURCE.name, c_kernels.short(e))
-        return False
-    kernels = [_address(library, name) for library, name in ((int8_rows, "int8_rows"), (attend_rows, "attend_rows"))]
-    ctypes.CDLL(str(path)).specdec_set_kernels(*kernels)
+    library = c_kernels.load(
+        SOURCE, _flags(), libraries=_libraries(), missing=_why_not(), fallback="compiled steps call Python operators",
+        declare=_hand_in_kernels, check=_checks, log=log,
+    )  # fmt: skip
+    return library is not None
+
+
+def _why_not() -> str:
+    return "" if c_kernels.cxx_compiler() else "no C++ compiler (g++, or $CXX)"
+
+
+def _hand_in_kernels(library: ctypes.CDLL) -> None:
+    """Loading the library registered the operators' CPU kernels; they call the C kernels at these addresses."""
+    kernels = [_address(module, name) for module, name in ((int8_rows, "int8_rows"), (attend_rows, "attend_rows"))]
+    library.specdec_set_kernels(*kernels)
+
+
+def _checks(library: ctypes.CDLL) -> bool:
+    """Whether each operator gives what its kernel gives through ctypes, bit for bit, where that kernel runs."""
+    generator = torch.Generator().manual_seed(0)
+    if int8_rows.available():
+        x = torch.randint(-127, 128, (3, 130), generator=generator).float()
+        weight = torch.randint(-127, 128, (13, 130), dtype=torch.int8, generator=generator)
+        sums = weight.sum(1, dtype=torch.int32)
+        if not torch.equal(torch.ops.specdec.int8_rows(x, weight, sums), int8_rows.products(x, weight, sums)):
+            return False
+    if attend_rows.available():
+        queries = torch.randn(1, 4, 3, 16, generator=generator)
+        keys, values = (torch.randn(1, 2, 9, 16, generator=generator) for _ in range(2))
+        got = torch.ops.specdec.attend_rows(queries, keys, values, 5, torch.tensor([-1, 0, 0]), 4, 0.25, None)
+        if not torch.equal(got, attend_rows.attend(queries, keys, values, 5, [-1, 0, 0], 4, 0.25, None)):
+            return False
     return True
 
 
