@@ -20,7 +20,7 @@ from pathlib import Path
 
 from speccomplete.decoder import models
 from speccomplete.harness.lib.facts import device_facts
-from speccomplete.harness.lib.session import server_command, start_session, stop_session
+from speccomplete.harness.lib.session import compiled_step_in_use, server_command, start_session, stop_session
 
 
 def conversions() -> list[dict]:
@@ -66,16 +66,12 @@ async def server_starts() -> list[dict]:
 
 
 async def compiled_in_use_s(session, began: float, timeout: float) -> float | None:
-    """Seconds from `began` to the first status no longer `optimizing` after one that was (the compiled step in
-    use), looked for every 50 ms; None where none came within `timeout`."""
-    deadline, seen, optimizing = time.perf_counter() + timeout, 0, False
+    """Seconds from `began` to the compiled step in use (harness/lib/session.py), looked for every 50 ms; None
+    where it did not come within `timeout`."""
+    deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
-        for status in session.statuses[seen:]:
-            if status.get("optimizing"):
-                optimizing = True
-            elif optimizing and status.get("state") == "ready":
-                return round(time.perf_counter() - began, 1)
-        seen = len(session.statuses)
+        if compiled_step_in_use(session.statuses) is not None:
+            return round(time.perf_counter() - began, 1)
         await asyncio.sleep(0.05)
     return None
 

@@ -64,6 +64,18 @@ class Session:
         log.warning("server says: %s", params.message)
 
 
+def compiled_step_in_use(statuses: list[dict]) -> int | None:
+    """The index of the first status that is no longer `optimizing` after one that was: the server's compiled
+    step in use. None where it never optimized, or is still at it."""
+    optimizing = False
+    for index, status in enumerate(statuses):
+        if status.get("optimizing"):
+            optimizing = True
+        elif optimizing and status.get("state") == "ready":
+            return index
+    return None
+
+
 async def connect(
     session: Session, command: list[str], init_options: dict, ready_timeout: float, env: dict | None = None
 ) -> dict:

@@ -41,7 +41,7 @@ from speccomplete.server.lsp import ACCEPT
 from speccomplete.server.positions import utf16_len
 
 from ..lib.output import rounded
-from ..lib.session import stop_session
+from ..lib.session import compiled_step_in_use, stop_session
 from .check import CheckResult
 from .storm import Storm, start_server
 from .wire import save_tiny_model
@@ -271,13 +271,8 @@ async def _run_setting(
 def _compiled_in_use_s(statuses: list[dict], times: list[float], started: float) -> float | None:
     """Seconds from the start to the first status that is no longer `optimizing` after one that was; None
     where the server never optimized, or was still at it when the typing ended."""
-    optimizing = False
-    for status, at in zip(statuses, times):
-        if status.get("optimizing"):
-            optimizing = True
-        elif optimizing and status.get("state") == "ready":
-            return round(at - started, 1)
-    return None
+    index = compiled_step_in_use(statuses)
+    return None if index is None else round(times[index] - started, 1)
 
 
 def run(seed: int, full: bool, workdir: Path, files: list[Path] | None = None, rhythm: str = "steady") -> CheckResult:
