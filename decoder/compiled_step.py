@@ -42,7 +42,7 @@ from typing import cast
 import torch
 from transformers.cache_utils import Cache
 
-from . import lean_forward, torch_ops
+from . import int8_rows, lean_forward, torch_ops
 from .kv_cache import (
     PreallocatedLayer,
     head_logits,
@@ -303,11 +303,13 @@ def _remove_extracted_packages() -> None:
 def entry_key(model, quantization: str, max_rows: int, threads: int, taps: tuple[int, ...]) -> str:
     """What a cache entry is valid for: torch, the CPU's ISA, the model's config and weights, their
     format, the feeds compiled and the thread count."""
-    from .kernels import int8_full_range, weight_sample
+    from .kernels import Int8Linear, int8_full_range, weight_sample
 
     # which of our operators the graph calls from C++ (torch_ops.py); asking registers them, as a package that
     # calls them needs before it loads
     operators = [torch_ops.int8_rows_op(), torch_ops.attend_rows_op()]
+    # the int8 products the model's linears were built for (a package names the buffers its kernel reads)
+    int8_kernels = sorted({m.kernel for m in model.modules() if isinstance(m, Int8Linear)})
     facts = {
         "format": FORMAT,
         "code": _code_digest(),
@@ -321,6 +323,8 @@ def entry_key(model, quantization: str, max_rows: int, threads: int, taps: tuple
         "threads": threads,
         "taps": list(taps),
         "operators": operators,
+        "int8_kernels": int8_kernels,
+        "int8_rows": int8_rows.in_use(),
     }
     return hashlib.blake2b(json.dumps(facts, sort_keys=True).encode(), digest_size=12).hexdigest()
 

@@ -18,18 +18,17 @@ is applied after every draft has been built from the target.
 activations with one scale per input row, and an exact int32 product (`torch._int_mm`, oneDNN).
 Each input row's result depends on that row alone, so a k-row verify computes what k one-row steps
 compute, bit for bit, and greedy speculative output stays equal to its own AR. (fbgemm's dynamic
-quantization, rejected in docs/benchmarks, scales a whole batch by one activation scale.) On CPUs
-without VNNI, oneDNN adds pairs of 8-bit products in 16 bits and saturates, so weights there keep
-7 bits (`int8_full_range`), and int8 gains too little over packed fp32 to be the default
-(docs/benchmarks/README.md, decisions).
+quantization, rejected in docs/benchmarks, scales a whole batch by one activation scale.)
 
 Three kernels multiply, and all sum the same integer products exactly in int32, so they give the same numbers,
-bit for bit (`INT8_KERNELS`). On CPUs with AVX-512 VNNI, `rows` (decoder/int8_rows.py, C built at first use)
-streams each weight row once for the few rows decoding feeds. Elsewhere, `torch._int_mm` reads the weights as
-they lie: a fast pass for one row, slower from two rows on (the 262k-row head: about 2x at 2 to 5 rows), which is
-what a verify feeds; so a weight big enough for that to matter (`PREPACK_MIN_WEIGHTS`: the head) is reordered
-once into oneDNN's blocked int8 layout and multiplied by its int8 matmul (`onednn::qlinear_pointwise`), whose cost
-hardly grows with the rows.
+bit for bit (`INT8_KERNELS`). Wherever AVX2 and a C compiler are, `rows` (decoder/int8_rows.py, C built at first
+use, with a VNNI variant and an AVX2 one) streams each weight row once for the few rows decoding feeds. Elsewhere
+torch's: `torch._int_mm` reads the weights as they lie: a fast pass for one row, slower from two rows on (the
+262k-row head: about 2x at 2 to 5 rows), which is what a verify feeds; so a weight big enough for that to matter
+(`PREPACK_MIN_WEIGHTS`: the head) is reordered once into oneDNN's blocked int8 layout and multiplied by its int8
+matmul (`onednn::qlinear_pointwise`), whose cost hardly grows with the rows. Where torch's products of 8-bit
+weights saturate (oneDNN without VNNI adds pairs of them in 16 bits), weights on torch's kernels keep 7 bits
+(`int8_full_range`); the rows kernel is exact at 8 bits everywhere.
 """
 
 from __future__ import annotations
@@ -115,9 +114,9 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
 
 
-# Weights (out x in) from which an Int8Linear multiplies on oneDNN's blocked layout (on VNNI or AMX, where the
-# rows kernel cannot run): the 262k x 640 head of Gemma-3-270M and a 32k-row EAGLE-3 head; not the layers'
-# products (at most 4096 x 640), where the call's own overhead outweighs the gain.
+# Weights (out x in) from which an Int8Linear on torch's kernels multiplies on oneDNN's blocked layout: the 262k x 640
+# head of Gemma-3-270M and a 32k-row EAGLE-3 head; not the layers' products (at most 4096 x 640), where the call's
+# own overhead outweighs the gain.
 PREPACK_MIN_WEIGHTS = 1 << 24
 
 # The exact int8 products an Int8Linear can multiply with (the module's docstring says which runs where).
@@ -143,13 +142,47 @@ def can_prepack_int8() -> bool:
 
 @functools.cache
 def int8_full_range() -> bool:
-    """Whether `torch._int_mm` multiplies full-range int8 exactly on this CPU (oneDNN's VNNI and AMX kernels).
-    Without VNNI it does not: under ONEDNN_MAX_CPU_ISA=AVX2 random full-range products were off by up to
-    3e7, and exact with weights in [-63, 63]."""
+    """Whether torch's int8 products (`torch._int_mm`, and oneDNN's blocked matmul where torch has it) multiply
+    full-range int8 exactly on this CPU, as oneDNN's VNNI and AMX kernels do. Where pairs of 8-bit products are
+    added in 16 bits they saturate: under ONEDNN_MAX_CPU_ISA=AVX2 random full-range products were off by up to
+    3e7, and on an AVX2-only EPYC `_int_mm` was exact but the blocked matmul was not; both are exact with
+    weights in [-63, 63]."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randint(-127, 128, (5, 512), dtype=torch.int8, generator=generator)
     w = torch.randint(-127, 128, (64, 512), dtype=torch.int8, generator=generator)
-    return all(torch.equal(torch._int_mm(x[:rows], w.t()).long(), x[:rows].long() @ w.t().long()) for rows in (1, 5))
+    for rows in (1, 5):
+        want = x[:rows].long() @ w.t().long()
+        if not torch.equal(torch._int_mm(x[:rows], w.t()).long(), want):
+            return False
+        if can_prepack_int8():
+            prepacked = torch.ops.onednn.qlinear_prepack(w, [_ROWS_HINT, w.shape[1]])
+            scales, zero_points = torch.ones(w.shape[0]), torch.zeros(w.shape[0], dtype=torch.long)
+            if not torch.equal(_onednn_products(x[:rows].float(), prepacked, scales, zero_points), want.float()):
+                return False
+    return True
+
+
+def _onednn_products(
+    quantized: torch.Tensor, prepacked, unit_scales: torch.Tensor, zero_points: torch.Tensor
+) -> torch.Tensor:
+    """The exact sums by oneDNN's blocked int8 matmul, as float32. It takes unsigned activations: shifted by 128,
+    with 128 as their zero point; with unit scales (and zero points of 0, one per output) its float output is the
+    int32 sums converted to float."""
+    return torch.ops.onednn.qlinear_pointwise(
+        (quantized + 128).to(torch.uint8),
+        1.0,
+        128,
+        prepacked,
+        unit_scales,
+        zero_points,
+        None,
+        1.0,
+        0,
+        torch.float32,
+        "none",
+        [],
+        "",
+    )
 
 
 # Rows quantized at a time: a block's passes (abs, divide, round, clamp) stay in the cache, where passes over a whole
@@ -197,8 +230,9 @@ class Int8Linear(torch.nn.Module):
         if self.kernel not in INT8_KERNELS:
             raise ValueError(f"kernel must be one of {', '.join(INT8_KERNELS)}, not {self.kernel!r}")
         if self.kernel == "rows" and not int8_rows.available():
-            raise ValueError("the rows kernel needs AVX-512 VNNI and a C compiler (decoder/int8_rows.py)")
-        levels = 127 if int8_full_range() else 63  # 7 bits where products of 8 would saturate
+            raise ValueError("the rows kernel needs AVX2 and a C compiler (decoder/int8_rows.py)")
+        # 7 bits where oneDNN's products of 8 would saturate (no VNNI); the rows kernel is exact at 8 everywhere
+        levels = 127 if self.kernel == "rows" or int8_full_range() else 63
         weights = [m.weight.detach() for m in linears]
         scale, weight_int8, row_sums = quantize_rows(weights, levels, with_sums=self.kernel == "rows")
         onednn = self.kernel == "onednn"
@@ -255,23 +289,8 @@ class Int8Linear(torch.nn.Module):
             return int8_rows.products(quantized, self.rows_weight, self.rows_sums)
         if self.weight_t is not None:
             return torch._int_mm(quantized.to(torch.int8), self.weight_t)
-        # oneDNN's int8 matmul takes unsigned activations: shifted by 128, with 128 as their zero point. With unit
-        # scales its float output is the int32 sums converted to float, as _int_mm's are by .float().
-        return torch.ops.onednn.qlinear_pointwise(
-            (quantized + 128).to(torch.uint8),
-            1.0,
-            128,
-            self.prepacked,
-            self._unit_scales,
-            self._zero_points,
-            None,
-            1.0,
-            0,
-            torch.float32,
-            "none",
-            [],
-            "",
-        )
+        assert self._unit_scales is not None and self._zero_points is not None  # set with the oneDNN kernel
+        return _onednn_products(quantized, self.prepacked, self._unit_scales, self._zero_points)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row scales, {self.kernel}"

@@ -147,11 +147,12 @@ def compile_steps(
 
 def resolve_quantization(requested: str, target, steps) -> str:
     """Auto is int8 where int8 runs (the CPU, a target of a family the lean forward runs, in float32, eager
-    steps) on fast int8 products (VNNI or AMX: int8_full_range), else none."""
+    steps) on exact full-range int8 products (the rows kernel, with AVX2 or VNNI; or oneDNN's, with VNNI or
+    AMX: int8_full_range), else none."""
     if requested != "auto":
         return requested
     runs = not steps.records_graphs and can_int8(target) and supports(target)
-    return "int8" if runs and int8_full_range() else "none"
+    return "int8" if runs and (int8_rows.available() or int8_full_range()) else "none"
 
 
 def use_cpu_kernels(

@@ -336,6 +336,7 @@ def _shipped_eagle3(model, tokenizer):
 def run(args: argparse.Namespace) -> int:
     from transformers import DynamicCache
 
+    from speccomplete.decoder import int8_rows
     from speccomplete.decoder.kernels import (
         can_int8,
         default_int8_kernel,
@@ -417,10 +418,11 @@ def run(args: argparse.Namespace) -> int:
         del model
     keys = list(dict.fromkeys(k for row in rows.values() for k in row if k != "fastest_ms"))
     facts = device_facts()
+    rows_kernel = int8_rows.in_use()
     threads = f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"
     print(
         f"target={f'random {args.shape}' if args.shape else args.target} device={args.device} cpu={facts['cpu']} "
-        f"int8 products exact at full range (VNNI/AMX): {int8_full_range()}"
+        f"int8 rows kernel: {rows_kernel}; torch's int8 products exact at full range: {int8_full_range()}"
     )
     print(
         f"prompt_tokens={args.prompt_tokens} {threads} "
@@ -450,6 +452,7 @@ def run(args: argparse.Namespace) -> int:
                 "device": args.device,
                 "device_facts": facts,
                 "int8_full_range": int8_full_range(),
+                "int8_rows": rows_kernel,
                 "prompt_tokens": args.prompt_tokens,
                 "repeats": args.repeats,
                 "threads": threads,

@@ -49,13 +49,16 @@ def runnable_kernels() -> list[str]:
 @pytest.mark.parametrize("full_range", [True, False])
 def test_every_kernel_gives_the_same_numbers(full_range, monkeypatch):
     """The rows kernel (where it runs), _int_mm and oneDNN's blocked matmul give the same numbers, bit for bit and
-    row by row, with 8-bit and with 7-bit weights (CPUs without VNNI); each row still its own."""
+    row by row, with 8-bit and with 7-bit weights (torch's kernels on CPUs where their 8-bit products saturate; the
+    rows kernel keeps 8 bits there); each row still its own."""
+    if full_range and not kernels.int8_full_range():
+        pytest.skip("torch's int8 products saturate at full range on this CPU")
     monkeypatch.setattr(kernels, "int8_full_range", lambda: full_range)
     linear = torch.nn.Linear(640, 3000, bias=False)
     x = torch.randn(17, 640) * torch.logspace(-2, 2, 17)[:, None]
     reference = Int8Linear(linear, kernel="int_mm")
     together = reference(x)
-    for kernel in runnable_kernels():
+    for kernel in runnable_kernels() if full_range else ["int_mm", "onednn"]:
         layer = Int8Linear(linear, kernel=kernel)
         assert torch.equal(layer(x), together), kernel
         for rows in (1, 2, 5, 9):
@@ -124,14 +127,21 @@ def test_int8_needs_cpu_float32_eager_and_our_forward(llama, gpt2):
         use_cpu_kernels(SimpleNamespace(records_graphs=False), copy.deepcopy(gpt2), int8=True)
 
 
-def test_without_vnni_weights_keep_seven_bits_and_auto_keeps_fp32(monkeypatch, llama):
-    """Where oneDNN's int8 products saturate (no VNNI), weights stay in [-63, 63], and "auto" is fp32 (int8 is
-    slower there); with VNNI or AMX, "auto" is int8 for a Llama or Gemma-3 target on eager steps."""
+@pytest.mark.parametrize("rows_kernel", [True, False])
+def test_weights_keep_eight_bits_where_products_are_exact(rows_kernel, monkeypatch, llama):
+    """Where torch's int8 products saturate (no VNNI) and the rows kernel does not run (no AVX2), weights stay in
+    [-63, 63] and "auto" is fp32 (int8 is slower there). With the rows kernel (AVX2 or VNNI), or VNNI or AMX under
+    torch's, weights have 8 bits and "auto" is int8 for a Llama or Gemma-3 target on eager steps."""
+    if rows_kernel and not int8_rows.available():
+        pytest.skip("the rows kernel does not run here")
     eager, compiled = SimpleNamespace(records_graphs=False), SimpleNamespace(records_graphs=True)
+    monkeypatch.setattr(int8_rows, "available", lambda: rows_kernel)
     monkeypatch.setattr(kernels, "int8_full_range", lambda: False)
     monkeypatch.setattr(loader, "int8_full_range", lambda: False)
-    assert Int8Linear(torch.nn.Linear(64, 32)).weight_t.abs().max() == 63
-    assert resolve_quantization("auto", llama, eager) == "none"
+    layer = Int8Linear(torch.nn.Linear(64, 32))
+    assert layer.kernel == ("rows" if rows_kernel else "int_mm")
+    assert layer.weight_t.abs().max() == (127 if rows_kernel else 63)
+    assert resolve_quantization("auto", llama, eager) == ("int8" if rows_kernel else "none")
     monkeypatch.setattr(kernels, "int8_full_range", lambda: True)
     monkeypatch.setattr(loader, "int8_full_range", lambda: True)
     assert Int8Linear(torch.nn.Linear(64, 32)).weight_t.abs().max() == 127

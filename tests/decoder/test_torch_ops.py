@@ -17,7 +17,7 @@ from helpers.kernels import COMPLAINT, broken_compiler
 from speccomplete.decoder import attend_rows, compiled_step, int8_rows, torch_ops
 from speccomplete.decoder.loader import use_cpu_kernels
 
-needs_int8_op = pytest.mark.skipif(not torch_ops.int8_rows_op(), reason="no AVX-512 VNNI or no C/C++ compiler here")
+needs_int8_op = pytest.mark.skipif(not torch_ops.int8_rows_op(), reason="no AVX2 or no C/C++ compiler here")
 needs_attend_op = pytest.mark.skipif(not torch_ops.attend_rows_op(), reason="no AVX2 or no C/C++ compiler here")
 
 
