@@ -334,9 +334,11 @@ def _code_digest() -> str:
     from . import kernels, kv_cache, tree
 
     digest = hashlib.blake2b(digest_size=8)
-    for module in (lean_forward, kernels, kv_cache, tree, torch_ops):
+    for module in (lean_forward, kernels, kv_cache, tree, torch_ops, int8_rows):
         digest.update(Path(module.__file__ or "").read_bytes())
-    digest.update(torch_ops.SOURCE.read_bytes())
+    # the C++ operators, and the int8 kernels whose weight layout a package holds as constants
+    for source in (torch_ops.SOURCE, *(variant.source for variant in int8_rows.VARIANTS)):
+        digest.update(source.read_bytes())
     digest.update(Path(__file__).read_bytes())
     return digest.hexdigest()
 

@@ -82,6 +82,12 @@ static void row_at_a_time(const uint8_t* x, int64_t rows, int64_t k_len, const i
       out[r * n_len + n] = (float)(dot(x + r * k_len, w + n * k_len, full, tail) - 128 * wsum[n]);
 }
 
+// The layout int8_rows reads (int8_rows.laid_out): weight rows as they lie.
+void int8_rows_layout(int64_t* tile, int64_t* chunk) {
+  *tile = 1;
+  *chunk = 1;
+}
+
 // shifted: rows * k_len bytes of scratch for x + 128.
 void int8_rows(const float* x, int64_t rows, int64_t k_len, const int8_t* w, const int32_t* wsum, int64_t n_len,
                float* out, uint8_t* shifted) {

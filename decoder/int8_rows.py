@@ -5,7 +5,9 @@ AVX2 alone).
 small weights; this one streams each weight row once, near the read bandwidth (docs/cpu.md, "Number formats").
 It sums the same integers exactly in int32 and converts them to float32 as torch does, so Int8Linear's results
 do not change, bit for bit. Its AVX2 variant multiplies full-range weights exactly, where oneDNN's AVX2 products
-saturate, so on such CPUs it is what makes int8 weights usable at 8 bits.
+saturate, so on such CPUs it is what makes int8 weights usable at 8 bits. Each variant reads the weights in its own
+layout (`laid_out`: the VNNI one as they lie, the AVX2 one in tiles of four rows, so that each input chunk it loads
+serves four products while the tile streams as one run).
 
 The C source is built with the system's C compiler at first use (well under a second) and kept under the model
 cache (c_kernels.py). It runs its threads on torch's own OpenMP runtime, so `torch.set_num_threads` sizes them
@@ -72,10 +74,44 @@ def in_use() -> str:
     return chosen.name if chosen is not None and available() else "none"
 
 
+def laid_out(weight: torch.Tensor, library: ctypes.CDLL | None = None) -> torch.Tensor:
+    """`weight` [out, in] int8 as `library`'s kernel (by default the one in use) reads it (`int8_rows_layout`): as
+    it lies, or in tiles of rows whose chunks interleave, so that a tile streams as one run ([out, in] zero-padded
+    to whole tiles and chunks, then [tiles][chunks][tile][chunk])."""
+    library = library or _library()
+    if library is None:
+        raise RuntimeError("the int8 rows kernel is not available on this machine (int8_rows.available())")
+    tile, chunk = _layout(library)
+    if (tile, chunk) == (1, 1):
+        return weight.contiguous()
+    out, width = weight.shape
+    padded_shape = layout_shape(library, out, width)
+    padded = weight
+    if padded_shape != (out, width):
+        padded = weight.new_zeros(padded_shape)
+        padded[:out, :width] = weight
+    tiled = padded.view(padded_shape[0] // tile, tile, padded_shape[1] // chunk, chunk).transpose(1, 2).contiguous()
+    return tiled.view(padded_shape)
+
+
+def layout_shape(library: ctypes.CDLL, out: int, width: int) -> tuple[int, int]:
+    """The shape of an [out, width] weight laid out for `library`: padded to whole tiles and chunks."""
+    tile, chunk = _layout(library)
+    return -(-out // tile) * tile, -(-width // chunk) * chunk
+
+
+@functools.cache  # products() asks at each call
+def _layout(library: ctypes.CDLL) -> tuple[int, int]:
+    """(rows a tile, bytes a chunk) of the weight layout `library` reads; (1, 1): rows as they lie."""
+    tile, chunk = ctypes.c_int64(), ctypes.c_int64()
+    library.int8_rows_layout(ctypes.byref(tile), ctypes.byref(chunk))
+    return tile.value, chunk.value
+
+
 def products(x: torch.Tensor, weight: torch.Tensor, weight_sums: torch.Tensor) -> torch.Tensor:
-    """x @ weight.T, its exact int32 sums converted to float32 (as oneDNN's int8 matmul gives them, and as
+    """x @ W.T, its exact int32 sums converted to float32 (as oneDNN's int8 matmul gives them, and as
     `_int_mm`'s become in Int8Linear's scaling): x [rows, in] float32 holding integers in [-127, 127], weight
-    [out, in] int8 (contiguous), weight_sums [out] int32, the sums of weight's rows (the VNNI variant's
+    W [out, in] int8 as `laid_out` gives it, weight_sums [out] int32, the sums of W's rows (the VNNI variant's
     correction for its shifted x)."""
     library = _library()
     if library is None:
@@ -90,10 +126,12 @@ def _multiply(library: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, weigh
     """`products` on `library`."""
     x = x.contiguous()
     rows, width = x.shape
-    out = torch.empty(rows, weight.shape[0], dtype=torch.float32)
-    scratch = torch.empty(rows * width, dtype=torch.uint8)  # x as bytes
+    if weight.shape != (want := layout_shape(library, weight_sums.shape[0], width)):
+        raise ValueError(f"the weight is {tuple(weight.shape)}, not {want} as int8_rows.laid_out gives it")
+    out = torch.empty(rows, weight_sums.shape[0], dtype=torch.float32)
+    scratch = torch.empty(rows * weight.shape[1], dtype=torch.uint8)  # x as bytes, as wide as the weight's layout
     library.int8_rows(
-        x.data_ptr(), rows, width, weight.data_ptr(), weight_sums.data_ptr(), weight.shape[0], out.data_ptr(),
+        x.data_ptr(), rows, width, weight.data_ptr(), weight_sums.data_ptr(), weight_sums.shape[0], out.data_ptr(),
         scratch.data_ptr(),
     )  # fmt: skip
     return out
@@ -119,6 +157,8 @@ def _declare(library: ctypes.CDLL) -> None:
     library.int8_rows.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     library.int8_rows.argtypes += [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
     library.int8_rows.restype = None
+    library.int8_rows_layout.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    library.int8_rows_layout.restype = None
 
 
 def _why_not(chosen: Variant | None) -> str:
@@ -136,7 +176,7 @@ def _checks(library: ctypes.CDLL) -> bool:
     for rows, width, outputs in ((1, 200, 7), (5, 640, 64), (9, 130, 13), (17, 64, 40)):
         x = torch.randint(-127, 128, (rows, width), generator=generator).float()
         weight = torch.randint(-128, 128, (outputs, width), dtype=torch.int8, generator=generator)
-        out = _multiply(library, x, weight, weight.sum(1, dtype=torch.int32))
+        out = _multiply(library, x, laid_out(weight, library), weight.sum(1, dtype=torch.int32))
         if not torch.equal(out, (x.long() @ weight.t().long()).float()):
             return False
     return True

@@ -235,10 +235,10 @@ class Int8Linear(torch.nn.Module):
         levels = 127 if self.kernel == "rows" or int8_full_range() else 63
         weights = [m.weight.detach() for m in linears]
         scale, weight_int8, row_sums = quantize_rows(weights, levels, with_sums=self.kernel == "rows")
-        onednn = self.kernel == "onednn"
-        # one of the two: the weights as quantized (the rows kernel reads them [out, in], _int_mm as the [in, out]
-        # view), or oneDNN's blocked copy
-        self.weight_t = None if onednn else weight_int8.t()
+        onednn, rows_kernel = self.kernel == "onednn", row_sums is not None
+        # one of three: the weights as the rows kernel lays them out (int8_rows.laid_out), as quantized for _int_mm
+        # (its [in, out] view), or oneDNN's blocked copy
+        self.weight_t = None if onednn or rows_kernel else weight_int8.t()
         self.prepacked = (
             torch.ops.onednn.qlinear_prepack(weight_int8, [_ROWS_HINT, self.in_features]) if onednn else None
         )
@@ -256,9 +256,8 @@ class Int8Linear(torch.nn.Module):
         # buffers, not plain attributes: a compiled step's package names its constants by these paths
         self.register_buffer("weight_scale", scale, persistent=False)
         self.register_buffer("bias", bias, persistent=False)
-        # the rows kernel's: the weights [out, in] (weight_t's storage) and the sums of their rows
-        rows_kernel = row_sums is not None
-        self.register_buffer("rows_weight", weight_int8 if rows_kernel else None, persistent=False)
+        # the rows kernel's: the weights in its layout and the sums of their rows
+        self.register_buffer("rows_weight", int8_rows.laid_out(weight_int8) if rows_kernel else None, persistent=False)
         self.register_buffer("rows_sums", row_sums, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -37,7 +37,7 @@ _LIBRARY.define(
 
 @torch.library.register_fake("specdec::int8_rows", lib=_LIBRARY)
 def _int8_rows_shape(x, weight, sums):
-    return x.new_empty(x.shape[0], weight.shape[0])
+    return x.new_empty(x.shape[0], sums.shape[0])
 
 
 @torch.library.register_fake("specdec::attend_rows", lib=_LIBRARY)
@@ -70,8 +70,10 @@ def _why_not() -> str:
 
 def _hand_in_kernels(library: ctypes.CDLL) -> None:
     """Loading the library registered the operators' CPU kernels; they call the C kernels at these addresses."""
-    kernels = [_address(module, name) for module, name in ((int8_rows, "int8_rows"), (attend_rows, "attend_rows"))]
-    library.specdec_set_kernels(*kernels)
+    rows_library = int8_rows._library()
+    tile, chunk = int8_rows._layout(rows_library) if rows_library else (1, 1)
+    int8, attend = (_address(module, name) for module, name in ((int8_rows, "int8_rows"), (attend_rows, "attend_rows")))
+    library.specdec_set_kernels(int8, ctypes.c_int64(tile), ctypes.c_int64(chunk), attend)
 
 
 def _checks(library: ctypes.CDLL) -> bool:
@@ -79,8 +81,8 @@ def _checks(library: ctypes.CDLL) -> bool:
     generator = torch.Generator().manual_seed(0)
     if int8_rows.available():
         x = torch.randint(-127, 128, (3, 130), generator=generator).float()
-        weight = torch.randint(-127, 128, (13, 130), dtype=torch.int8, generator=generator)
-        sums = weight.sum(1, dtype=torch.int32)
+        plain = torch.randint(-127, 128, (13, 130), dtype=torch.int8, generator=generator)
+        weight, sums = int8_rows.laid_out(plain), plain.sum(1, dtype=torch.int32)
         if not torch.equal(torch.ops.specdec.int8_rows(x, weight, sums), int8_rows.products(x, weight, sums)):
             return False
     if attend_rows.available():

@@ -23,7 +23,7 @@ RUNNABLE = [
 
 def products(variant, x, weight):
     library = int8_rows.load(variant)
-    return int8_rows._multiply(library, x, weight, weight.sum(1, dtype=torch.int32))
+    return int8_rows._multiply(library, x, int8_rows.laid_out(weight, library), weight.sum(1, dtype=torch.int32))
 
 
 @pytest.mark.skipif(not RUNNABLE, reason="no variant of the kernel runs here")
@@ -37,6 +37,16 @@ def test_sums_are_exact(variant, rows, width, outputs):
     got = products(variant, x, weight)
     assert got.dtype == torch.float32 and got.shape == (rows, outputs)
     assert torch.equal(got, (x.long() @ weight.t().long()).float())  # the exact sums, rounded once
+
+
+@pytest.mark.skipif(not RUNNABLE, reason="no variant of the kernel runs here")
+@pytest.mark.parametrize("variant", RUNNABLE)
+def test_a_weight_in_another_layout_is_refused(variant):
+    """A weight not as laid_out gives it would be read past its end: a clear error instead."""
+    library, weight = int8_rows.load(variant), torch.ones(13, 130, dtype=torch.int8)
+    wrong = weight[:, :64] if int8_rows._layout(library) == (1, 1) else weight
+    with pytest.raises(ValueError, match="laid_out"):
+        int8_rows._multiply(library, torch.ones(1, 130), wrong, weight.sum(1, dtype=torch.int32))
 
 
 @pytest.mark.skipif(not RUNNABLE, reason="no variant of the kernel runs here")
