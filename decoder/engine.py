@@ -37,7 +37,7 @@ import torch
 from .cpu_threads import IdleCores
 from .drafts.base import Drafter, Proposal
 from .drafts.references import References
-from .gamma import FixedGamma, HeuristicGamma
+from .gamma import DraftPayoff, FixedGamma, HeuristicGamma
 from .healing import allowed_first, heal
 from .kv_cache import head_logits
 from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, verdict
@@ -144,6 +144,7 @@ class SpeculativeDecoder:
             gamma = HeuristicGamma() if drafter is not None else FixedGamma(0)
         self.gamma = gamma  # kept across requests, like HF's heuristic schedule
         self.group_gammas: dict[str, object] = {}  # a copy of it for each named gamma_group
+        self.payoffs: dict[str, DraftPayoff] = {}  # whether the model draft pays here, by gamma_group (_payoff)
         self.draft_confidence = draft_confidence
         self.eos = eos_ids(target, tokenizer)
         self.steps = steps if steps is not None else EagerTarget(target, drafter.target_taps if drafter else ())
@@ -269,6 +270,11 @@ class SpeculativeDecoder:
             self.group_gammas[group] = copy.deepcopy(self.gamma)
         return self.group_gammas[group]
 
+    def _payoff(self, group: str) -> DraftPayoff:
+        if group not in self.payoffs:
+            self.payoffs[group] = DraftPayoff()
+        return self.payoffs[group]
+
     def _reuse_prefix(self, ids: list[int]) -> int:
         """Cut the target's cache to the longest prefix it shares with `ids`; returns its length.
 
@@ -310,6 +316,10 @@ class SpeculativeDecoder:
         params = opts.sampling
         policy = self._policy(opts.gamma_group)
         gamma = min(policy.next_gamma(), wanted - 1) if self.drafter is not None else 0
+        # an adaptive policy's γ runs where drafting pays on this machine, by the clock; a fixed one's always
+        payoff = self._payoff(opts.gamma_group) if gamma > 0 and getattr(policy, "clocked", False) else None
+        if payoff is not None:
+            gamma = payoff.gate(gamma)
         t0 = time.perf_counter()
         proposal = None
         tree_steps = self._tree_steps() if prefill_logits is None and not healed else None
@@ -331,7 +341,8 @@ class SpeculativeDecoder:
             tree = proposal.tree
             accepted, after, path_logprobs = self._verify_tree(tree_steps, committed, tree, params, generator)
             tree_steps.keep_path(len(committed) - 1, [0, *accepted])
-            self._after_round(committed, len(accepted), proposal, policy, gamma, max(tree.depths()), stats, t0, t1)
+            deepest = max(tree.depths())
+            self._after_round(committed, len(accepted), proposal, policy, gamma, deepest, stats, t0, t1, payoff)
             return [tree.tokens[row - 1] for row in accepted] + [after], path_logprobs
         if params.greedy and proposal.hidden is None and prefill_logits is None and not healed:
             # the product's usual round: the steps decide it too (on CUDA inside the step's graph)
@@ -342,18 +353,24 @@ class SpeculativeDecoder:
         n, token = int(n), int(token)
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         self.steps.truncate(len(committed) + n)
-        self._after_round(committed, n, proposal, policy, gamma, k, stats, t0, t1)
+        self._after_round(committed, n, proposal, policy, gamma, k, stats, t0, t1, payoff)
         return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
 
-    def _after_round(self, committed, n: int, proposal: Proposal, policy, gamma: int, deepest: int, stats, t0, t1):
+    def _after_round(
+        self, committed, n: int, proposal: Proposal, policy, gamma: int, deepest: int, stats, t0, t1, payoff=None
+    ):
         """The drafter rolled back to the `n` drafts accepted, the γ policy told how far the draft matched
-        (`deepest`: the most drafts one path offered), the round counted."""
+        (`deepest`: the most drafts one path offered), the payoff how long the round took, the round counted.
+        payoff: where the policy asked for drafts (its gate may have made the round a plain one)."""
         if self.drafter is not None:
             self.drafter.rollback(len(committed) + n)
             if proposal.lookup:  # a copy from the context says nothing of how far the model draft would match
                 policy.update(gamma, 0, 0)
-            else:
+            elif payoff is None or gamma > 0:  # (a plain round the payoff ran says nothing of it either)
                 policy.update(gamma, deepest, n)
+            # (a round whose draft proposed nothing is neither: it may not have tried, as after a prefill)
+            if payoff is not None and not proposal.lookup and (gamma == 0 or proposal.tokens):
+                payoff.record(gamma > 0, _ms(t0), n + 1)
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += _ms(t1)
         stats.record_round(len(proposal.tokens), n, proposal.lookup)

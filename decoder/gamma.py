@@ -9,6 +9,8 @@ from __future__ import annotations
 
 
 class FixedGamma:
+    clocked = False  # γ as given, whether or not drafting pays (engine.py's DraftPayoff gate)
+
     def __init__(self, gamma: int):
         if gamma < 0:
             raise ValueError(f"gamma must be >= 0, got {gamma}")
@@ -26,6 +28,8 @@ class FixedGamma:
 
 class HeuristicGamma:
     """HF's "heuristic" schedule (+2 after a fully accepted round, -1 otherwise), allowed to reach 0."""
+
+    clocked = True  # its γ runs where drafting pays on this machine (DraftPayoff)
 
     def __init__(self, start: int = 4, max_gamma: int = 16, first_probe_after: int = 8, max_probe_after: int = 128):
         if not 0 <= start <= max_gamma:
@@ -76,6 +80,8 @@ class CostModelGamma:
     rising α is noticed. α̂ = accepted / (accepted + rejections), over recent rounds (decayed).
     """
 
+    clocked = True  # its γ runs where drafting pays on this machine (DraftPayoff)
+
     def __init__(
         self,
         draft_cost: float = 0.2,
@@ -118,6 +124,58 @@ class CostModelGamma:
 
     def __repr__(self) -> str:
         return f"cost(α̂={self.alpha:.2f}, c={self.c}, v={self.v}, γ*={self.best_gamma()})"
+
+
+class DraftPayoff:
+    """Whether the model draft pays on this machine, by the clock: the time per committed token of rounds it
+    drafts against that of plain rounds (one target step), each a decayed average over recent rounds.
+
+    The γ policies judge a draft by how far it matches; what that is worth differs from machine to machine. A
+    self draft runs most of a target step per draft and saves the head's read, and its verify runs the head over
+    a round's rows: nearly free where int8 products are bound by the reads (VNNI), dear where they are bound by
+    the multiplies (AVX2 alone), so the same α̂ pays on one CPU and not on another (docs/speculative-decoding.md,
+    "Does the draft pay here"). While either side has fewer than `min_rounds` measurements the side with fewer
+    runs; then the faster one does, and every `recheck`-th round the other, so a change (a compiled step put in
+    use, a busier machine, a language whose drafts start to match) is noticed. Rounds that copy from the context
+    are neither side: the lookup runs whatever this says.
+    """
+
+    def __init__(self, decay: float = 0.9, min_rounds: int = 4, recheck: int = 16):
+        self.decay, self.min_rounds, self.recheck = decay, min_rounds, recheck
+        self.ms = {True: 0.0, False: 0.0}  # decayed sums by side: True, rounds the model drafted
+        self.tokens = {True: 0.0, False: 0.0}
+        self.rounds = {True: 0, False: 0}
+        self.since_recheck = 0
+
+    def pays(self) -> bool | None:
+        """Whether drafting commits tokens faster than plain steps; None until both sides are measured."""
+        if min(self.rounds.values()) < self.min_rounds:
+            return None
+        return self.tokens[True] * self.ms[False] >= self.tokens[False] * self.ms[True]
+
+    def gate(self, gamma: int) -> int:
+        """The γ to run this round: the policy's `gamma`, or 0 (a plain round) where drafting does not pay or a
+        plain round is due."""
+        if gamma == 0:
+            return 0
+        pays = self.pays()
+        if pays is None:
+            return gamma if self.rounds[True] <= self.rounds[False] else 0
+        self.since_recheck += 1
+        if self.since_recheck >= self.recheck:
+            self.since_recheck = 0
+            pays = not pays
+        return gamma if pays else 0
+
+    def record(self, drafted: bool, ms: float, tokens: int) -> None:
+        """A round of the policy's γ > 0 that copied nothing: `drafted` whether the gate let the model draft."""
+        self.ms[drafted] = self.decay * self.ms[drafted] + ms
+        self.tokens[drafted] = self.decay * self.tokens[drafted] + tokens
+        self.rounds[drafted] += 1
+
+    def __repr__(self) -> str:
+        rates = {side: self.tokens[side] / self.ms[side] * 1000 if self.ms[side] else 0.0 for side in (True, False)}
+        return f"payoff(drafted {rates[True]:.0f} tok/s, plain {rates[False]:.0f} tok/s, pays={self.pays()})"
 
 
 def parse_gamma_policy(spec: str | int):
