@@ -315,11 +315,12 @@ class SpeculativeDecoder:
         """
         params = opts.sampling
         policy = self._policy(opts.gamma_group)
-        gamma = min(policy.next_gamma(), wanted - 1) if self.drafter is not None else 0
+        asked = min(policy.next_gamma(), wanted - 1) if self.drafter is not None else 0
         # an adaptive policy's γ runs where drafting pays on this machine, by the clock; a fixed one's always
-        payoff = self._payoff(opts.gamma_group) if gamma > 0 and getattr(policy, "clocked", False) else None
-        if payoff is not None:
-            gamma = payoff.gate(gamma)
+        payoff = self._payoff(opts.gamma_group) if asked > 0 and getattr(policy, "clocked", False) else None
+        gamma = payoff.gate(asked) if payoff is not None else asked
+        # timed: a round that runs a target step (the first after a prefill takes the prefill's logits)
+        clock = payoff if prefill_logits is None and not healed else None
         t0 = time.perf_counter()
         proposal = None
         tree_steps = self._tree_steps() if prefill_logits is None and not healed else None
@@ -342,7 +343,7 @@ class SpeculativeDecoder:
             accepted, after, path_logprobs = self._verify_tree(tree_steps, committed, tree, params, generator)
             tree_steps.keep_path(len(committed) - 1, [0, *accepted])
             deepest = max(tree.depths())
-            self._after_round(committed, len(accepted), proposal, policy, gamma, deepest, stats, t0, t1, payoff)
+            self._after_round(committed, len(accepted), proposal, policy, (asked, gamma), deepest, stats, t0, t1, clock)
             return [tree.tokens[row - 1] for row in accepted] + [after], path_logprobs
         if params.greedy and proposal.hidden is None and prefill_logits is None and not healed:
             # the product's usual round: the steps decide it too (on CUDA inside the step's graph)
@@ -353,24 +354,27 @@ class SpeculativeDecoder:
         n, token = int(n), int(token)
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         self.steps.truncate(len(committed) + n)
-        self._after_round(committed, n, proposal, policy, gamma, k, stats, t0, t1, payoff)
+        self._after_round(committed, n, proposal, policy, (asked, gamma), k, stats, t0, t1, clock)
         return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
 
     def _after_round(
-        self, committed, n: int, proposal: Proposal, policy, gamma: int, deepest: int, stats, t0, t1, payoff=None
+        self, committed, n: int, proposal: Proposal, policy, gammas, deepest: int, stats, t0, t1, clock=None
     ):
         """The drafter rolled back to the `n` drafts accepted, the γ policy told how far the draft matched
-        (`deepest`: the most drafts one path offered), the payoff how long the round took, the round counted.
-        payoff: where the policy asked for drafts (its gate may have made the round a plain one)."""
+        (`deepest`: the most drafts one path offered), the clock how long the round took, the round counted.
+        gammas: (the γ the policy asked for, the γ that ran: 0 where the payoff's gate made it a plain round).
+        clock: the payoff that times this round, if any."""
+        asked, gamma = gammas
         if self.drafter is not None:
             self.drafter.rollback(len(committed) + n)
             if proposal.lookup:  # a copy from the context says nothing of how far the model draft would match
-                policy.update(gamma, 0, 0)
-            elif payoff is None or gamma > 0:  # (a plain round the payoff ran says nothing of it either)
+                policy.update(asked, 0, 0)
+            elif gamma == asked:  # (a plain round the gate ran says nothing of it either)
                 policy.update(gamma, deepest, n)
-            # (a round whose draft proposed nothing is neither: it may not have tried, as after a prefill)
-            if payoff is not None and not proposal.lookup and (gamma == 0 or proposal.tokens):
-                payoff.record(gamma > 0, _ms(t0), n + 1)
+            # A draft that proposed nothing is on neither side: it may not have run (after a prefill), or it
+            # ran and stopped unsure, a cost left uncounted.
+            if clock is not None and not proposal.lookup and (gamma == 0 or proposal.tokens):
+                clock.record(gamma > 0, _ms(t0), n + 1)
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += _ms(t1)
         stats.record_round(len(proposal.tokens), n, proposal.lookup)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 class FixedGamma:
-    clocked = False  # γ as given, whether or not drafting pays (engine.py's DraftPayoff gate)
+    clocked = False  # γ as given, whether or not drafting pays (DraftPayoff, which the engine consults)
 
     def __init__(self, gamma: int):
         if gamma < 0:

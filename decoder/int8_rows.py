@@ -75,29 +75,29 @@ def in_use() -> str:
 
 
 def laid_out(weight: torch.Tensor, library: ctypes.CDLL | None = None) -> torch.Tensor:
-    """`weight` [out, in] int8 as `library`'s kernel (by default the one in use) reads it (`int8_rows_layout`): as
-    it lies, or in tiles of rows whose chunks interleave, so that a tile streams as one run ([out, in] zero-padded
-    to whole tiles and chunks, then [tiles][chunks][tile][chunk])."""
+    """`weight` [out, in] int8 as `library`'s kernel (by default the one in use) reads it (`int8_rows_layout`):
+    [tiles, chunks, tile, chunk], zero-padded to whole tiles and chunks, each tile's chunks interleaved so that
+    a tile streams as one run. With tiles of one row and chunks of one byte (the VNNI variant) that is the
+    weight as it lies. Four dimensions, so that a weight as it lies is never taken for one laid out."""
     library = library or _library()
     if library is None:
         raise RuntimeError("the int8 rows kernel is not available on this machine (int8_rows.available())")
+    if weight.dim() != 2 or weight.dtype != torch.int8:
+        raise ValueError(f"laid_out takes an [out, in] int8 weight, not {weight.dtype} {tuple(weight.shape)}")
     tile, chunk = _layout(library)
-    if (tile, chunk) == (1, 1):
-        return weight.contiguous()
     out, width = weight.shape
-    padded_shape = layout_shape(library, out, width)
+    tiles, chunks = -(-out // tile), -(-width // chunk)
     padded = weight
-    if padded_shape != (out, width):
-        padded = weight.new_zeros(padded_shape)
+    if (tiles * tile, chunks * chunk) != (out, width):
+        padded = weight.new_zeros(tiles * tile, chunks * chunk)
         padded[:out, :width] = weight
-    tiled = padded.view(padded_shape[0] // tile, tile, padded_shape[1] // chunk, chunk).transpose(1, 2).contiguous()
-    return tiled.view(padded_shape)
+    return padded.reshape(tiles, tile, chunks, chunk).transpose(1, 2).contiguous()
 
 
-def layout_shape(library: ctypes.CDLL, out: int, width: int) -> tuple[int, int]:
-    """The shape of an [out, width] weight laid out for `library`: padded to whole tiles and chunks."""
+def layout_shape(library: ctypes.CDLL, out: int, width: int) -> tuple[int, int, int, int]:
+    """The shape of an [out, width] weight laid out for `library`."""
     tile, chunk = _layout(library)
-    return -(-out // tile) * tile, -(-width // chunk) * chunk
+    return -(-out // tile), -(-width // chunk), tile, chunk
 
 
 @functools.cache  # products() asks at each call
@@ -126,10 +126,11 @@ def _multiply(library: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, weigh
     """`products` on `library`."""
     x = x.contiguous()
     rows, width = x.shape
-    if weight.shape != (want := layout_shape(library, weight_sums.shape[0], width)):
+    want = layout_shape(library, weight_sums.shape[0], width)
+    if weight.shape != want or weight.dtype != torch.int8 or not weight.is_contiguous():
         raise ValueError(f"the weight is {tuple(weight.shape)}, not {want} as int8_rows.laid_out gives it")
     out = torch.empty(rows, weight_sums.shape[0], dtype=torch.float32)
-    scratch = torch.empty(rows * weight.shape[1], dtype=torch.uint8)  # x as bytes, as wide as the weight's layout
+    scratch = torch.empty(rows * want[1] * want[3], dtype=torch.uint8)  # x as bytes, as wide as the layout's rows
     library.int8_rows(
         x.data_ptr(), rows, width, weight.data_ptr(), weight_sums.data_ptr(), weight_sums.shape[0], out.data_ptr(),
         scratch.data_ptr(),

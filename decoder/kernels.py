@@ -276,7 +276,7 @@ class Int8Linear(torch.nn.Module):
 
     def _int_products(self, quantized: torch.Tensor) -> torch.Tensor:
         """The exact int32 sums of products of int8 activations (as floats, [rows, in]) and weights."""
-        if torch.compiler.is_compiling():  # compiled, the weights are read as they lie, not copied to a layout
+        if torch.compiler.is_compiling():  # compiled: one opaque call, which the graph does not trace into
             if self.rows_weight is not None and self.rows_sums is not None and torch_ops.int8_rows_op():  # from C++
                 return torch.ops.specdec.int8_rows(quantized, self.rows_weight, self.rows_sums)
             return opaque_linear(quantized, self.key, self.out_features)

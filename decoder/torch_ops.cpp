@@ -30,19 +30,18 @@ extern "C" void specdec_set_kernels(void* int8_rows, int64_t tile, int64_t chunk
   attend_rows_kernel = reinterpret_cast<AttendRows>(attend_rows);
 }
 
-static int64_t round_up(int64_t n, int64_t step) { return (n + step - 1) / step * step; }
-
 // int8_rows.products: x [rows, in] float32 holding integers in [-127, 127], weight int8 as int8_rows.laid_out gives
-// it (at least `in` wide), sums [out] int32 -> [rows, out] float32, the exact int32 sums converted once.
+// it ([tiles, chunks, tile, chunk]), sums [out] int32 -> [rows, out] float32, the exact int32 sums converted once.
 static at::Tensor int8_rows(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& sums) {
   TORCH_CHECK(int8_rows_kernel, "specdec::int8_rows: the int8 rows kernel is not loaded");
-  TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && weight.is_contiguous() && sums.is_contiguous() &&
-                  weight.size(0) == round_up(sums.size(0), int8_rows_tile) &&
-                  weight.size(1) == round_up(x.size(1), int8_rows_chunk),
+  TORCH_CHECK(x.dim() == 2 && weight.dim() == 4 && weight.scalar_type() == at::kChar && weight.is_contiguous() &&
+                  sums.is_contiguous() && weight.size(0) == (sums.size(0) + int8_rows_tile - 1) / int8_rows_tile &&
+                  weight.size(1) == (x.size(1) + int8_rows_chunk - 1) / int8_rows_chunk &&
+                  weight.size(2) == int8_rows_tile && weight.size(3) == int8_rows_chunk,
               "specdec::int8_rows: a weight not laid out as int8_rows.laid_out gives it");
   const at::Tensor rows = x.contiguous();
   at::Tensor out = at::empty({rows.size(0), sums.size(0)}, rows.options());
-  at::Tensor scratch = at::empty({rows.size(0) * weight.size(1)}, rows.options().dtype(at::kByte));
+  at::Tensor scratch = at::empty({rows.size(0) * weight.size(1) * weight.size(3)}, rows.options().dtype(at::kByte));
   int8_rows_kernel(rows.data_ptr<float>(), rows.size(0), rows.size(1), weight.data_ptr<int8_t>(),
                    sums.data_ptr<int32_t>(), sums.size(0), out.data_ptr<float>(), scratch.data_ptr<uint8_t>());
   return out;

@@ -13,6 +13,8 @@ from helpers.tiny_models import noisy_copy, tiny_gemma3, tiny_gpt2, tiny_llama
 from helpers.tokenizers import make_byte_tokenizer
 from transformers.utils import logging as hf_logging
 
+from speccomplete.decoder.gamma import DraftPayoff
+
 # One intra-op thread, not two: these models are a few thousand parameters wide, so a second thread
 # only adds synchronisation, and when another process is busy on the 2-core machine, two spinning
 # OpenMP threads made each forward pass ~20x slower (measured; ~15x for the 135M integration model).
@@ -90,6 +92,15 @@ def _seed_and_threads():
     # The CLI run in-process (speccomplete/cli.py) sets one thread per core, and compiled steps guard on
     # the thread count: a later test would see its graphs recompile.
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _drafting_whatever_the_clock_says(request, monkeypatch):
+    """Tiny random models' steps take about as long as their drafts, so the clock's gate on drafting
+    (gamma.DraftPayoff) would decide by noise which rounds draft; tests of the drafters and the server run
+    every round the γ policy asks for. Tests of the gate itself are marked `clocked`."""
+    if request.node.get_closest_marker("clocked") is None:
+        monkeypatch.setattr(DraftPayoff, "gate", lambda self, gamma: gamma)
 
 
 @pytest.fixture(scope="session")

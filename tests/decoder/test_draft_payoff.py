@@ -13,6 +13,8 @@ from speccomplete.decoder.drafts.base import Drafter, Proposal
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import DraftPayoff, FixedGamma, HeuristicGamma
 
+pytestmark = pytest.mark.clocked
+
 PROMPTS = ["def add(a, b):", "fn main() {", "SELECT * FROM", "for (int i = 0;"]
 TOKENS = 24
 
@@ -108,3 +110,12 @@ def test_a_draft_that_pays_keeps_drafting(llama, tokenizer, ar_runs):
 def test_a_fixed_gamma_drafts_whatever_the_clock_says(llama, tokenizer, ar_runs):
     drafted, rounds = drafted_rounds(llama, tokenizer, ar_runs, 0.01, FixedGamma(2))
     assert drafted >= rounds - len(ar_runs) * 2
+
+
+def test_the_first_round_after_a_prefill_is_not_timed(llama, tokenizer, ar_runs, monkeypatch):
+    """That round takes the prefill's logits and runs no target step: as a plain round it would look free."""
+    timed = []
+    monkeypatch.setattr(DraftPayoff, "record", lambda self, drafted, ms, tokens: timed.append(drafted))
+    spec = SpeculativeDecoder(llama, tokenizer, Oracle(ar_runs, 0.0), gamma=HeuristicGamma(start=1, max_gamma=2))
+    rounds = sum(generate(spec, list(ids), max_new_tokens=TOKENS).stats.rounds for ids in ar_runs)
+    assert 0 < len(timed) <= rounds - len(ar_runs)

@@ -42,11 +42,15 @@ def test_sums_are_exact(variant, rows, width, outputs):
 @pytest.mark.skipif(not RUNNABLE, reason="no variant of the kernel runs here")
 @pytest.mark.parametrize("variant", RUNNABLE)
 def test_a_weight_in_another_layout_is_refused(variant):
-    """A weight not as laid_out gives it would be read past its end: a clear error instead."""
-    library, weight = int8_rows.load(variant), torch.ones(13, 130, dtype=torch.int8)
-    wrong = weight[:, :64] if int8_rows._layout(library) == (1, 1) else weight
-    with pytest.raises(ValueError, match="laid_out"):
-        int8_rows._multiply(library, torch.ones(1, 130), wrong, weight.sum(1, dtype=torch.int32))
+    """A weight not as laid_out gives it would be read wrongly or past its end: a clear error instead, for a
+    weight as it lies (even where its shape is whole tiles and chunks) or laid out for a narrower x."""
+    library = int8_rows.load(variant)
+    for weight in torch.ones(13, 130, dtype=torch.int8), torch.ones(16, 128, dtype=torch.int8):
+        sums = weight.sum(1, dtype=torch.int32)
+        with pytest.raises(ValueError, match="laid_out"):
+            int8_rows._multiply(library, torch.ones(1, weight.shape[1]), weight, sums)
+        with pytest.raises(ValueError, match="laid_out"):
+            int8_rows._multiply(library, torch.ones(1, 300), int8_rows.laid_out(weight, library), sums)
 
 
 @pytest.mark.skipif(not RUNNABLE, reason="no variant of the kernel runs here")
