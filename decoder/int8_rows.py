@@ -84,9 +84,8 @@ def laid_out(weight: torch.Tensor, library: ctypes.CDLL | None = None) -> torch.
         raise RuntimeError("the int8 rows kernel is not available on this machine (int8_rows.available())")
     if weight.dim() != 2 or weight.dtype != torch.int8:
         raise ValueError(f"laid_out takes an [out, in] int8 weight, not {weight.dtype} {tuple(weight.shape)}")
-    tile, chunk = _layout(library)
     out, width = weight.shape
-    tiles, chunks = -(-out // tile), -(-width // chunk)
+    tiles, chunks, tile, chunk = layout_shape(library, out, width)
     padded = weight
     if (tiles * tile, chunks * chunk) != (out, width):
         padded = weight.new_zeros(tiles * tile, chunks * chunk)
