@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -393,21 +394,27 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", progress: P
                 "pick a smaller model, a lower-precision dtype or another device"
             )
     cache_only = not local.is_dir() and not hub_reachable()
-    try:
+
+    def load_tokenizer():
         tokenizer = _plain_tokenizer(local) if local.is_dir() else None
-        if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=cache_only)
-        model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=dt, use_safetensors=True, trust_remote_code=False, local_files_only=cache_only
-        )
-    except torch.OutOfMemoryError as e:
-        raise OutOfMemoryError(f"out of memory loading {spec} on {dev}: {e}") from e
-    except (OSError, ValueError) as e:
-        why = "the Hugging Face hub cannot be reached and it is not in the local cache" if cache_only else e
-        raise ModelNotFoundError(
-            f"cannot load model {spec!r} ({where}): {why}. Use a packaged alias ({', '.join(PACKAGED)}), "
-            "a local directory with safetensors, a .gguf file, or a reachable HF id"
-        ) from e
+        return tokenizer or AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=cache_only)
+
+    # The tokenizer's file is parsed in Rust with the GIL let go: beside the weights' load, not after it.
+    with ThreadPoolExecutor(1, thread_name_prefix="specdec-tokenizer") as pool:
+        tokenizer_loaded = pool.submit(load_tokenizer)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                where, dtype=dt, use_safetensors=True, trust_remote_code=False, local_files_only=cache_only
+            )
+            tokenizer = tokenizer_loaded.result()
+        except torch.OutOfMemoryError as e:
+            raise OutOfMemoryError(f"out of memory loading {spec} on {dev}: {e}") from e
+        except (OSError, ValueError) as e:
+            why = "the Hugging Face hub cannot be reached and it is not in the local cache" if cache_only else e
+            raise ModelNotFoundError(
+                f"cannot load model {spec!r} ({where}): {why}. Use a packaged alias ({', '.join(PACKAGED)}), "
+                "a local directory with safetensors, a .gguf file, or a reachable HF id"
+            ) from e
     try:
         # transformers decorates `to` with functools.wraps, whose stub loses the method binding of self.
         model.to(dev)  # type: ignore[arg-type]

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
-from gguf.quants import quantize
+from gguf.quants import dequantize, quantize
 from safetensors import safe_open
 
 from speccomplete.decoder.gguf_safetensors import (
+    TORCH_DEQUANTIZERS,
     MetaMismatchError,
     convert_with_meta,
     differing_tensors,
@@ -159,6 +160,20 @@ def test_the_tensor_reader_reads_what_gguf_reader_reads_without_the_vocabulary(c
         if field.types[-1] != 8 or field.types[0] != 9:  # all but the arrays of strings
             assert fast.fields[key].contents() == field.contents(), key
     assert fast.fields["tokenizer.ggml.tokens"].contents() == []  # stepped over, not read
+
+
+@pytest.mark.parametrize("kind", sorted(TORCH_DEQUANTIZERS))
+def test_the_torch_dequantizers_give_gguf_values_bit_for_bit(kind):
+    """Values of every size and sign, zeros and a row of one value among them, and both of Q5_0's nibble halves."""
+    qtype = GGMLQuantizationType[kind]
+    rng = np.random.RandomState(7)
+    values = (rng.standard_normal((48, 256)) * rng.uniform(1e-3, 30, (48, 1))).astype(np.float32)
+    values[3], values[5] = 0.0, 1.5
+    rows = quantize(values, qtype)
+    out = np.full(values.shape, np.nan, np.float32)
+    TORCH_DEQUANTIZERS[kind](rows, out)
+    assert np.array_equal(out.view(np.uint32), dequantize(rows, qtype).view(np.uint32))
+    assert np.abs(out - values).max() <= np.abs(values).max() / 8  # and they are the values quantized
 
 
 def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_transformers(
