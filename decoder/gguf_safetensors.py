@@ -249,8 +249,8 @@ def dequantize_q5_0(rows: np.ndarray, out: np.ndarray) -> None:
     torch.mul(values.float(), scale, out=torch.from_numpy(out).view(-1, 32))
 
 
-# gguf's numpy dequantizes a Q8_0 block at about 20 ns a value (Gemma-3-270M's embedding: 3.4 s of a first start's
-# conversion); these do it in torch's vectorized loops, for the same values. Other types go through gguf.
+# gguf's numpy is slow on these two (Gemma-3-270M's embedding is Q8_0: most of a first start's conversion, docs/cpu.md
+# "What a start costs"); torch's vectorized loops give the same values. Other types go through gguf.
 TORCH_DEQUANTIZERS = {"Q8_0": dequantize_q8_0, "Q5_0": dequantize_q5_0}
 
 

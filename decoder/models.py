@@ -210,7 +210,7 @@ def _convert_with_meta(gguf: Path, meta: Path, out: Path, progress: Progress | N
 # and waits short of a phase's end until the phase is done.
 CONVERT_SECONDS = {"weights": 51.0, "tokenizer": 37.0, "saving": 2.0}
 # The same with the shipped meta: only the tensors are read, dequantized and saved.
-CONVERT_WITH_META_SECONDS = {"tensors": 8.0}
+CONVERT_WITH_META_SECONDS = {"tensors": 6.0}
 
 
 class _ConversionProgress:
