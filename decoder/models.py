@@ -13,6 +13,8 @@ import json
 import logging
 import math
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -173,8 +175,15 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
         stat = gguf.stat()
         key = hashlib.sha256(f"{gguf}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
         out = cache_root() / "models" / f"{gguf.stem}-{key}"
-    if (out / "model.safetensors").exists() or (out / "model.safetensors.index.json").exists():
+    if _has_weights(out):
         return out
+    ahead = _CONVERTING_AHEAD.pop(spec, None)
+    if ahead is not None:
+        with _ConversionProgress(progress or (lambda fraction, message: None), gguf.name, CONVERT_WITH_META_SECONDS):
+            ahead.wait()
+        if _has_weights(out):
+            return out
+        log.warning("converting %s ahead failed (exit %s); converting it here", spec, ahead.returncode)
     meta = shipped_meta(spec)
     if meta is not None:
         try:
@@ -183,6 +192,38 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
             log.warning("the shipped meta of %s does not fit %s (%s); converting through transformers", spec, gguf, e)
     log.info("converting %s (%s) to safetensors once; this takes a minute or two", spec, gguf.name)
     return convert_gguf(gguf, out, progress)
+
+
+def _has_weights(folder: Path) -> bool:
+    return (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists()
+
+
+# A packaged alias's conversion started by convert_ahead, which _converted_dir waits for rather than starting its own.
+_CONVERTING_AHEAD: dict[str, subprocess.Popen] = {}
+
+
+def convert_ahead(spec: str) -> bool:
+    """Start converting the packaged alias `spec` with its shipped meta in a process of its own, where the model cache
+    lacks it: a first start's server imports its modules meanwhile, on the other core (harness/serve.py), and its
+    load (resolve) waits for this conversion instead of starting its own. False where there is nothing to do or no
+    meta to do it with."""
+    meta = shipped_meta(spec)
+    if meta is None or spec in _CONVERTING_AHEAD:
+        return False
+    out = cache_root() / "models" / spec
+    try:
+        gguf = PACKAGED[spec].gguf_path()
+    except ModelNotFoundError:
+        return False  # the load says so
+    if _has_weights(out):
+        return False
+    command = [sys.executable, "-m", "speccomplete.decoder.gguf_safetensors", str(gguf), str(meta), str(out)]
+    # its errors: where it fails, the load converts in-process and says why
+    _CONVERTING_AHEAD[spec] = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    log.info("converting %s to safetensors once, with its shipped meta, in a process of its own", gguf.name)
+    return True
 
 
 # The metadata files and tensor map of each packaged model (decoder/gguf_safetensors.py), built by

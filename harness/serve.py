@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -15,7 +16,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from speccomplete.server.early_stdin import EarlyStdin
+
+    # stdin is read from here on, and a first start begins converting the model `initialize` names while the server
+    # imports what it runs on (seconds, most of all with no bytecode cached yet).
+    stdin = None if args.tcp else EarlyStdin(sys.stdin.buffer, on_initialize=convert_model_ahead)
     from speccomplete.server.lsp import serve
 
-    serve(tcp=args.tcp, port=args.port)
+    serve(tcp=args.tcp, port=args.port, stdin=stdin)
     return 0
+
+
+def convert_model_ahead(settings: dict) -> None:
+    """The packaged model `initialize`'s settings name (or the default), converted in a process of its own where the
+    model cache lacks it; the server's load then waits for that conversion (decoder/models.py, convert_ahead)."""
+    from speccomplete.decoder.models import DEFAULT_TARGET, convert_ahead
+
+    target = settings.get("target", DEFAULT_TARGET)
+    if settings.get("backend", "local") == "local" and isinstance(target, str):
+        convert_ahead(target)

@@ -59,6 +59,7 @@ from .completion import (
 )
 from .debounce import Debounce
 from .documents import document_key, path_of, use_lsp_lines
+from .early_stdin import EarlyStdin
 from .loading import Loader, Worker
 from .log_limits import PopupLimit, limit_logging
 from .options import EVENT_LOG_FIELDS, ServerOptions, models_changed, parse_options
@@ -557,7 +558,8 @@ def accept(ls: SpecdecServer, request_id: str) -> bool:
     return False
 
 
-def serve(tcp: bool = False, port: int = 2087) -> None:
+def serve(tcp: bool = False, port: int = 2087, stdin: EarlyStdin | None = None) -> None:
+    """Serve on stdio, or on TCP `port`; `stdin`: stdio's reader, where one was started before this module's imports."""
     limit_logging()
     # The server reports loading itself ($/progress, specdec/status); transformers' and the hub's progress bars
     # on stderr would land in the editors' logs as warnings or errors, a line per redraw.
@@ -571,7 +573,7 @@ def serve(tcp: bool = False, port: int = 2087) -> None:
         serve_tcp(SERVER.protocol, SERVER, port)
     else:
         SERVER.protocol.set_writer(StdoutWriter(sys.stdout.buffer))
-        serve_stdio(SERVER.protocol)
+        serve_stdio(SERVER.protocol, stdin)
 
 
 def _pacing(options) -> tuple:

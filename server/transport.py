@@ -20,12 +20,12 @@ import logging
 import os
 import secrets
 import sys
-import threading
 from pathlib import Path
 from typing import Protocol as TypingProtocol
 
 from lsprotocol import types
 
+from .early_stdin import EarlyStdin
 from .jsonrpc import INVALID_REQUEST, PARSE_ERROR, Frames, FramingError, Reply, check, parse
 
 log = logging.getLogger(__name__)
@@ -82,25 +82,25 @@ def encode(payload: dict) -> bytes:
 # ---------------------------------------------------------------------------------------------- stdio
 
 
-def _pump(stream, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop) -> None:
-    """Copy `stream` into `reader` on a thread: works for pipes, files and consoles on every platform."""
-    fd = stream.fileno()
-    while data := os.read(fd, 65536):
-        loop.call_soon_threadsafe(reader.feed_data, data)
-    loop.call_soon_threadsafe(reader.feed_eof)
-
-
-async def _serve_stdio(receiver: Receiver) -> None:
+async def _serve_stdio(receiver: Receiver, stdin: EarlyStdin) -> None:
     reader = asyncio.StreamReader()
     loop = asyncio.get_running_loop()
-    threading.Thread(target=_pump, args=(sys.stdin.buffer, reader, loop), name="specdec-stdin", daemon=True).start()
+
+    def sink(chunk: bytes | None) -> None:  # from stdin's thread: works for pipes, files and consoles everywhere
+        if chunk is None:
+            loop.call_soon_threadsafe(reader.feed_eof)
+        else:
+            loop.call_soon_threadsafe(reader.feed_data, chunk)
+
+    stdin.attach(sink)
     frames = Frames(reader)
     while (frame := await frames.next()) is not None:
         deliver(receiver, frames, frame)
 
 
-def serve_stdio(receiver: Receiver) -> None:
-    asyncio.run(_serve_stdio(receiver))
+def serve_stdio(receiver: Receiver, stdin: EarlyStdin | None = None) -> None:
+    """Serve the messages on stdin; `stdin`: the reader started before the server's imports, if one was."""
+    asyncio.run(_serve_stdio(receiver, stdin or EarlyStdin(sys.stdin.buffer)))
 
 
 # ------------------------------------------------------------------------------------------------ TCP

@@ -204,6 +204,36 @@ def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_
     assert Path(models.resolve("tiny")) == fast and len(slow) == 1 and (fast / "model.safetensors").is_file()
 
 
+def test_a_conversion_started_ahead_is_the_one_the_load_waits_for(converted, tmp_path, monkeypatch):
+    """convert_ahead (a first start's, harness/serve.py) converts in a process of its own; resolve waits for it and
+    converts nothing itself. Where that process fails, resolve converts as it would have."""
+    from speccomplete.decoder import models
+
+    gguf, reference, meta = converted
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(models.PACKAGED, "tiny", SimpleNamespace(gguf_path=lambda: gguf))
+    monkeypatch.setattr(models, "SHIPPED_META", tmp_path / "meta")
+    pack_meta(meta, tmp_path / "meta" / "tiny.tar.xz")
+    here = []
+    monkeypatch.setattr(models, "convert_with_meta", lambda *args: here.append(args) or convert_with_meta(*args))
+    assert models.convert_ahead("tiny") and not models.convert_ahead("tiny")  # one conversion at a time
+    ahead = models._CONVERTING_AHEAD["tiny"]
+    reports = []
+    folder = Path(models.resolve("tiny", progress=lambda fraction, message: reports.append((fraction, message))))
+    assert ahead.returncode == 0 and here == [] and same_files(reference, folder)
+    assert reports[-1] == (1.0, f"converted {gguf.name}")
+    assert not models.convert_ahead("tiny") and "tiny" not in models._CONVERTING_AHEAD  # converted: nothing to do
+    assert not models.convert_ahead("no-such-alias")  # no shipped meta: the load converts as it always did
+
+    shutil.rmtree(folder)
+    (tmp_path / "meta" / "tiny.tar.xz").write_bytes(b"not an archive")  # the process ahead fails on it
+    assert models.convert_ahead("tiny")
+    monkeypatch.setattr(models, "convert_gguf", lambda gguf, out, progress=None: here.append(out) or Path(out))
+    # converted here: the meta tried again, then transformers'
+    assert models.resolve("tiny") == str(folder) and here[1:] == [folder] and len(here[0]) == 3
+    assert models._CONVERTING_AHEAD == {}
+
+
 def test_a_meta_archive_with_anything_but_plain_files_is_refused(tmp_path):
     import io
     import tarfile
