@@ -176,9 +176,9 @@ def test_the_torch_dequantizers_give_gguf_values_bit_for_bit(kind):
     assert np.abs(out - values).max() <= np.abs(values).max() / 8  # and they are the values quantized
 
 
-def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_transformers(
-    converted, tmp_path, monkeypatch
-):
+@pytest.fixture
+def packaged_tiny(converted, tmp_path, monkeypatch) -> tuple[Path, Path, Path]:
+    """`converted`'s GGUF as the packaged alias "tiny", its meta shipped, with a model cache of its own."""
     from speccomplete.decoder import models
 
     gguf, reference, meta = converted
@@ -186,6 +186,15 @@ def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_
     monkeypatch.setitem(models.PACKAGED, "tiny", SimpleNamespace(gguf_path=lambda: gguf))
     monkeypatch.setattr(models, "SHIPPED_META", tmp_path / "meta")
     pack_meta(meta, tmp_path / "meta" / "tiny.tar.xz")
+    return converted
+
+
+def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_transformers(
+    packaged_tiny, tmp_path, monkeypatch
+):
+    from speccomplete.decoder import models
+
+    gguf, reference, meta = packaged_tiny
     slow = []
     monkeypatch.setattr(models, "convert_gguf", lambda *args: slow.append(args) or convert_gguf(*args))
     reports = []
@@ -204,16 +213,12 @@ def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_
     assert Path(models.resolve("tiny")) == fast and len(slow) == 1 and (fast / "model.safetensors").is_file()
 
 
-def test_a_conversion_started_ahead_is_the_one_the_load_waits_for(converted, tmp_path, monkeypatch):
+def test_a_conversion_started_ahead_is_the_one_the_load_waits_for(packaged_tiny, tmp_path, monkeypatch):
     """convert_ahead (a first start's, harness/serve.py) converts in a process of its own; resolve waits for it and
     converts nothing itself. Where that process fails, resolve converts as it would have."""
     from speccomplete.decoder import models
 
-    gguf, reference, meta = converted
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setitem(models.PACKAGED, "tiny", SimpleNamespace(gguf_path=lambda: gguf))
-    monkeypatch.setattr(models, "SHIPPED_META", tmp_path / "meta")
-    pack_meta(meta, tmp_path / "meta" / "tiny.tar.xz")
+    gguf, reference, meta = packaged_tiny
     here = []
     monkeypatch.setattr(models, "convert_with_meta", lambda *args: here.append(args) or convert_with_meta(*args))
     assert models.convert_ahead("tiny") and not models.convert_ahead("tiny")  # one conversion at a time
