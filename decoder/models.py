@@ -6,6 +6,7 @@ A packaged GGUF is dequantized once into a safetensors directory under the user 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -180,7 +182,11 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
     ahead = _CONVERTING_AHEAD.pop(spec, None)
     if ahead is not None:
         with _ConversionProgress(progress or (lambda fraction, message: None), gguf.name, CONVERT_WITH_META_SECONDS):
-            ahead.wait()
+            try:
+                ahead.wait(CONVERT_AHEAD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                ahead.kill()
+                ahead.wait()
         if _has_weights(out):
             return out
         log.warning("converting %s ahead failed (exit %s); converting it here", spec, ahead.returncode)
@@ -198,8 +204,10 @@ def _has_weights(folder: Path) -> bool:
     return (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists()
 
 
-# A packaged alias's conversion started by convert_ahead, which _converted_dir waits for rather than starting its own.
+# A packaged alias's conversion started by convert_ahead, which _converted_dir waits for rather than starting its own,
+# up to a time far beyond a conversion's (seconds): then it is stopped, and converted in-process.
 _CONVERTING_AHEAD: dict[str, subprocess.Popen] = {}
+CONVERT_AHEAD_TIMEOUT_S = 600.0
 
 
 def convert_ahead(spec: str) -> bool:
@@ -207,16 +215,13 @@ def convert_ahead(spec: str) -> bool:
     lacks it: a first start's server imports its modules meanwhile, on the other core (harness/serve.py), and its
     load (resolve) waits for this conversion instead of starting its own. False where there is nothing to do or no
     meta to do it with."""
-    meta = shipped_meta(spec)
-    if meta is None or spec in _CONVERTING_AHEAD:
+    meta, out = shipped_meta(spec), cache_root() / "models" / spec
+    if meta is None or spec in _CONVERTING_AHEAD or _has_weights(out):
         return False
-    out = cache_root() / "models" / spec
     try:
         gguf = PACKAGED[spec].gguf_path()
     except ModelNotFoundError:
         return False  # the load says so
-    if _has_weights(out):
-        return False
     command = [sys.executable, "-m", "speccomplete.decoder.gguf_safetensors", str(gguf), str(meta), str(out)]
     # its errors: where it fails, the load converts in-process and says why
     _CONVERTING_AHEAD[spec] = subprocess.Popen(
@@ -395,6 +400,14 @@ def _plain_tokenizer(folder: Path):
     holds only special tokens and plain settings (the packaged models' do); None otherwise. The same tokenizer as
     AutoTokenizer's (tests/integration/test_packaged_tokenizers.py), without its parsing the file three more
     times in Python: about 1.7 s less on Gemma-3's 262k tokens (docs/cpu.md, "What a start costs")."""
+    build = _plain_tokenizer_build(folder)
+    return _built_tokenizer(build, folder) if build else None
+
+
+def _plain_tokenizer_build(folder: Path) -> Callable[[], Any] | None:
+    """How `_plain_tokenizer` builds the folder's tokenizer, or None. The class is resolved (its module imported)
+    here, so that the build, mostly the file's parse, may run on another thread: transformers' lazy modules are
+    not made for imports from two threads at once, and the model's load imports beside it."""
     from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
 
     config_file, tokenizer_file = folder / "tokenizer_config.json", folder / "tokenizer.json"
@@ -412,7 +425,17 @@ def _plain_tokenizer(folder: Path):
         settings = {key: value for key, value in config.items() if key not in _TOKENIZER_BOOKKEEPING}
         if (template := folder / "chat_template.jinja").is_file():  # where transformers saves it apart
             settings["chat_template"] = template.read_text(encoding="utf-8")
-        return tokenizer_class(tokenizer_file=str(tokenizer_file), name_or_path=str(folder), **settings)
+        return functools.partial(
+            tokenizer_class, tokenizer_file=str(tokenizer_file), name_or_path=str(folder), **settings
+        )
+    except Exception as e:  # transformers' own loading decides, and says what is wrong
+        log.debug("tokenizer in %s: the plain way failed (%s); loading it through AutoTokenizer", folder, e)
+        return None
+
+
+def _built_tokenizer(build: Callable[[], Any], folder: Path):
+    try:
+        return build()
     except Exception as e:  # transformers' own loading decides, and says what is wrong
         log.debug("tokenizer in %s: the plain way failed (%s); loading it through AutoTokenizer", folder, e)
         return None
@@ -435,19 +458,17 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", progress: P
                 "pick a smaller model, a lower-precision dtype or another device"
             )
     cache_only = not local.is_dir() and not hub_reachable()
-
-    def load_tokenizer():
-        tokenizer = _plain_tokenizer(local) if local.is_dir() else None
-        return tokenizer or AutoTokenizer.from_pretrained(where, trust_remote_code=False, local_files_only=cache_only)
-
-    # The tokenizer's file is parsed in Rust with the GIL let go: beside the weights' load, not after it.
+    build = _plain_tokenizer_build(local) if local.is_dir() else None
+    # A plain tokenizer's file is parsed in Rust with the GIL let go: beside the weights' load, not after it.
     with ThreadPoolExecutor(1, thread_name_prefix="specdec-tokenizer") as pool:
-        tokenizer_loaded = pool.submit(load_tokenizer)
+        plain = pool.submit(_built_tokenizer, build, local) if build else None
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 where, dtype=dt, use_safetensors=True, trust_remote_code=False, local_files_only=cache_only
             )
-            tokenizer = tokenizer_loaded.result()
+            tokenizer = (plain.result() if plain else None) or AutoTokenizer.from_pretrained(
+                where, trust_remote_code=False, local_files_only=cache_only
+            )
         except torch.OutOfMemoryError as e:
             raise OutOfMemoryError(f"out of memory loading {spec} on {dev}: {e}") from e
         except (OSError, ValueError) as e:

@@ -47,11 +47,22 @@ class EarlyStdin:
             self.sink = sink
 
     def _read(self) -> None:
-        while data := os.read(self.fd, 65536):
-            if self.first is not None:
-                self._look(data)
-            self._pass(data)
-        self._pass(None)
+        try:
+            while data := os.read(self.fd, 65536):
+                if self.first is not None:
+                    self._look(data)
+                self._pass(data)
+        except OSError as e:  # stdin closed under it: the server sees its end, as at EOF
+            log.warning("stdin: %s", e)
+        finally:
+            self._pass(None)
+
+    def _look(self, data: bytes) -> None:
+        try:
+            self._look_at(data)
+        except Exception as e:  # the server answers a bad message itself: here it is only not looked at
+            self.first = None
+            log.debug("the first message was not looked at: %s", e)
 
     def _pass(self, chunk: bytes | None) -> None:
         with self.lock:
@@ -61,7 +72,7 @@ class EarlyStdin:
             sink = self.sink
         sink(chunk)  # only this thread passes chunks once attached, so their order holds
 
-    def _look(self, data: bytes) -> None:
+    def _look_at(self, data: bytes) -> None:
         first = (self.first or b"") + data
         header_end = first.find(b"\r\n\r\n")
         length = _LENGTH.search(first, 0, header_end) if header_end >= 0 else None
@@ -73,12 +84,9 @@ class EarlyStdin:
             self.first = first if body_end <= FIRST_FRAME_LIMIT else None
             return
         self.first = None
-        try:
-            message = json.loads(first[header_end + 4 : body_end])
-            params = message.get("params") if isinstance(message, dict) else None
-            if message.get("method") == "initialize" and isinstance(params, dict):
-                options = params.get("initializationOptions")
-                assert self.on_initialize is not None
-                self.on_initialize(options if isinstance(options, dict) else {})
-        except Exception as e:  # the server answers a bad message itself: here it is only not looked at
-            log.debug("the first message was not looked at: %s", e)
+        message = json.loads(first[header_end + 4 : body_end])
+        params = message.get("params") if isinstance(message, dict) else None
+        if message.get("method") == "initialize" and isinstance(params, dict):
+            options = params.get("initializationOptions")
+            assert self.on_initialize is not None
+            self.on_initialize(options if isinstance(options, dict) else {})

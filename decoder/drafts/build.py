@@ -138,5 +138,9 @@ def _line_ends(tokenizer, vocab_ids) -> set[int]:
     ids = vocab_ids.tolist()
     one_each = [[i] for i in ids]
     backend = getattr(tokenizer, "backend_tokenizer", None)  # a fast tokenizer's, in Rust: a tenth of batch_decode
-    texts = backend.decode_batch(one_each, skip_special_tokens=False) if backend else tokenizer.batch_decode(one_each)
+    texts = (
+        backend.decode_batch(one_each, skip_special_tokens=False)
+        if backend is not None
+        else tokenizer.batch_decode(one_each)
+    )
     return {i for i, text in zip(ids, texts) if "\n" in text}

@@ -219,6 +219,7 @@ def test_a_conversion_started_ahead_is_the_one_the_load_waits_for(packaged_tiny,
     from speccomplete.decoder import models
 
     gguf, reference, meta = packaged_tiny
+    monkeypatch.setattr(models, "_CONVERTING_AHEAD", {})
     here = []
     monkeypatch.setattr(models, "convert_with_meta", lambda *args: here.append(args) or convert_with_meta(*args))
     assert models.convert_ahead("tiny") and not models.convert_ahead("tiny")  # one conversion at a time

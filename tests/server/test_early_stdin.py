@@ -92,14 +92,25 @@ def test_settings_that_are_not_an_object_are_heard_as_none_set():
 
 
 def test_a_failing_listener_loses_no_bytes():
-    pipe, sink = Pipe(), queue.Queue()
+    pipe, sink, called = Pipe(), queue.Queue(), threading.Event()
 
     def listener(settings: dict) -> None:
+        called.set()
         raise RuntimeError("no")
 
     stdin = EarlyStdin(pipe.reader, on_initialize=listener)
     pipe.write(INITIALIZE)
     pipe.close()
-    threading.Event().wait(0.1)  # held until attached
+    assert called.wait(10)
     stdin.attach(sink.put)
     assert received(sink) == INITIALIZE
+
+
+def test_a_length_past_reading_is_passed_on_unheard():
+    pipe, heard, sink = Pipe(), [], queue.Queue()
+    stdin = EarlyStdin(pipe.reader, on_initialize=heard.append)
+    huge = b"Content-Length: " + b"9" * 5000 + b"\r\n\r\n{}"  # int() refuses so many digits
+    pipe.write(huge + INITIALIZE)
+    pipe.close()
+    stdin.attach(sink.put)
+    assert received(sink) == huge + INITIALIZE and heard == []

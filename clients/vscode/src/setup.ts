@@ -12,7 +12,6 @@
 import { ChildProcess, execFile, spawn } from 'child_process';
 import { createHash } from 'crypto';
 import * as fs from 'fs';
-import * as os from 'os';
 import * as path from 'path';
 import * as readline from 'readline';
 import * as vscode from 'vscode';
@@ -140,24 +139,18 @@ function run(step: Step, command: string, args: string[], label: string): Promis
 
 // Python compiles a module at its first import, and a first server start imports some 1,100 of torch's
 // (--no-compile above): seconds of a 2-core machine's start. Those are compiled here, on the core that
-// pip leaves idle while it installs the rest, at a lower priority. Not waited for: what is not compiled
-// when the server starts, the server compiles as before.
+// pip leaves idle while it installs the rest, at a lower priority, with the timestamps an import would
+// write. Not waited for: what is not compiled when the server starts, the server compiles as before.
 const COMPILE_TORCH = [
   '-c',
-  'import compileall, importlib.util, os; ' +
-    "compileall.compile_dir(os.path.dirname(importlib.util.find_spec('torch').origin), quiet=1)",
+  "import compileall, importlib.util, os, py_compile; hasattr(os, 'nice') and os.nice(10); " +
+    "compileall.compile_dir(os.path.dirname(importlib.util.find_spec('torch').origin), quiet=1, " +
+    'invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)',
 ];
 
 function compileTorchInBackground(step: Step, python: string): void {
   const began = Date.now();
   const child = spawn(python, COMPILE_TORCH, { stdio: 'ignore' });
-  child.on('spawn', () => {
-    try {
-      os.setPriority(child.pid ?? 0, 10);
-    } catch {
-      // a priority it may not lower: it runs at the setup's
-    }
-  });
   const cancel = step.token.onCancellationRequested(() => child.kill());
   child.on('error', (e) => {
     cancel.dispose();

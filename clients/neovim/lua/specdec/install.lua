@@ -84,10 +84,12 @@ local function speccomplete_step(venv, repo)
 end
 
 -- Python compiles a module at its first import, and a first server start imports some 1,100 of torch's
--- (--no-compile above): seconds of a 2-core machine's start. A background step compiles them on the core that
--- pip leaves idle while it installs speccomplete; what is not done when the server starts, the server compiles.
-M.COMPILE_TORCH = 'import compileall, importlib.util, os; '
-  .. "compileall.compile_dir(os.path.dirname(importlib.util.find_spec('torch').origin), quiet=1)"
+-- (--no-compile above): seconds of a 2-core machine's start. A background step compiles them, at a lower priority,
+-- on the core that pip leaves idle while it installs speccomplete; what is not done when the server starts, the
+-- server compiles.
+M.COMPILE_TORCH = "import compileall, importlib.util, os, py_compile; hasattr(os, 'nice') and os.nice(10); "
+  .. "compileall.compile_dir(os.path.dirname(importlib.util.find_spec('torch').origin), quiet=1, "
+  .. 'invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)'
 
 -- The steps, as { title, cmd[, background] } in order; a background step is started and not waited for.
 -- opts: python (required), nvidia, venv, repo.
