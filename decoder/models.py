@@ -6,7 +6,6 @@ A packaged GGUF is dequantized once into a safetensors directory under the user 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import importlib.util
@@ -425,9 +424,7 @@ def _plain_tokenizer_build(folder: Path) -> Callable[[], Any] | None:
         settings = {key: value for key, value in config.items() if key not in _TOKENIZER_BOOKKEEPING}
         if (template := folder / "chat_template.jinja").is_file():  # where transformers saves it apart
             settings["chat_template"] = template.read_text(encoding="utf-8")
-        return functools.partial(
-            tokenizer_class, tokenizer_file=str(tokenizer_file), name_or_path=str(folder), **settings
-        )
+        return lambda: tokenizer_class(tokenizer_file=str(tokenizer_file), name_or_path=str(folder), **settings)
     except Exception as e:  # transformers' own loading decides, and says what is wrong
         log.debug("tokenizer in %s: the plain way failed (%s); loading it through AutoTokenizer", folder, e)
         return None
