@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .gguf_safetensors import convert_with_meta, staged_folder
+from .gguf_safetensors import WEIGHT_FILES, convert_with_meta, staged_folder
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
     """The cached conversion of a packaged alias or a GGUF file; a file's folder is named by its resolved
     path, size and mtime, so an edited or replaced file is converted again."""
     if spec in PACKAGED:
-        gguf, out = PACKAGED[spec].gguf_path(), cache_root() / "models" / spec
+        gguf, out = PACKAGED[spec].gguf_path(), packaged_folder(spec)
     else:
         gguf = Path(spec).expanduser().resolve()
         stat = gguf.stat()
@@ -200,7 +200,12 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
 
 
 def _has_weights(folder: Path) -> bool:
-    return (folder / "model.safetensors").exists() or (folder / "model.safetensors.index.json").exists()
+    return any((folder / name).exists() for name in WEIGHT_FILES)
+
+
+def packaged_folder(spec: str) -> Path:
+    """Where the packaged alias `spec` is converted to, in the model cache."""
+    return cache_root() / "models" / spec
 
 
 # A packaged alias's conversion started by convert_ahead, which _converted_dir waits for rather than starting its own,
@@ -214,7 +219,7 @@ def convert_ahead(spec: str) -> bool:
     lacks it: a first start's server imports its modules meanwhile, on the other core (harness/serve.py), and its
     load (resolve) waits for this conversion instead of starting its own. False where there is nothing to do or no
     meta to do it with."""
-    meta, out = shipped_meta(spec), cache_root() / "models" / spec
+    meta, out = shipped_meta(spec), packaged_folder(spec)
     if meta is None or spec in _CONVERTING_AHEAD or _has_weights(out):
         return False
     try:

@@ -31,7 +31,7 @@ def conversions() -> list[dict]:
         except models.ModelNotFoundError as e:
             print(f"first-start: {alias} left out: {e}", file=sys.stderr)
             continue
-        out = models.cache_root() / "models" / alias
+        out = models.packaged_folder(alias)
         # a first start's own way (resolve: with the shipped meta), then transformers' for a GGUF that ships none
         for way, convert in (
             ("shipped meta", lambda: models.resolve(alias)),
@@ -48,7 +48,7 @@ async def server_starts() -> list[dict]:
     rows = []
     for cache in ("cold", "warm"):
         if cache == "cold":
-            shutil.rmtree(models.cache_root() / "models" / models.DEFAULT_TARGET, ignore_errors=True)
+            shutil.rmtree(models.packaged_folder(models.DEFAULT_TARGET), ignore_errors=True)
         began = time.perf_counter()
         session = await start_session(server_command(), {}, 900)
         in_use_s = await compiled_in_use_s(session, began, timeout=600)
