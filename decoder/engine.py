@@ -37,7 +37,7 @@ import torch
 from .cpu_threads import IdleCores
 from .drafts.base import Drafter, Proposal
 from .drafts.references import References
-from .gamma import DraftPayoff, FixedGamma, HeuristicGamma
+from .gamma import DraftPayoff, FixedGamma, HeuristicGamma, LookupSpan, RowCosts
 from .healing import allowed_first, heal
 from .kv_cache import head_logits
 from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, verdict
@@ -145,6 +145,8 @@ class SpeculativeDecoder:
         self.gamma = gamma  # kept across requests, like HF's heuristic schedule
         self.group_gammas: dict[str, object] = {}  # a copy of it for each named gamma_group
         self.payoffs: dict[str, DraftPayoff] = {}  # whether the model draft pays here, by gamma_group (_payoff)
+        self.row_costs = RowCosts()  # what a verify of so many rows costs here, timed from the rounds
+        self.spans: dict[str, LookupSpan] = {}  # how long a lookup's copies run, by gamma_group (_lookup_span)
         self.draft_confidence = draft_confidence
         self.eos = eos_ids(target, tokenizer)
         self.steps = steps if steps is not None else EagerTarget(target, drafter.target_taps if drafter else ())
@@ -187,6 +189,9 @@ class SpeculativeDecoder:
             return Generation("", [], "cancelled", stats, [], healed)
         if self.drafter is not None:
             self.drafter.refer(opts.references)
+            # an adaptive policy's lookup copies as far as pays on this machine, by the clock; a fixed γ's, by its rule
+            clocked = getattr(self._policy(opts.gamma_group), "clocked", False)
+            self.drafter.clock_lookup(self._lookup_span(opts.gamma_group) if clocked else None)
             self.drafter.reset(ids, reused)
         if prefill_logits.device.type == "cuda":  # the prefill's time, not its launch's (the first round waits anyway)
             torch.cuda.synchronize(prefill_logits.device)
@@ -275,6 +280,11 @@ class SpeculativeDecoder:
             self.payoffs[group] = DraftPayoff()
         return self.payoffs[group]
 
+    def _lookup_span(self, group: str) -> LookupSpan:
+        if group not in self.spans:
+            self.spans[group] = LookupSpan(self.row_costs)
+        return self.spans[group]
+
     def _reuse_prefix(self, ids: list[int]) -> int:
         """Cut the target's cache to the longest prefix it shares with `ids`; returns its length.
 
@@ -352,6 +362,8 @@ class SpeculativeDecoder:
             outcome = self._verify(committed, proposal, prefill_logits, params, generator, healed).tolist()
         n, token, *row_logprobs = outcome
         n, token = int(n), int(token)
+        if proposal.hidden is None and prefill_logits is None:  # a pass of the target over the round's rows
+            self.row_costs.record(k + 1, _ms(t1))
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         self.steps.truncate(len(committed) + n)
         self._after_round(committed, n, proposal, policy, (asked, gamma), k, stats, t0, t1, clock)

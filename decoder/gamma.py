@@ -178,6 +178,102 @@ class DraftPayoff:
         return f"payoff(drafted {rates[True]:.0f} tok/s, plain {rates[False]:.0f} tok/s, pays={self.pays()})"
 
 
+class RowCosts:
+    """What a target pass costs on this machine by the rows it feeds, by the clock: a decayed average of the
+    milliseconds of each row count the rounds verified. A row count not measured within the last `forget`
+    rounds is read off those that were: between two, on the line through them; past the widest, on the line
+    through the widest two; below the narrowest, or with one measured, as dear as the nearest (a guess on the
+    cheap side, so a wider verify is tried once and then known). Where a pass is bound by reading the weights
+    (a GPU, VNNI) a few more rows cost little; where by the multiplies (AVX2 alone), each costs a third of a step.
+    """
+
+    def __init__(self, decay: float = 0.9, forget: int = 256):
+        self.decay, self.forget = decay, forget
+        self.sums: dict[int, float] = {}  # decayed milliseconds by rows
+        self.weights: dict[int, float] = {}  # decayed counts by rows
+        self.last: dict[int, int] = {}  # the round each row count was last measured in
+        self.rounds = 0
+
+    def record(self, rows: int, ms: float) -> None:
+        self.rounds += 1
+        self.sums[rows] = self.decay * self.sums.get(rows, 0.0) + ms
+        self.weights[rows] = self.decay * self.weights.get(rows, 0.0) + 1
+        self.last[rows] = self.rounds
+
+    def table(self, most: int) -> list[float] | None:
+        """The milliseconds of 1..`most` rows (index 0: one row), or None before any round was measured."""
+        recent = [r for r in sorted(self.last) if self.rounds - self.last[r] < self.forget]
+        known = {r: self.sums[r] / self.weights[r] for r in recent}
+        if not known:
+            return None
+        rows = list(known)
+        costs = []
+        for r in range(1, most + 1):
+            below, above = [k for k in rows if k <= r], [k for k in rows if k >= r]
+            if below and above:
+                low, high = below[-1], above[0]
+                share = 0.0 if high == low else (r - low) / (high - low)
+                costs.append(known[low] + share * (known[high] - known[low]))
+            elif above:
+                costs.append(known[above[0]])
+            elif len(rows) == 1:
+                costs.append(known[rows[0]])
+            else:
+                a, b = rows[-2], rows[-1]
+                costs.append(known[b] + max(0.0, (known[b] - known[a]) / (b - a)) * (r - b))
+        return costs
+
+    def __repr__(self) -> str:
+        return "rows(" + ", ".join(f"{r}: {self.sums[r] / self.weights[r]:.1f} ms" for r in sorted(self.last)) + ")"
+
+
+class LookupSpan:
+    """How many tokens a prompt lookup copies, by the clock: the span whose round is expected to commit the most
+    tokens a millisecond, from how far copies have matched (per language, like the γ policies' statistics) and
+    what a verify of its rows costs here (RowCosts).
+
+    A copy that has matched for a few tokens tends to go on matching (on the benchmark cases a fresh copy's first
+    token matched half the time and its fourth 87% of the times the third had), so the estimate is of each depth
+    into a run of copies: the tokens of the current run already accepted, the last depths pooled. The expected
+    tokens of a span s from depth d are 1 + the sum over i ≤ s of the chance the first i match. A copy is at least
+    one token: its second row costs next to nothing, so every depth keeps being measured.
+    """
+
+    DEPTHS = 8
+
+    def __init__(self, costs: RowCosts, decay: float = 0.97, prior: float = 0.5):
+        self.costs, self.decay = costs, decay
+        self.matched = [prior] * self.DEPTHS  # decayed counts by depth: copied tokens that matched
+        self.tried = [1.0] * self.DEPTHS  # and copied tokens the target checked
+
+    def span(self, depth: int, room: int) -> int | None:
+        """The span for a copy at `depth` into a run, at most `room`; None before any round was timed."""
+        if room < 1:
+            return room
+        costs = self.costs.table(room + 1)
+        if costs is None:
+            return None
+        best, best_rate, expected, chance = 1, 0.0, 1.0, 1.0
+        for span in range(1, room + 1):
+            d = min(depth + span - 1, self.DEPTHS - 1)
+            chance *= self.matched[d] / self.tried[d]
+            expected += chance
+            rate = expected / costs[span]  # span copies: span + 1 rows
+            if rate > best_rate:
+                best, best_rate = span, rate
+        return best
+
+    def record(self, depth: int, copied: int, accepted: int) -> None:
+        """A copy of `copied` tokens at `depth` into a run, of which the first `accepted` matched."""
+        for i in range(min(copied, accepted + 1)):
+            d = min(depth + i, self.DEPTHS - 1)
+            self.tried[d] = self.decay * self.tried[d] + 1
+            self.matched[d] = self.decay * self.matched[d] + (i < accepted)
+
+    def __repr__(self) -> str:
+        return "span(" + " ".join(f"{m / t:.2f}" for m, t in zip(self.matched, self.tried)) + f", {self.costs})"
+
+
 def parse_gamma_policy(spec: str | int):
     """'4' -> fixed γ=4; 'heuristic' or 'heuristic:START:MAX' -> adaptive; 'cost' or 'cost:C:V' -> cost model
     with draft step cost C and extra verify cost per token V, both in target steps."""

@@ -13,7 +13,7 @@ from helpers.tiny_models import noisy_copy, tiny_gemma3, tiny_gpt2, tiny_llama
 from helpers.tokenizers import make_byte_tokenizer
 from transformers.utils import logging as hf_logging
 
-from speccomplete.decoder.gamma import DraftPayoff
+from speccomplete.decoder.gamma import DraftPayoff, LookupSpan
 
 # One intra-op thread, not two: these models are a few thousand parameters wide, so a second thread
 # only adds synchronisation, and when another process is busy on the 2-core machine, two spinning
@@ -97,10 +97,12 @@ def _seed_and_threads():
 @pytest.fixture(autouse=True)
 def _drafting_whatever_the_clock_says(request, monkeypatch):
     """Tiny random models' steps take about as long as their drafts, so the clock's gate on drafting
-    (gamma.DraftPayoff) would decide by noise which rounds draft; tests of the drafters and the server run
-    every round the γ policy asks for. Tests of the gate itself are marked `clocked`."""
+    (gamma.DraftPayoff) and its lookup spans (gamma.LookupSpan) would decide by noise which rounds draft and how
+    far a copy goes; tests of the drafters and the server run every round the γ policy asks for, and copy by the
+    lookup's own rule. Tests of the clock itself are marked `clocked`."""
     if request.node.get_closest_marker("clocked") is None:
         monkeypatch.setattr(DraftPayoff, "gate", lambda self, gamma: gamma)
+        monkeypatch.setattr(LookupSpan, "span", lambda self, depth, room: None)
 
 
 @pytest.fixture(scope="session")

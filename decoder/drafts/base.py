@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 if TYPE_CHECKING:
+    from ..gamma import LookupSpan
     from ..sampling import SamplingParams
     from ..target_steps import Steps
     from ..tree import DraftTree
@@ -82,6 +83,11 @@ class Drafter(Protocol):
     def refer(self, references: References | None) -> None:
         """Other documents' tokens (references.py) a prompt lookup may copy from in the requests to come, where
         the prompt has no match; None: the prompt only. Drafters without a lookup ignore them."""
+        return None
+
+    def clock_lookup(self, spans: LookupSpan | None) -> None:
+        """The clock a prompt lookup's span follows in the requests to come (gamma.LookupSpan: an adaptive γ
+        policy's decoder hands one over); None: the lookup's own rule. Drafters without a lookup ignore it."""
         return None
 
     def propose(

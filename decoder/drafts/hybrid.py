@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..gamma import LookupSpan
 from ..tree import DraftTree
 from .base import Drafter, Proposal, tree_proposal
 from .ngram import NgramDrafter
@@ -15,9 +16,12 @@ class HybridDrafter(Drafter):
     """Prompt lookup where the context repeats itself (free, often long), the model draft elsewhere.
 
     The lookup needs a match of `min_ngram` tokens, so one common token does not trigger it. How
-    much it copies adapts, apart from the model's γ: +2 after a fully accepted copy, else one
-    more than was accepted. Long copies pay where code repeats itself, and a copy that keeps
-    missing shrinks to one token, whose verify costs about a plain step. With no model
+    much it copies adapts, apart from the model's γ. Behind an adaptive γ policy the decoder hands it a
+    clock (`clock_lookup`, gamma.LookupSpan): the span expected to commit the most tokens a millisecond,
+    from how far copies have matched and what a verify's rows cost on this machine. Without one, or before
+    a round was timed: +2 after a fully accepted copy, else one more than was accepted. Long copies pay
+    where code repeats itself and rows are cheap, and a copy that keeps missing shrinks to one token, whose
+    verify costs about a plain step. With no model
     (`ngram+none`) a round without a match drafts nothing: a plain target step. Behind a
     drafter that asks it (a SelfDrafter), the lookup is asked again after each of its drafts, and a
     copy ends that round (Drafter.propose's `lookup`). Where the prompt has no match, a request's references
@@ -35,7 +39,10 @@ class HybridDrafter(Drafter):
         self.lookup = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.lookup_tokens = lookup_tokens  # the most one copy proposes
         self.span = lookup_tokens // 2  # what the next copy proposes
-        self._copied: tuple[int, int] | None = None  # (committed length, tokens) of the last copy
+        # (committed length, tokens, depth into a run or None for a tree) of the last copy
+        self._copied: tuple[int, int, int | None] | None = None
+        self._run = 0  # tokens of the current run of fully accepted copies
+        self.spans: LookupSpan | None = None  # the clock the span follows (clock_lookup)
         self.references: References | None = None  # other documents, copied from where the prompt has no match
 
     @property
@@ -61,17 +68,20 @@ class HybridDrafter(Drafter):
     def refer(self, references: References | None) -> None:
         self.references = references
 
+    def clock_lookup(self, spans: LookupSpan | None) -> None:
+        self.spans = spans
+
     def reset(self, prompt: list[int], reused: int = 0) -> None:
         # A request starts from the middle span: the last one's may have grown on text of another kind.
-        self.span, self._copied = self.lookup_tokens // 2, None
+        self.span, self._copied, self._run = self.lookup_tokens // 2, None, 0
         self.lookup.reset(prompt, reused)
         if self.model is not None:
             self.model.reset(prompt, reused)
 
     def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
-        found = self._lookup(committed, self.span)
+        found = self._lookup(committed, self._span(self._run, self.lookup_tokens))
         if found:
-            self._copied = (len(committed), len(found))
+            self._copied = (len(committed), len(found), self._run)
             return Proposal(found, None, lookup=True)
         self._copied = None
         if self.model is None:
@@ -86,12 +96,13 @@ class HybridDrafter(Drafter):
         """Where the context repeats itself, the trie of copies from several earlier occurrences that go on
         differently (NgramDrafter.copies): the latest one whole, the others as far as `nodes` more rows allow,
         within a round's `lookup_tokens`; elsewhere the model draft's tree, or None where it drafts chains."""
-        copies = self.lookup.copies(committed, self.span, LOOKUP_BRANCHES)
+        span = self._span(self._run, self.lookup_tokens)
+        copies = self.lookup.copies(committed, span, LOOKUP_BRANCHES)
         if not copies and self.references is not None:
-            copies = [copy] if (copy := self.references.copy(committed, self.span)) else []
+            copies = [copy] if (copy := self.references.copy(committed, span)) else []
         if copies:
             tree = _trie_within(copies, min(self.lookup_tokens, len(copies[0]) + nodes))
-            self._copied = (len(committed), max(tree.depths()))
+            self._copied = (len(committed), max(tree.depths()), None)
             return tree_proposal(tree, lookup=True)
         self._copied = None
         if self.model is None:
@@ -100,11 +111,16 @@ class HybridDrafter(Drafter):
 
     def _copy(self, committed: list[int], drafts: list[int]) -> list[int]:
         """A lookup after `drafts`, within one round's rows (lookup_tokens in all)."""
-        room = min(self.span, self.lookup_tokens - len(drafts))
+        room = self._span(0, self.lookup_tokens - len(drafts))
         found = self._lookup(committed + drafts, room) if room > 0 else []
         if found:
-            self._copied = (len(committed) + len(drafts), len(found))
+            self._copied = (len(committed) + len(drafts), len(found), 0)
         return found
+
+    def _span(self, depth: int, room: int) -> int:
+        """The most a copy at `depth` into a run proposes, within `room`: by the clock where there is one."""
+        timed = self.spans.span(depth, room) if self.spans is not None else None
+        return timed if timed is not None else min(self.span, room)
 
     def _lookup(self, tokens: list[int], room: int) -> list[int]:
         """Up to `room` tokens copied from the prompt, or else from the references."""
@@ -114,12 +130,18 @@ class HybridDrafter(Drafter):
         return self.references.copy(tokens, room) if self.references is not None else []
 
     def rollback(self, valid: int) -> None:
+        run = 0
         if self._copied is not None:
-            start, copied = self._copied
+            start, copied, depth = self._copied
             accepted = valid - start
             if accepted >= 0:  # else a draft before the copy was rejected: the copy was not tried
                 self.span = min(self.span + 2, self.lookup_tokens) if accepted == copied else accepted + 1
+                if depth is not None:  # a chain's copy (a tree's accepted path may have left it)
+                    if self.spans is not None:
+                        self.spans.record(depth, copied, accepted)
+                    run = depth + copied if accepted == copied else 0
             self._copied = None
+        self._run = run
         self.lookup.rollback(valid)  # the lookup indexed the drafts it was asked after (`_copy`)
         if self.model is not None:
             self.model.rollback(valid)

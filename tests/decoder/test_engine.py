@@ -13,7 +13,7 @@ from transformers import DynamicCache
 
 import speccomplete.decoder.target_steps as target_steps
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, derive_draft
-from speccomplete.decoder.drafts.base import Proposal
+from speccomplete.decoder.drafts.base import Drafter, Proposal
 from speccomplete.decoder.engine import SpeculativeDecoder, context_window, eos_ids
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma
 from speccomplete.decoder.kv_cache import forward_logits
@@ -275,23 +275,14 @@ def test_stop_when_predicate(llama, tokenizer, ar_outputs):
         assert len(g.token_ids) < 24
 
 
-class _Oracle:
+class _Oracle(Drafter):
     """Proposes the target's own greedy continuation, 8 tokens a round, as a lookup would copy it."""
 
     lookup_tokens = 8
-    target_taps = ()
-    own_modules = ()
-    drafts_on_the_target = False
 
     def __init__(self, continuation: list[int]):
         self.continuation = continuation
         self.prompt_tokens = 0
-
-    def attach(self, steps):
-        pass
-
-    def refer(self, references):
-        pass
 
     def reset(self, prompt, reused=0):
         self.prompt_tokens = len(prompt)
