@@ -126,6 +126,21 @@ def accept_greedy(
     return torch.stack([n, choice[n.view(1)][0]])
 
 
+def greedy_verdict_on_host(target_logits: torch.Tensor, drafts: torch.Tensor) -> list[float]:
+    """`verdict` of a greedy round where reading a value back costs nothing (the CPU): one pass over the rows for
+    their top tokens, then the log-normalizer of the rows committed only, not of those past the first miss. The
+    values of `verdict(target_logits, drafts, accept_greedy(target_logits, drafts)).tolist()` up to the rows
+    committed: [n, token] and n + 1 log-probabilities."""
+    top, choice = target_logits.max(-1)  # the first top index, as argmax
+    k = drafts.numel()
+    n = int((choice[:k] == drafts).cumprod(0).sum()) if k else 0
+    token = choice[n : n + 1]
+    rows = target_logits[: n + 1].float()
+    normalizer = top[: n + 1].float() + torch.log(torch.exp(rows - top[: n + 1, None].float()).sum(-1))
+    logprob = rows.gather(-1, torch.cat([drafts[:n], token]).view(-1, 1)).squeeze(-1) - normalizer
+    return [float(n), float(token), *logprob.tolist()]
+
+
 def verdict(target_logits: torch.Tensor, drafts: torch.Tensor, decided: torch.Tensor) -> torch.Tensor:
     """A round's outcome as one float64 tensor, read back in one transfer: [n, token] (`decided`) and the
     target's log-probability of the token each row commits (its draft; past the drafts, the decided token),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import accept_greedy, verdict
+from .sampling import accept_greedy, greedy_verdict_on_host, verdict
 
 
 def row_buckets(max_rows: int) -> tuple[int, ...]:
@@ -59,7 +59,10 @@ class TappedStates:
 
 def verify_by_logits(steps, ids: list[int]) -> list[float]:
     """Append `ids` (the last committed token and the drafts after it) and decide the round greedily:
-    sampling.verdict's values, [n, token, log-probabilities...], read back once."""
+    sampling.verdict's values, [n, token, log-probabilities...]; on a GPU read back once, on the CPU as they go
+    (sampling.greedy_verdict_on_host: no log-normalizer for the rows past the first miss)."""
     logits = steps.forward(ids, keep=len(ids))
     drafts = torch.tensor(ids[1:], dtype=torch.long, device=logits.device)
-    return verdict(logits, drafts, accept_greedy(logits, drafts)).tolist()
+    if logits.device.type == "cpu":
+        return greedy_verdict_on_host(logits, drafts)
+    return verdict(logits, drafts, accept_greedy(logits, drafts)).tolist()  # one read back

@@ -20,6 +20,7 @@ from scipy import stats
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import speccomplete.decoder.sampling as sampling
+import speccomplete.decoder.step_shapes as step_shapes
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, SelfDrafter
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
@@ -442,6 +443,24 @@ def test_accept_greedy():
     assert accept_greedy(logits[:1], torch.tensor([], dtype=torch.long)).tolist() == [0, 1]  # γ = 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_hosts_greedy_verdict_is_the_devices(dtype):
+    """A greedy round decided on the host (no log-normalizer past the first miss) gives the same n, token and
+    log-probabilities of the rows committed as the one-read-back verdict, ties to the first top token included."""
+    torch.manual_seed(0)
+    logits = torch.randn(5, 4096).to(dtype)
+    logits[2, [7, 9]] = logits[2].max() + 1  # a tie: the first index is the top token
+    top = logits.argmax(-1)
+    assert top[2] == 7
+    for drafts in (top[:4], top[:2], torch.tensor([top[0], 1, top[2], top[3]]), top[1:4] + 1):
+        rows = logits[: drafts.numel() + 1]
+        want = sampling.verdict(rows, drafts, accept_greedy(rows, drafts)).tolist()
+        want = want[: 2 + int(want[0]) + 1]  # the log-probabilities of the rows committed
+        assert sampling.greedy_verdict_on_host(rows, drafts) == pytest.approx(want, abs=1e-5)
+        assert sampling.greedy_verdict_on_host(rows, drafts)[:2] == want[:2]
+    assert sampling.greedy_verdict_on_host(logits[:1], top[:0])[:2] == [0, top[0].item()]  # γ = 0
+
+
 def test_accept_sampled_with_no_drafts_samples_p():
     """γ = 0 (a plain step) goes through the same rule: nothing to accept, the token drawn from p."""
     p = _rows([0.2, 0.0, 0.8])
@@ -487,6 +506,10 @@ def test_race_sampling_has_power():
 _HOST_READS = {"_local_scalar_dense", "item", "is_nonzero", "nonzero", "masked_select", "unique", "_unique2", "equal"}
 
 
+def device_verdict(logits: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+    return sampling.verdict(logits, drafts, accept_greedy(logits, drafts))
+
+
 class _CountHostReads(TorchDispatchMode):
     def __init__(self):
         super().__init__()
@@ -500,9 +523,15 @@ class _CountHostReads(TorchDispatchMode):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("with_draft", [False, True])
-def test_a_round_reads_nothing_back_but_its_result(target, draft, small_tokenizer, temperature, with_draft):
+def test_a_round_reads_nothing_back_but_its_result(
+    target, draft, small_tokenizer, temperature, with_draft, monkeypatch
+):
     """Drafting, verifying and accepting stay on the device; the host reads each round's outcome once
-    (and a model draft's tokens once), with `.tolist()`. No other op in a generation reads a value."""
+    (and a model draft's tokens once), with `.tolist()`. No other op in a generation reads a value. (On the CPU,
+    where a read costs nothing, a greedy round's verdict reads as it goes: here it takes the device's way.)"""
+    monkeypatch.setattr(
+        step_shapes, "greedy_verdict_on_host", lambda logits, drafts: device_verdict(logits, drafts).tolist()
+    )
     decoder = SpeculativeDecoder(
         target, small_tokenizer, ModelDrafter(draft) if with_draft else None, FixedGamma(3) if with_draft else None
     )
