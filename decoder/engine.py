@@ -277,7 +277,11 @@ class SpeculativeDecoder:
 
     def _payoff(self, group: str) -> DraftPayoff:
         if group not in self.payoffs:
-            self.payoffs[group] = DraftPayoff()
+            # What a round costs is the machine's: a new language starts from the answer of the one measured most,
+            # and its own rounds and rechecks take over (docs/speculative-decoding.md, "Does the draft pay here").
+            measured = [payoff for payoff in self.payoffs.values() if payoff.pays() is not None]
+            most = max(measured, key=lambda payoff: sum(payoff.rounds.values()), default=None)
+            self.payoffs[group] = most.carried() if most is not None else DraftPayoff()
         return self.payoffs[group]
 
     def _lookup_span(self, group: str) -> LookupSpan:

@@ -135,17 +135,20 @@ class DraftPayoff:
     a round's rows: nearly free where int8 products are bound by the reads (VNNI), dear where they are bound by
     the multiplies (AVX2 alone), so the same α̂ pays on one CPU and not on another (docs/speculative-decoding.md,
     "Does the draft pay here"). While either side has fewer than `min_rounds` measurements the side with fewer
-    runs; then the faster one does, and every `recheck`-th round the other, so a change (a compiled step put in
-    use, a busier machine, a language whose drafts start to match) is noticed. Rounds that copy from the context
-    are neither side: the lookup runs whatever this says.
+    runs; then the faster one does, and now and then the other, so a change (a compiled step put in use, a busier
+    machine, a language whose drafts start to match) is noticed: after `recheck` rounds, and after twice as many
+    each time a recheck leaves the answer as it was, up to `most_between` (a flip starts again at `recheck`).
+    Rounds that copy from the context are neither side: the lookup runs whatever this says.
     """
 
-    def __init__(self, decay: float = 0.9, min_rounds: int = 4, recheck: int = 16):
-        self.decay, self.min_rounds, self.recheck = decay, min_rounds, recheck
+    def __init__(self, decay: float = 0.9, min_rounds: int = 4, recheck: int = 16, most_between: int = 256):
+        self.decay, self.min_rounds, self.recheck, self.most_between = decay, min_rounds, recheck, most_between
         self.ms = {True: 0.0, False: 0.0}  # decayed sums by side: True, rounds the model drafted
         self.tokens = {True: 0.0, False: 0.0}
         self.rounds = {True: 0, False: 0}
         self.since_recheck = 0
+        self.between = recheck  # rounds from one recheck to the next
+        self.checking: bool | None = None  # the answer a recheck running now was run against
 
     def pays(self) -> bool | None:
         """Whether drafting commits tokens faster than plain steps; None until both sides are measured."""
@@ -162,8 +165,8 @@ class DraftPayoff:
         if pays is None:
             return gamma if self.rounds[True] <= self.rounds[False] else 0
         self.since_recheck += 1
-        if self.since_recheck >= self.recheck:
-            self.since_recheck = 0
+        if self.since_recheck >= self.between:
+            self.since_recheck, self.checking = 0, pays
             pays = not pays
         return gamma if pays else 0
 
@@ -172,6 +175,17 @@ class DraftPayoff:
         self.ms[drafted] = self.decay * self.ms[drafted] + ms
         self.tokens[drafted] = self.decay * self.tokens[drafted] + tokens
         self.rounds[drafted] += 1
+        if self.checking is not None and drafted != self.checking:  # the recheck's round
+            held = self.pays() == self.checking
+            self.between = min(2 * self.between, self.most_between) if held else self.recheck
+            self.checking = None
+
+    def carried(self) -> DraftPayoff:
+        """A start for another language on this machine: these measurements, which its own rounds soon outweigh,
+        and its rechecks from the first interval."""
+        other = DraftPayoff(self.decay, self.min_rounds, self.recheck, self.most_between)
+        other.ms, other.tokens, other.rounds = dict(self.ms), dict(self.tokens), dict(self.rounds)
+        return other
 
     def __repr__(self) -> str:
         rates = {side: self.tokens[side] / self.ms[side] * 1000 if self.ms[side] else 0.0 for side in (True, False)}

@@ -32,15 +32,45 @@ def gated_rounds(payoff: DraftPayoff, drafted_ms: float, plain_ms: float, tokens
 def test_both_sides_are_measured_first_then_the_faster_runs_with_rechecks():
     payoff = DraftPayoff(min_rounds=4, recheck=16)
     # drafting: 40 ms for 3 tokens (13 ms each), against 12 ms plain steps
-    choices = gated_rounds(payoff, drafted_ms=40, plain_ms=12, tokens_drafted=3, rounds=72)
+    choices = gated_rounds(payoff, drafted_ms=40, plain_ms=12, tokens_drafted=3, rounds=8 + 16 + 32 + 64)
     assert choices[:8].count(True) == 4 and choices[:8].count(False) == 4  # each side measured, in turns
     assert payoff.pays() is False
-    after = choices[8:]
-    assert after.count(True) == len(after) // 16  # only the rechecks draft
+    rechecks = [i for i, drafted in enumerate(choices[8:]) if drafted]
+    assert rechecks == [15, 47, 111]  # only the rechecks draft, twice as far apart each time they agree
     payoff = DraftPayoff(min_rounds=4, recheck=16)
-    choices = gated_rounds(payoff, drafted_ms=30, plain_ms=12, tokens_drafted=3, rounds=72)  # 10 ms a token
+    choices = gated_rounds(payoff, drafted_ms=30, plain_ms=12, tokens_drafted=3, rounds=8 + 16 + 32)  # 10 ms a token
     assert payoff.pays() is True
-    assert choices[8:].count(False) == len(choices[8:]) // 16  # only the rechecks run plain
+    assert [i for i, drafted in enumerate(choices[8:]) if not drafted] == [15, 47]  # only the rechecks run plain
+
+
+def test_a_recheck_that_changes_the_answer_brings_the_rechecks_close_again():
+    payoff = DraftPayoff(min_rounds=4, recheck=16)
+    gated_rounds(payoff, drafted_ms=40, plain_ms=12, tokens_drafted=3, rounds=8 + 16 + 32)
+    assert payoff.between == 64
+    # the drafts start to pay (a language whose drafts match further): the next recheck finds it
+    gated_rounds(payoff, drafted_ms=12, plain_ms=12, tokens_drafted=8, rounds=64)
+    assert payoff.pays() is True and payoff.between == 16
+    choices = gated_rounds(payoff, drafted_ms=12, plain_ms=12, tokens_drafted=8, rounds=16)
+    assert choices.count(False) <= 1  # drafting now, the next recheck 16 rounds on
+
+
+def test_another_language_starts_from_the_answer_measured():
+    payoff = DraftPayoff(min_rounds=4, recheck=16)
+    gated_rounds(payoff, drafted_ms=40, plain_ms=12, tokens_drafted=3, rounds=8 + 16 + 32)
+    other = payoff.carried()
+    assert other.pays() is False and other.between == 16
+    choices = gated_rounds(other, drafted_ms=40, plain_ms=12, tokens_drafted=3, rounds=16)
+    assert choices.count(True) == 1  # no rounds of its own to measure first: its first recheck only
+
+
+def test_a_decoders_new_language_starts_from_the_language_measured_most(llama, tokenizer, ar_runs):
+    spec = SpeculativeDecoder(llama, tokenizer, Oracle(ar_runs, 0.04), gamma=HeuristicGamma(start=1, max_gamma=2))
+    for ids in ar_runs:
+        generate(spec, list(ids), max_new_tokens=TOKENS, gamma_group="python")
+    assert spec.payoffs["python"].pays() is False
+    for ids in ar_runs:
+        generate(spec, list(ids), max_new_tokens=TOKENS, gamma_group="rust")
+    assert spec.payoffs["rust"].rounds[True] <= spec.payoffs["python"].rounds[True] + 2  # no exploring of its own
 
 
 def test_a_policy_at_zero_is_not_gated():
