@@ -181,10 +181,14 @@ class DraftPayoff:
             self.checking = None
 
     def carried(self) -> DraftPayoff:
-        """A start for another language on this machine: these measurements, which its own rounds soon outweigh,
-        and its rechecks from the first interval."""
+        """A start for another language on this machine: these rates, each side weighed as one round, so that the
+        language's own first round of a side counts as much (its drafts may match further or less far), and its
+        rechecks from the first interval."""
         other = DraftPayoff(self.decay, self.min_rounds, self.recheck, self.most_between)
-        other.ms, other.tokens, other.rounds = dict(self.ms), dict(self.tokens), dict(self.rounds)
+        for side in (True, False):
+            weight = (1 - self.decay ** self.rounds[side]) / (1 - self.decay)  # the decayed count of its rounds
+            other.ms[side], other.tokens[side] = self.ms[side] / weight, self.tokens[side] / weight
+        other.rounds = dict(self.rounds)
         return other
 
     def __repr__(self) -> str:

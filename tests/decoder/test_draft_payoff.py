@@ -61,6 +61,9 @@ def test_another_language_starts_from_the_answer_measured():
     assert other.pays() is False and other.between == 16
     choices = gated_rounds(other, drafted_ms=40, plain_ms=12, tokens_drafted=3, rounds=16)
     assert choices.count(True) == 1  # no rounds of its own to measure first: its first recheck only
+    # a language whose drafts pay: its first recheck outweighs the answer it was given
+    choices = gated_rounds(payoff.carried(), drafted_ms=12, plain_ms=12, tokens_drafted=8, rounds=32)
+    assert choices[:15].count(True) == 0 and choices[16:].count(True) >= 15
 
 
 def test_a_decoders_new_language_starts_from_the_language_measured_most(llama, tokenizer, ar_runs):
