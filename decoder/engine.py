@@ -348,7 +348,10 @@ class SpeculativeDecoder:
                 if self.drafter is not None
                 else Proposal([], None)
             )
+        offered = len(proposal.tokens)
         proposal = self._through_stop(proposal, opts.stop_strings)
+        if self.drafter is not None and len(proposal.tokens) < offered:
+            self.drafter.shortened(len(proposal.tokens))
         t1 = time.perf_counter()
         k = len(proposal.tokens)
         # Verify: the last committed token plus k drafts, one forward pass, k+1 rows of logits.

@@ -145,6 +145,7 @@ class DraftPayoff:
         self.decay, self.min_rounds, self.recheck, self.most_between = decay, min_rounds, recheck, most_between
         self.ms = {True: 0.0, False: 0.0}  # decayed sums by side: True, rounds the model drafted
         self.tokens = {True: 0.0, False: 0.0}
+        self.weights = {True: 0.0, False: 0.0}  # decayed counts of rounds by side
         self.rounds = {True: 0, False: 0}
         self.since_recheck = 0
         self.between = recheck  # rounds from one recheck to the next
@@ -159,6 +160,7 @@ class DraftPayoff:
     def gate(self, gamma: int) -> int:
         """The γ to run this round: the policy's `gamma`, or 0 (a plain round) where drafting does not pay or a
         plain round is due."""
+        self.checking = None  # a recheck whose round was not timed (it copied, or drafted nothing) says nothing
         if gamma == 0:
             return 0
         pays = self.pays()
@@ -174,6 +176,7 @@ class DraftPayoff:
         """A round of the policy's γ > 0 that copied nothing: `drafted` whether the gate let the model draft."""
         self.ms[drafted] = self.decay * self.ms[drafted] + ms
         self.tokens[drafted] = self.decay * self.tokens[drafted] + tokens
+        self.weights[drafted] = self.decay * self.weights[drafted] + 1
         self.rounds[drafted] += 1
         if self.checking is not None and drafted != self.checking:  # the recheck's round
             held = self.pays() == self.checking
@@ -182,13 +185,15 @@ class DraftPayoff:
 
     def carried(self) -> DraftPayoff:
         """A start for another language on this machine: these rates, each side weighed as one round, so that the
-        language's own first round of a side counts as much (its drafts may match further or less far), and its
-        rechecks from the first interval."""
+        language's own first round of a side counts as much (its drafts may match further or less far), counted
+        as just enough rounds to answer, and its rechecks from the first interval."""
         other = DraftPayoff(self.decay, self.min_rounds, self.recheck, self.most_between)
         for side in (True, False):
-            weight = (1 - self.decay ** self.rounds[side]) / (1 - self.decay)  # the decayed count of its rounds
-            other.ms[side], other.tokens[side] = self.ms[side] / weight, self.tokens[side] / weight
-        other.rounds = dict(self.rounds)
+            if self.weights[side]:
+                other.ms[side] = self.ms[side] / self.weights[side]
+                other.tokens[side] = self.tokens[side] / self.weights[side]
+                other.weights[side] = 1.0
+            other.rounds[side] = min(self.rounds[side], self.min_rounds)
         return other
 
     def __repr__(self) -> str:
@@ -200,9 +205,10 @@ class RowCosts:
     """What a target pass costs on this machine by the rows it feeds, by the clock: a decayed average of the
     milliseconds of each row count the rounds verified. A row count not measured within the last `forget`
     rounds is read off those that were: between two, on the line through them; past the widest, on the line
-    through the widest two; below the narrowest, or with one measured, as dear as the nearest (a guess on the
-    cheap side, so a wider verify is tried once and then known). Where a pass is bound by reading the weights
-    (a GPU, VNNI) a few more rows cost little; where by the multiplies (AVX2 alone), each costs a third of a step.
+    through the widest two, or as dear as the one where only one was measured (a guess on the cheap side, so a
+    wider verify is tried once and then known); below the narrowest, as dear as it. Where a pass is bound by
+    reading the weights (a GPU, VNNI) a few more rows cost little; where by the multiplies (AVX2 alone), each
+    costs a third of a step.
     """
 
     def __init__(self, decay: float = 0.9, forget: int = 256):

@@ -107,6 +107,11 @@ class Drafter(Protocol):
         returns; the others decide a round's drafts together and ignore it."""
         ...
 
+    def shortened(self, kept: int) -> None:
+        """The decoder verifies only the first `kept` drafts of the last proposal: the generation ends at a stop
+        string in the one before, so the rest are not checked (engine._through_stop)."""
+        return None
+
     def propose_tree(
         self, committed: list[int], gamma: int, nodes: int, params: SamplingParams, generator: torch.Generator | None
     ) -> Proposal | None:

@@ -38,10 +38,11 @@ class HybridDrafter(Drafter):
         self.model = model
         self.lookup = NgramDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.lookup_tokens = lookup_tokens  # the most one copy proposes
-        self.span = lookup_tokens // 2  # what the next copy proposes
+        self.span = lookup_tokens // 2  # what the next copy proposes by the lookup's own rule (no clock, a tree)
         # (committed length, tokens, depth into a run or None for a tree) of the last copy
         self._copied: tuple[int, int, int | None] | None = None
         self._run = 0  # tokens of the current run of fully accepted copies
+        self._proposed_at = 0  # the committed length the last proposal followed
         self.spans: LookupSpan | None = None  # the clock the span follows (clock_lookup)
         self.references: References | None = None  # other documents, copied from where the prompt has no match
 
@@ -79,6 +80,7 @@ class HybridDrafter(Drafter):
             self.model.reset(prompt, reused)
 
     def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
+        self._proposed_at = len(committed)
         found = self._lookup(committed, self._span(self._run, self.lookup_tokens))
         if found:
             self._copied = (len(committed), len(found), self._run)
@@ -96,7 +98,8 @@ class HybridDrafter(Drafter):
         """Where the context repeats itself, the trie of copies from several earlier occurrences that go on
         differently (NgramDrafter.copies): the latest one whole, the others as far as `nodes` more rows allow,
         within a round's `lookup_tokens`; elsewhere the model draft's tree, or None where it drafts chains."""
-        span = self._span(self._run, self.lookup_tokens)
+        self._proposed_at = len(committed)
+        span = min(self.span, self.lookup_tokens)  # the clock knows chains; a tree's accepted path may leave a copy
         copies = self.lookup.copies(committed, span, LOOKUP_BRANCHES)
         if not copies and self.references is not None:
             copies = [copy] if (copy := self.references.copy(committed, span)) else []
@@ -116,6 +119,12 @@ class HybridDrafter(Drafter):
         if found:
             self._copied = (len(committed) + len(drafts), len(found), 0)
         return found
+
+    def shortened(self, kept: int) -> None:
+        if self._copied is not None:
+            start, copied, depth = self._copied
+            verified = self._proposed_at + kept - start  # of the copy: the rows the target will check
+            self._copied = (start, min(copied, verified), depth) if verified > 0 else None
 
     def _span(self, depth: int, room: int) -> int:
         """The most a copy at `depth` into a run proposes, within `room`: by the clock where there is one."""

@@ -10,6 +10,7 @@ from helpers.decoding import generate
 from speccomplete.decoder.drafts.hybrid import HybridDrafter
 from speccomplete.decoder.engine import SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma, LookupSpan, RowCosts
+from speccomplete.decoder.sampling import SamplingParams
 
 pytestmark = pytest.mark.clocked
 
@@ -73,7 +74,34 @@ def test_a_copy_goes_further_once_its_run_has_matched():
         spans.record(0, 2, 0)  # a fresh copy's first token misses
         spans.record(1, 4, 4)  # once one has matched, the rest do
     assert spans.span(0, 16) < spans.span(1, 16)
-    assert spans.span(3, 2) <= 2  # never past the room
+
+
+def test_copies_are_recorded_by_depth_into_their_run_and_as_far_as_the_target_checked_them():
+    records = []
+    spans = LookupSpan(costs_of(CHEAP_ROWS))
+    spans.record = lambda depth, copied, accepted: records.append((depth, copied, accepted))  # type: ignore[method-assign]
+    hybrid = HybridDrafter(None, lookup_tokens=8, min_ngram=1)
+    hybrid.clock_lookup(spans)
+    source = list(range(1, 40))
+    context = [*source, 1, 2]  # "1 2" occurred before: a copy is what followed it in `source`
+    hybrid.reset(context)
+    greedy = SamplingParams()
+
+    first = hybrid.propose(context, 0, greedy, None).tokens
+    assert first == source[2 : 2 + len(first)]
+    hybrid.rollback(len(context) + len(first))  # all accepted
+    context = [*context, *first, source[2 + len(first)]]  # and the target's own token went on as the source did
+    second = hybrid.propose(context, 0, greedy, None).tokens
+    assert len(second) >= 2
+    hybrid.shortened(1)  # a stop string in its first token: only that one is checked
+    hybrid.rollback(len(context) + 1)
+    context = [*context, second[0], 0]  # the generation would end here; a miss is what starts the next run
+    third = hybrid.propose([*source, 1], 0, greedy, None).tokens
+    hybrid.rollback(len(source) + 1)  # its first token rejected
+    assert records == [(0, len(first), len(first)), (len(first), 1, 1), (len(first) + 1, len(third), 0)]
+    hybrid.propose([*source, 1], 0, greedy, None)
+    hybrid.rollback(len(source) + 1)
+    assert records[-1][0] == 0  # the run ended with the miss
 
 
 def test_no_span_before_a_round_was_timed():
