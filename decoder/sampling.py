@@ -128,9 +128,9 @@ def accept_greedy(
 
 def greedy_verdict_on_host(target_logits: torch.Tensor, drafts: torch.Tensor) -> list[float]:
     """`verdict` of a greedy round where reading a value back costs nothing (the CPU): one pass over the rows for
-    their top tokens, then the log-normalizer of the rows committed only, not of those past the first miss. The
-    values of `verdict(target_logits, drafts, accept_greedy(target_logits, drafts)).tolist()` up to the rows
-    committed: [n, token] and n + 1 log-probabilities."""
+    their top tokens, then the log-normalizer of the rows committed only, not of those past the first miss. What
+    `verdict(target_logits, drafts, accept_greedy(target_logits, drafts)).tolist()` gives up to the rows committed:
+    the same [n, token], and n + 1 log-probabilities equal to float rounding (its own log-sum-exp)."""
     top, choice = target_logits.max(-1)  # the first top index, as argmax
     k = drafts.numel()
     n = int((choice[:k] == drafts).cumprod(0).sum()) if k else 0
