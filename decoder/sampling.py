@@ -127,18 +127,12 @@ def accept_greedy(
 
 
 def greedy_verdict_on_host(target_logits: torch.Tensor, drafts: torch.Tensor) -> list[float]:
-    """`verdict` of a greedy round where reading a value back costs nothing (the CPU): one pass over the rows for
-    their top tokens, then the log-normalizer of the rows committed only, not of those past the first miss. What
-    `verdict(target_logits, drafts, accept_greedy(target_logits, drafts)).tolist()` gives up to the rows committed:
-    the same [n, token], and n + 1 log-probabilities equal to float rounding (its own log-sum-exp)."""
-    top, choice = target_logits.max(-1)  # the first top index, as argmax
-    k = drafts.numel()
-    n = int((choice[:k] == drafts).cumprod(0).sum()) if k else 0
-    token = choice[n : n + 1]
-    rows = target_logits[: n + 1].float()
-    normalizer = top[: n + 1].float() + torch.log(torch.exp(rows - top[: n + 1, None].float()).sum(-1))
-    logprob = rows.gather(-1, torch.cat([drafts[:n], token]).view(-1, 1)).squeeze(-1) - normalizer
-    return [float(n), float(token), *logprob.tolist()]
+    """`verdict` of a greedy round where reading a value back costs nothing (the CPU): the round is decided first
+    (`accept_greedy`), and the log-normalizer taken only over the rows committed, not those past the first miss.
+    `verdict(...).tolist()`'s values up to the rows committed: [n, token] and n + 1 log-probabilities."""
+    decided = accept_greedy(target_logits, drafts)
+    n = int(decided[0])
+    return verdict(target_logits[: n + 1], drafts[:n], decided).tolist()
 
 
 def verdict(target_logits: torch.Tensor, drafts: torch.Tensor, decided: torch.Tensor) -> torch.Tensor:
