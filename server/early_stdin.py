@@ -3,7 +3,7 @@
 A first start spends seconds importing what the server runs on before its event loop exists. Meanwhile a thread
 reads stdin and holds what comes until the loop takes it (`attach`), and looks at the first message on the way:
 `initialize`, whose settings name the model. `on_initialize` hears them at once, so that a first start can begin
-converting that model (decoder/models.py, `convert_ahead`) beside the imports. This module imports nothing heavy:
+converting that model (decoder/packaged.py, `convert_ahead`) beside the imports. This module imports nothing heavy:
 it is started before the server's modules are imported.
 """
 

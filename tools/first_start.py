@@ -18,20 +18,20 @@ import sys
 import time
 from pathlib import Path
 
-from speccomplete.decoder import models
+from speccomplete.decoder import models, packaged
 from speccomplete.harness.lib.facts import device_facts
 from speccomplete.harness.lib.session import compiled_step_in_use, server_command, start_session, stop_session
 
 
 def conversions() -> list[dict]:
     rows = []
-    for alias in models.PACKAGED:
+    for alias in packaged.PACKAGED:
         try:
-            gguf = models.PACKAGED[alias].gguf_path()
-        except models.ModelNotFoundError as e:
+            gguf = packaged.PACKAGED[alias].gguf_path()
+        except packaged.ModelNotFoundError as e:
             print(f"first-start: {alias} left out: {e}", file=sys.stderr)
             continue
-        out = models.packaged_folder(alias)
+        out = packaged.packaged_folder(alias)
         # a first start's own way (resolve: with the shipped meta), then transformers' for a GGUF that ships none
         for way, convert in (
             ("shipped meta", lambda: models.resolve(alias)),
@@ -48,7 +48,7 @@ async def server_starts() -> list[dict]:
     rows = []
     for cache in ("cold", "warm"):
         if cache == "cold":
-            shutil.rmtree(models.packaged_folder(models.DEFAULT_TARGET), ignore_errors=True)
+            shutil.rmtree(packaged.packaged_folder(packaged.DEFAULT_TARGET), ignore_errors=True)
         began = time.perf_counter()
         session = await start_session(server_command(), {}, 900)
         in_use_s = await compiled_in_use_s(session, began, timeout=600)

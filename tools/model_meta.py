@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from speccomplete.decoder.gguf_safetensors import TENSOR_MAP, header_sha256, pack_meta, tensor_reader, write_meta
-from speccomplete.decoder.models import PACKAGED, SHIPPED_META, convert_gguf
+from speccomplete.decoder.models import convert_gguf
+from speccomplete.decoder.packaged import PACKAGED, SHIPPED_META
 
 
 def build(alias: str) -> Path:

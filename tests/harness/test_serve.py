@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from speccomplete.decoder import models
+from speccomplete.decoder import packaged
 from speccomplete.harness import serve
 
 
 @pytest.mark.parametrize(
     ("settings", "converted"),
     [
-        ({}, [models.DEFAULT_TARGET]),
+        ({}, [packaged.DEFAULT_TARGET]),
         ({"target": "smollm2-135m", "debounceMs": 0}, ["smollm2-135m"]),
         ({"backend": "local", "target": "/models/mine"}, ["/models/mine"]),  # convert_ahead passes over a path
         ({"backend": "llamacpp"}, []),
@@ -21,6 +21,6 @@ from speccomplete.harness import serve
 )
 def test_the_model_converted_ahead_is_the_one_the_settings_name(settings, converted, monkeypatch):
     asked = []
-    monkeypatch.setattr(models, "convert_ahead", asked.append)
+    monkeypatch.setattr(packaged, "convert_ahead", asked.append)
     serve.convert_model_ahead(settings)
     assert asked == converted

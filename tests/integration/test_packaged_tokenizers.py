@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from speccomplete.decoder import models
+from speccomplete.decoder import models, packaged
 
 pytestmark = pytest.mark.integration
 
@@ -20,9 +20,9 @@ TEXTS = [
 ]
 
 
-@pytest.mark.parametrize("alias", sorted(models.PACKAGED))
+@pytest.mark.parametrize("alias", sorted(packaged.PACKAGED))
 def test_the_plain_tokenizer_is_autotokenizers(alias):
-    if importlib.util.find_spec(models.PACKAGED[alias].module) is None:
+    if importlib.util.find_spec(packaged.PACKAGED[alias].module) is None:
         pytest.skip(f"{alias} needs its package")
     folder = Path(models.resolve(alias))
     plain, reference = models._plain_tokenizer(folder), AutoTokenizer.from_pretrained(str(folder))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from speccomplete.decoder import models
+from speccomplete.decoder import models, packaged
 from speccomplete.decoder.gguf_safetensors import pack_meta, write_meta
 from speccomplete.harness.tiny_gguf import write_tiny_gguf
 from tools import first_start
@@ -16,13 +16,15 @@ def test_each_packaged_model_is_converted_both_ways_and_timed(tmp_path, monkeypa
     meta = write_meta(models.convert_gguf(gguf, tmp_path / "reference"), gguf, tmp_path / "meta")
     pack_meta(meta, tmp_path / "shipped" / "tiny.tar.xz")
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(models, "PACKAGED", {"tiny": SimpleNamespace(gguf_path=lambda: gguf)})
-    monkeypatch.setattr(models, "SHIPPED_META", tmp_path / "shipped")
+    tiny = {"tiny": SimpleNamespace(gguf_path=lambda: gguf)}
+    monkeypatch.setattr(packaged, "PACKAGED", tiny)
+    monkeypatch.setattr(models, "PACKAGED", tiny)
+    monkeypatch.setattr(packaged, "SHIPPED_META", tmp_path / "shipped")
     ways = []
     convert = models.convert_gguf
     monkeypatch.setattr(models, "convert_gguf", lambda *a: ways.append("transformers") or convert(*a))
     rows = first_start.conversions()
     assert [(r["model"], r["way"]) for r in rows] == [("tiny", "shipped meta"), ("tiny", "transformers")]
     assert ways == ["transformers"] and all(r["convert_s"] >= 0 for r in rows)
-    assert models.SHIPPED_META == tmp_path / "shipped"  # put back after the transformers run
+    assert packaged.SHIPPED_META == tmp_path / "shipped"  # put back after the transformers run
     assert (tmp_path / "cache" / "models" / "tiny" / "model.safetensors").is_file()

@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 
-from speccomplete.decoder.models import PACKAGED, shipped_meta
+from speccomplete.decoder.packaged import PACKAGED, shipped_meta
 from tools import model_meta
 
 

@@ -171,7 +171,7 @@ def download_wheels(requirements: list[tuple[str, str]], cache: Path) -> list[Pa
 
 def model_gguf(spec: str) -> tuple[str, Path]:
     """(name, GGUF path) of a packaged alias or a GGUF file; the name is the converted folder's on the machine."""
-    from speccomplete.decoder.models import PACKAGED
+    from speccomplete.decoder.packaged import PACKAGED
 
     if spec in PACKAGED:
         return spec, PACKAGED[spec].gguf_path()
