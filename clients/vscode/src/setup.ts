@@ -249,9 +249,15 @@ async function setUp(step: Step, dir: string): Promise<void> {
     // Only torch comes from the CPU index, with --no-deps: pip asks the one index for each package it
     // resolves, so its dependencies (sympy, networkx, ...) come with speccomplete's from the usual
     // index below (where the installed torch satisfies `torch>=2.4`). That keeps the CPU index to a
-    // single lookup, which also keeps a setup quick where that host is unreachable and only a local
-    // wheel (pip's find-links) serves torch: each lookup there costs pip's retries.
-    await run(step, pip[0], [...pip.slice(1), '--no-deps', '--index-url', TORCH_CPU_INDEX, TORCH], 'installing torch');
+    // single lookup, with one retry and a short timeout (as Neovim's :SpecdecInstall), which keeps a
+    // setup quick where that host is unreachable and only a local wheel (pip's find-links or mirror)
+    // serves torch: pip's default five retries there cost 8 s.
+    await run(
+      step,
+      pip[0],
+      [...pip.slice(1), '--retries', '1', '--timeout', '15', '--no-deps', '--index-url', TORCH_CPU_INDEX, TORCH],
+      'installing torch',
+    );
   }
   step.progress.report({ increment: 35 });
   if (step.token.isCancellationRequested) throw new Cancelled();
