@@ -42,6 +42,11 @@ def load_c_kernels() -> None:
     attend_rows.available()
 
 
+# The share of a load's progress bar a first start's model conversion takes (decoder/models.py); the weights' read,
+# the draft and the packing come after it.
+CONVERTED = 0.8
+
+
 def load_decoder(
     target: str,
     draft: str,
@@ -58,7 +63,8 @@ def load_decoder(
 ) -> LoadedDecoder:
     """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (use_cpu_kernels), or
     with `quantization` "int8" for int8 ones (a caller that packs later passes it on: the bench);
-    `steps` says how the target runs (decoder/target_steps.py); `progress` hears a first run's conversion;
+    `steps` says how the target runs (decoder/target_steps.py); `progress` hears a first run's conversion and the load's
+    parts;
     `tree_nodes`: the most drafts of a round's draft tree (engine.SpeculativeDecoder), 0 for chains."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
@@ -66,7 +72,13 @@ def load_decoder(
     draft_spec = parse_draft_spec(draft)  # a mistyped one fails now, not after the target has loaded
     if pack and device in ("auto", "cpu"):
         load_c_kernels()
-    target_model, tokenizer = load_model(target, device=device, dtype=dtype, progress=progress)
+    say = progress or (lambda fraction, message: None)
+    # A first start's conversion fills the bar up to CONVERTED; the rest of the load says where it is at, so that
+    # no part of a start stands still for seconds.
+    target_model, tokenizer = load_model(
+        target, device=device, dtype=dtype, progress=lambda fraction, message: say(CONVERTED * fraction, message)
+    )
+    say(0.9, f"loading the draft {draft}")
     drafter, draft_model = build_drafter(draft_spec, target_model, tokenizer, device=device, dtype=dtype)
     stepper = target_steps(
         target_model,
@@ -77,6 +89,7 @@ def load_decoder(
     )
     quantization = resolve_quantization(quantization, target_model, stepper)
     if pack:
+        say(0.95, "packing the weights in int8" if quantization == "int8" else "packing the weights")
         use_cpu_kernels(
             stepper,
             target_model,
@@ -96,6 +109,7 @@ def load_decoder(
     if steps == "compiled" and pack and isinstance(stepper, EagerTarget):  # a caller that packs later compiles then
         compiled, _ = compile_steps(decoder, quantization)
         stepper.use_compiled(compiled)
+    say(1.0, f"loaded {target}")
     return LoadedDecoder(decoder, target_model, tokenizer, draft_model, quantization)
 
 

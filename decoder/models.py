@@ -360,10 +360,12 @@ def _built_tokenizer(build: Callable[[], Any], folder: Path):
 
 def load_model(spec: str, device: str = "auto", dtype: str = "auto", progress: Progress | None = None):
     """Load a causal LM and its tokenizer: safetensors only, never remote code. `progress` hears how a
-    first use's conversion goes (resolve)."""
+    first use's conversion goes (resolve), then that the weights are read."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     where = resolve(spec, progress)
+    if progress is not None:
+        progress(1.0, f"reading the weights of {spec}")
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     local = Path(where)

@@ -84,6 +84,45 @@ function pythonInfo(python) {
 
 const seconds = (from, to) => (from === null || to === null ? null : Number(((to - from) / 1000).toFixed(1)));
 
+// What the user sees of the wait, sampled every 250 ms until stop(): the text of specdec's notifications and
+// its status bar item together. The longest stretch in which none of it changed, and what it showed then.
+function watchStill(page) {
+  let shown = null;
+  let since = Date.now();
+  let running = true;
+  const longest = { s: 0, showing: '' };
+  const account = (now) => {
+    const still = (now - since) / 1000;
+    if (shown !== null && still > longest.s) Object.assign(longest, { s: Number(still.toFixed(1)), showing: shown });
+  };
+  const sampling = (async () => {
+    while (running) {
+      const texts = await page
+        .locator('.notification-toast, .statusbar-item')
+        .filter({ hasText: 'specdec' })
+        .allInnerTexts()
+        .catch(() => null);
+      if (texts !== null) {
+        const now = plain(texts.join(' | '));
+        if (now !== shown) {
+          account(Date.now());
+          shown = now;
+          since = Date.now();
+        }
+      }
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+  })();
+  return {
+    async stop() {
+      running = false;
+      await sampling;
+      account(Date.now());
+      return longest;
+    },
+  };
+}
+
 async function main() {
   const userDir = path.join(WORK, 'user');
   const extDir = path.join(WORK, 'extensions');
@@ -107,6 +146,7 @@ async function main() {
     log(`not found: ${JSON.stringify(notFound)}`);
     await button.click();
     const clicked = Date.now();
+    const still = watchStill(page);
     log('clicked "Set up specdec"');
     // The machine's 1-minute load average while it runs: other work on a small CPU stretches every part.
     const loads = [os.loadavg()[0]];
@@ -134,7 +174,9 @@ async function main() {
       await page.waitForTimeout(250);
     }
     const ready = Date.now();
+    const longestStill = await still.stop();
     log(`server ready ${seconds(clicked, ready)} s after the click: ${plain(await status.innerText())}`);
+    log(`the longest the setup's notification and the status bar stood still: ${JSON.stringify(longestStill)}`);
 
     await openFile(page, FILE.name);
     await page.locator('.editor-group-container.active .monaco-editor .view-lines').first().click();
@@ -201,6 +243,9 @@ async function main() {
       python: { path: base, ...baseInfo },
       notFound,
       progress: progressText,
+      // from the click to ready, the longest that specdec's notifications and status bar item showed the same text
+      longestStillS: longestStill.s,
+      stillShowing: longestStill.showing,
     };
     fs.writeFileSync(path.join(WORK, 'install.json'), JSON.stringify(result, null, 2));
     log(`result: ${JSON.stringify(result, null, 2)}`);

@@ -114,21 +114,34 @@ function run(step: Step, command: string, args: string[], label: string): Promis
     });
     const cancel = step.token.onCancellationRequested(() => child.kill());
     const tail: string[] = [];
+    // pip says nothing while it unpacks what it downloaded (torch: 6 s here, speccomplete's dependencies 8 s):
+    // the notification counts the seconds of its last line, so that it never stands still.
+    let shown = label;
+    let shownAt = Date.now();
+    const ticker = setInterval(() => {
+      const quiet = Math.round((Date.now() - shownAt) / 1000);
+      if (quiet >= 2) step.progress.report({ message: `${shown} (${quiet} s)` });
+    }, 1000);
     for (const stream of [child.stdout, child.stderr]) {
       if (!stream) continue;
       readline.createInterface({ input: stream, crlfDelay: Infinity }).on('line', (line) => {
         step.output.info(`[setup] ${line}`);
         tail.push(line);
         if (tail.length > 20) tail.shift();
-        const shown = /^\s*(Collecting|Downloading|Installing|Processing|Building|Successfully) /.exec(line);
-        if (shown) step.progress.report({ message: `${label}: ${line.trim().slice(0, 90)}` });
+        if (/^\s*(Collecting|Downloading|Installing|Processing|Building|Successfully) /.test(line)) {
+          shown = `${label}: ${line.trim().slice(0, 90)}`;
+          shownAt = Date.now();
+          step.progress.report({ message: shown });
+        }
       });
     }
     child.on('error', (e) => {
+      clearInterval(ticker);
       cancel.dispose();
       reject(new Error(`${command}: ${e.message}`));
     });
     child.on('close', (code, signal) => {
+      clearInterval(ticker);
       cancel.dispose();
       if (step.token.isCancellationRequested) reject(new Cancelled());
       else if (code === 0) resolve();

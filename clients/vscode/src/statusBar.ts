@@ -52,6 +52,10 @@ export class StatusBar implements vscode.Disposable {
   private readonly item = vscode.window.createStatusBarItem('specdec.status', vscode.StatusBarAlignment.Right, 100);
   private status: SpecdecStatus = { state: 'loading', message: '', acceptance: null, p50_ms: null };
   private percentage: number | undefined; // of the model load, while the server reports one
+  // While loading with no percentage (the server's imports, a load that reports none), the seconds since it
+  // began, counted each second: the item never stands still through a first start.
+  private loadingSince = Date.now();
+  private loadingTimer: NodeJS.Timeout | undefined;
   private progressMessage = '';
   private readonly waits: number[] = []; // ms, keystroke to a non-empty answer, the last SAMPLES
   private inFlight = 0;
@@ -67,6 +71,7 @@ export class StatusBar implements vscode.Disposable {
   }
 
   update(status: SpecdecStatus): void {
+    if (status.state === 'loading' && this.status.state !== 'loading') this.loadingSince = Date.now();
     this.status = status;
     if (status.state !== 'loading') this.percentage = undefined;
     this.render();
@@ -159,8 +164,11 @@ export class StatusBar implements vscode.Disposable {
   private render(): void {
     let text: string;
     if (this.status.state === 'loading') {
-      const pct = this.percentage !== undefined ? ` loading ${Math.round(this.percentage)}%` : '';
-      text = `${ICONS.loading} specdec${pct}`;
+      const done =
+        this.percentage !== undefined
+          ? `${Math.round(this.percentage)}%`
+          : `${Math.round((Date.now() - this.loadingSince) / 1000)} s`;
+      text = `${ICONS.loading} specdec loading ${done}`;
     } else if (this.status.state === 'error') {
       text = `${ICONS.error} specdec`;
     } else if (!this.gate.enabled) {
@@ -179,6 +187,7 @@ export class StatusBar implements vscode.Disposable {
       if (last !== undefined && last > SLOW_MS) text += ' (slow)';
     }
     this.item.text = text;
+    this.tickWhileLoading();
     this.item.tooltip = `specdec: ${this.describe()}`;
     this.item.backgroundColor =
       this.status.state === 'error'
@@ -203,7 +212,17 @@ export class StatusBar implements vscode.Disposable {
     );
   }
 
+  private tickWhileLoading(): void {
+    const loading = this.status.state === 'loading';
+    if (loading && !this.loadingTimer) this.loadingTimer = setInterval(() => this.render(), 1000);
+    if (!loading && this.loadingTimer) {
+      clearInterval(this.loadingTimer);
+      this.loadingTimer = undefined;
+    }
+  }
+
   dispose(): void {
+    if (this.loadingTimer) clearInterval(this.loadingTimer);
     if (this.spinnerTimer) clearTimeout(this.spinnerTimer);
     this.message?.dispose();
     this.item.dispose();
