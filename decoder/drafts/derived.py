@@ -55,8 +55,14 @@ def derive_draft(target, layers: list[int]):
 def head_rows(head: torch.nn.Linear, ids: torch.Tensor) -> torch.nn.Linear:
     """A frozen copy of `head` that scores only the target ids `ids`: a reduced vocabulary's head."""
     ids = ids.to(device=head.weight.device, dtype=torch.long)
-    rows = torch.nn.Linear(
-        head.in_features, len(ids), bias=head.bias is not None, device=head.weight.device, dtype=head.weight.dtype
+    # skip_init: the random initialization a Linear makes, about 0.5 s for 32k rows, is overwritten at once
+    rows = torch.nn.utils.skip_init(
+        torch.nn.Linear,
+        head.in_features,
+        len(ids),
+        bias=head.bias is not None,
+        device=head.weight.device,
+        dtype=head.weight.dtype,
     )
     with torch.no_grad():
         rows.weight.copy_(head.weight[ids])
