@@ -234,9 +234,8 @@ def dequantize_q5_0(rows: np.ndarray, out: np.ndarray) -> None:
     np.multiply(values, scale, out=out.reshape(-1, 32), dtype=np.float32)
 
 
-# gguf's own numpy is slow on these two, at about 20 ns a value (Gemma-3-270M's embedding is Q8_0: most of a first
-# start's conversion, docs/cpu.md "What a start costs"); whole-block arithmetic gives the same values in a tenth of
-# it, with no torch to import.
+# gguf's own numpy is slower on these two (Gemma-3-270M's embedding is Q8_0: most of a first start's conversion,
+# docs/cpu.md "What a start costs"); whole-block arithmetic gives the same values, with no torch to import.
 FAST_DEQUANTIZERS = {"Q8_0": dequantize_q8_0, "Q5_0": dequantize_q5_0}
 
 

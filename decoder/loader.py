@@ -63,9 +63,9 @@ def load_decoder(
 ) -> LoadedDecoder:
     """Load and assemble; `pack` swaps CPU fp32 linears for oneDNN-packed ones (use_cpu_kernels), or
     with `quantization` "int8" for int8 ones (a caller that packs later passes it on: the bench);
-    `steps` says how the target runs (decoder/target_steps.py); `progress` hears a first run's conversion and the load's
-    parts;
-    `tree_nodes`: the most drafts of a round's draft tree (engine.SpeculativeDecoder), 0 for chains."""
+    `steps` says how the target runs (decoder/target_steps.py); `progress` hears a first run's conversion, then
+    each part of the load; `tree_nodes`: the most drafts of a round's draft tree (engine.SpeculativeDecoder), 0 for
+    chains."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}")
     policy = parse_gamma_policy(gamma)

@@ -26,7 +26,7 @@ DEFAULT_TARGET = "gemma3-270m"
 
 
 class ModelError(RuntimeError):
-    pass
+    """A model could not be resolved or loaded; the message says why and what to do."""
 
 
 class ModelNotFoundError(ModelError):
