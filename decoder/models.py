@@ -23,8 +23,6 @@ import torch
 from . import packaged
 from .gguf_safetensors import convert_with_meta, staged_folder
 from .packaged import (
-    CONVERT_AHEAD_TIMEOUT_S,
-    CONVERTING_AHEAD,
     PACKAGED,
     ModelError,
     ModelNotFoundError,
@@ -137,14 +135,16 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
         stat = file.stat()
         key = hashlib.sha256(f"{file}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
         out = cache_root() / "models" / f"{file.stem}-{key}"
+    ahead = packaged.CONVERTING_AHEAD.pop(spec, None)
     if has_weights(out):
+        if ahead is not None:
+            ahead.poll()  # its folder is in place, so it has exited or is about to: reaped here or by subprocess
         return out
-    ahead = CONVERTING_AHEAD.pop(spec, None)
     if ahead is not None:
         name = Path(spec).name  # the GGUF's own name would mean finding it (its sha256 checked) for a label
         with _ConversionProgress(progress or (lambda fraction, message: None), name, CONVERT_WITH_META_SECONDS):
             try:
-                ahead.wait(CONVERT_AHEAD_TIMEOUT_S)
+                ahead.wait(packaged.CONVERT_AHEAD_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 ahead.kill()
                 ahead.wait()

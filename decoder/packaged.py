@@ -1,8 +1,8 @@
 """The models shipped as GGUF files inside PyPI packages, and where the model cache keeps their conversions.
 
-This module imports neither torch nor the model packages, so that a first start can begin converting the model
-`initialize` names (`convert_ahead`) while the server's own imports have hardly begun (harness/serve.py). The
-conversion runs in a process of its own, with the shipped meta (decoder/gguf_safetensors.py).
+This module imports no torch, so that a first start can begin converting the model `initialize` names
+(`convert_ahead`) while the server's own imports have hardly begun (harness/serve.py). The conversion runs in a
+process of its own, with the shipped meta (decoder/gguf_safetensors.py).
 """
 
 from __future__ import annotations

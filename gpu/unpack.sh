@@ -173,7 +173,7 @@ fi
     echo "# written by gpu/unpack.sh (pack $pack); source it from the repo root"
     echo "export GPU_ROOT=$root"
     echo "export PYTHONPATH=$root/pkg:$root/site\${PYTHONPATH:+:\$PYTHONPATH}"
-    # the packaged alias resolves to models/<name> too (decoder/models.py reads SPECDEC_CACHE)
+    # the packaged alias resolves to models/<name> too (decoder/packaged.py reads SPECDEC_CACHE)
     echo "export SPECDEC_CACHE=$root"
     echo "export PYTHONSAFEPATH=1  # the repo root's own speccomplete/ must not shadow the staged one"
     if [ -f "$model_dir/config.json" ]; then echo "export SPECDEC_TARGET=$model_dir"; fi

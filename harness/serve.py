@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -35,4 +38,7 @@ def convert_model_ahead(settings: dict) -> None:
 
     target = settings.get("target", DEFAULT_TARGET)
     if settings.get("backend", "local") == "local" and isinstance(target, str):
-        convert_ahead(target)
+        try:
+            convert_ahead(target)
+        except Exception as e:  # a package's GGUF that cannot be assembled, a process that cannot start: the load
+            log.warning("converting %s ahead: %s; the load converts it", target, e)  # converts and says why

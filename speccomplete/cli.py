@@ -109,13 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # One torch thread per core unless told otherwise, asked through the variable OpenMP reads as torch loads: before
-    # any command's module imports torch (a parser may), and without importing it here. A caller in this process that
-    # has loaded torch already gets the count set directly.
+    # One torch thread per core unless told otherwise. Where torch is not loaded yet, through the variable OpenMP reads
+    # as torch loads: before any command's module imports it (a parser may), without importing it here. A caller in
+    # this process that has loaded torch gets the count set directly, and its environment left as it was.
     if not os.environ.get("OMP_NUM_THREADS"):
-        os.environ["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(os.cpu_count() or 1)
+        else:
+            os.environ["OMP_NUM_THREADS"] = str(os.cpu_count() or 1)
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded in manifests and model cards
     # Imported here, once a command is chosen, so that the listing and the lazy modules stay light; torch is left to

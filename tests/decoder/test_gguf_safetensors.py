@@ -220,7 +220,6 @@ def test_a_conversion_started_ahead_is_the_one_the_load_waits_for(packaged_tiny,
 
     gguf, reference, meta = packaged_tiny
     monkeypatch.setattr(packaged, "CONVERTING_AHEAD", {})
-    monkeypatch.setattr(models, "CONVERTING_AHEAD", packaged.CONVERTING_AHEAD)
     here = []
     monkeypatch.setattr(models, "convert_with_meta", lambda *args: here.append(args) or convert_with_meta(*args))
     assert packaged.convert_ahead("tiny") and not packaged.convert_ahead("tiny")  # one conversion at a time

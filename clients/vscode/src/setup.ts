@@ -262,9 +262,9 @@ async function setUp(step: Step, dir: string): Promise<void> {
     // Only torch comes from the CPU index, with --no-deps: pip asks the one index for each package it
     // resolves, so its dependencies (sympy, networkx, ...) come with speccomplete's from the usual
     // index below (where the installed torch satisfies `torch>=2.4`). That keeps the CPU index to a
-    // single lookup, with one retry and a short timeout (as Neovim's :SpecdecInstall), which keeps a
-    // setup quick where that host is unreachable and only a local wheel (pip's find-links or mirror)
-    // serves torch: pip's default five retries there cost 8 s.
+    // single lookup, with one retry (as Neovim's :SpecdecInstall; the timeout is pip's default), which
+    // keeps a setup quick where that host is unreachable and only a local wheel (pip's find-links or
+    // mirror) serves torch: pip's default five retries there cost 8 s.
     await run(
       step,
       pip[0],

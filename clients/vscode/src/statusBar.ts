@@ -56,6 +56,7 @@ export class StatusBar implements vscode.Disposable {
   // began, counted each second: the item never stands still through a first start.
   private loadingSince = Date.now();
   private loadingTimer: NodeJS.Timeout | undefined;
+  private disposed = false;
   private progressMessage = '';
   private readonly waits: number[] = []; // ms, keystroke to a non-empty answer, the last SAMPLES
   private inFlight = 0;
@@ -164,11 +165,7 @@ export class StatusBar implements vscode.Disposable {
   private render(): void {
     let text: string;
     if (this.status.state === 'loading') {
-      const done =
-        this.percentage !== undefined
-          ? `${Math.round(this.percentage)}%`
-          : `${Math.round((Date.now() - this.loadingSince) / 1000)} s`;
-      text = `${ICONS.loading} specdec loading ${done}`;
+      text = this.loadingText();
     } else if (this.status.state === 'error') {
       text = `${ICONS.error} specdec`;
     } else if (!this.gate.enabled) {
@@ -212,9 +209,22 @@ export class StatusBar implements vscode.Disposable {
     );
   }
 
+  private loadingText(): string {
+    const done =
+      this.percentage !== undefined
+        ? `${Math.round(this.percentage)}%`
+        : `${Math.round((Date.now() - this.loadingSince) / 1000)} s`;
+    return `${ICONS.loading} specdec loading ${done}`;
+  }
+
+  // Each second only the text: the tooltip and colour stay as they are, so an open hover does not flicker.
   private tickWhileLoading(): void {
-    const loading = this.status.state === 'loading';
-    if (loading && !this.loadingTimer) this.loadingTimer = setInterval(() => this.render(), 1000);
+    const loading = this.status.state === 'loading' && !this.disposed;
+    if (loading && !this.loadingTimer) {
+      this.loadingTimer = setInterval(() => {
+        this.item.text = this.loadingText();
+      }, 1000);
+    }
     if (!loading && this.loadingTimer) {
       clearInterval(this.loadingTimer);
       this.loadingTimer = undefined;
@@ -222,6 +232,7 @@ export class StatusBar implements vscode.Disposable {
   }
 
   dispose(): void {
+    this.disposed = true;
     if (this.loadingTimer) clearInterval(this.loadingTimer);
     if (this.spinnerTimer) clearTimeout(this.spinnerTimer);
     this.message?.dispose();

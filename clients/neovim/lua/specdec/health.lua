@@ -17,9 +17,9 @@ local function report(kind, msg, advice)
   end
 end
 
-local DEFAULT_TARGET = 'gemma3-270m' -- decoder/models.py's DEFAULT_TARGET
+local DEFAULT_TARGET = 'gemma3-270m' -- decoder/packaged.py's DEFAULT_TARGET
 
--- $SPECDEC_CACHE, else $XDG_CACHE_HOME/specdec, else ~/.cache/specdec (decoder/models.py's cache_root).
+-- $SPECDEC_CACHE, else $XDG_CACHE_HOME/specdec, else ~/.cache/specdec (decoder/packaged.py's cache_root).
 local function cache_root()
   if vim.env.SPECDEC_CACHE and vim.env.SPECDEC_CACHE ~= '' then
     return vim.env.SPECDEC_CACHE
