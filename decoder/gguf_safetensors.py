@@ -30,9 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .packaged import WEIGHT_FILES
+
 # The meta folder's own file: the GGUF -> safetensors tensor map. The others are copied into the output as they are.
 TENSOR_MAP = "gguf_tensors.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 # GGUF architectures whose tensors transformers changes back on loading (TENSOR_PROCESSORS in
 # modeling_gguf_pytorch_utils.py): llama's q/k rows were permuted by llama.cpp's converter, and Gemma 2/3's and
 # Nemotron's norm weights were stored as w + 1. Architectures with no processor there load unchanged.

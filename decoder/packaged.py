@@ -16,8 +16,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gguf_safetensors import WEIGHT_FILES
-
 log = logging.getLogger(__name__)
 
 # Chosen by measurement: better next-line code than SmolLM2-Instruct, though slower
@@ -75,6 +73,11 @@ def cache_root() -> Path:
 def packaged_folder(spec: str) -> Path:
     """Where the packaged alias `spec` is converted to, in the model cache."""
     return cache_root() / "models" / spec
+
+
+# A converted folder's weights, in one file or sharded (what save_pretrained writes). Here rather than beside the
+# converter (decoder/gguf_safetensors.py), which imports numpy: deciding whether to convert ahead needs only these.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 
 
 def has_weights(folder: Path) -> bool:
