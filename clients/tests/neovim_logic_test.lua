@@ -409,16 +409,16 @@ step(':SpecdecInstall: its plan, and the finder preferring its venv', function(n
       cmd = vim.list_extend(vim.deepcopy(pip), { '--retries', '1', '--timeout', '15', '--no-deps', 'torch==2.13.0',
         '--index-url', 'https://download.pytorch.org/whl/cpu' }),
     },
-    -- torch's modules compiled beside the next step, which does not wait for it
-    { title = "compiling PyTorch's modules, in the background", cmd = { '/v/bin/python', '-c', install.COMPILE_TORCH },
-      background = true },
+    -- a server start's modules compiled as the next step installs them; it does not wait for this
+    { title = "compiling the server's modules as they are installed, in the background",
+      cmd = { '/v/bin/python', '/r/clients/setup/compile_ahead.py' }, background = true },
     { title = 'installing speccomplete from /r', cmd = vim.list_extend(vim.deepcopy(pip), { '/r' }) },
   }
   if not vim.deep_equal(cpu, want) then
     error('plan ' .. vim.inspect(cpu))
   end
   local gpu = install.plan({ python = '/usr/bin/python3', nvidia = true, venv = '/v', repo = '/r' })
-  if not vim.deep_equal(gpu, { want[1], want[4] }) then -- with a GPU, PyPI's torch comes with speccomplete
+  if not vim.deep_equal(gpu, { want[1], want[3], want[4] }) then -- with a GPU, PyPI's torch comes with speccomplete
     error('plan with a GPU ' .. vim.inspect(gpu))
   end
   -- an update of the venv is its speccomplete step again (pip builds a folder again at the same version)

@@ -38,3 +38,7 @@ execFileSync(python, ['-m', 'tools.lean_wheel', ...built.map((name) => path.join
   cwd: repo,
   stdio: 'inherit',
 });
+// what the setup runs beside pip to compile a server start's modules ahead (clients/setup)
+for (const name of ['compile_ahead.py', 'startup-modules.txt']) {
+  fs.copyFileSync(path.join(repo, 'clients', 'setup', name), path.join(wheels, name));
+}

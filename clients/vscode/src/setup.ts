@@ -150,28 +150,25 @@ function run(step: Step, command: string, args: string[], label: string): Promis
   });
 }
 
-// Python compiles a module at its first import, and a first server start imports some 1,100 of torch's
-// (--no-compile above): seconds of a 2-core machine's start. Those are compiled here, on the core that
-// pip leaves idle while it installs the rest, at a lower priority, with the timestamps an import would
-// write. Not waited for: what is not compiled when the server starts, the server compiles as before.
-const COMPILE_TORCH = [
-  '-c',
-  "import compileall, importlib.util, os, py_compile; hasattr(os, 'nice') and os.nice(10); " +
-    "compileall.compile_dir(os.path.dirname(importlib.util.find_spec('torch').origin), quiet=1, " +
-    'invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)',
-];
-
-function compileTorchInBackground(step: Step, python: string): void {
-  const began = Date.now();
-  const child = spawn(python, COMPILE_TORCH, { stdio: 'ignore' });
+// Python compiles a module at its first import (--no-compile below), and a first server start imports some
+// 2,000: seconds of a 2-core machine's start. compile_ahead.py (carried beside the wheel) compiles them as pip
+// puts them in, on the core pip leaves idle, at a lower priority; it stops once speccomplete is installed.
+// Not waited for: what it has not compiled when the server starts, the server compiles.
+function compileAheadInBackground(step: Step, python: string): void {
+  const script = bundled && path.join(bundled, 'compile_ahead.py');
+  if (!script || !fs.existsSync(script)) return;
+  const child = spawn(python, [script], { stdio: ['ignore', 'pipe', 'pipe'] });
   const cancel = step.token.onCancellationRequested(() => child.kill());
+  const said: string[] = [];
+  child.stdout.on('data', (chunk: Buffer) => said.push(chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => said.push(chunk.toString()));
   child.on('error', (e) => {
     cancel.dispose();
-    step.output.info(`[setup] compiling torch's modules ahead: ${e.message}`);
+    step.output.info(`[setup] compiling ahead: ${e.message}`);
   });
   child.on('close', (code) => {
     cancel.dispose();
-    step.output.info(`[setup] compiled torch's modules ahead in ${((Date.now() - began) / 1000).toFixed(1)} s (exit ${code})`);
+    step.output.info(`[setup] compile ahead (exit ${code}): ${said.join('').trim()}`);
   });
 }
 
@@ -274,7 +271,7 @@ async function setUp(step: Step, dir: string): Promise<void> {
   }
   step.progress.report({ increment: 35 });
   if (step.token.isCancellationRequested) throw new Cancelled();
-  compileTorchInBackground(step, python);
+  compileAheadInBackground(step, python);
   await installSpeccomplete(step, python, wheel.file, reused);
   step.progress.report({ increment: 55 });
   const specdec = inEnv(dir, 'specdec');

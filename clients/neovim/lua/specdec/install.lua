@@ -83,19 +83,20 @@ local function speccomplete_step(venv, repo)
   }
 end
 
--- Python compiles a module at its first import, and a first server start imports some 1,100 of torch's
--- (--no-compile above): seconds of a 2-core machine's start. A background step compiles them, at a lower priority,
--- on the core that pip leaves idle while it installs speccomplete; what is not done when the server starts, the
--- server compiles.
-M.COMPILE_TORCH = "import compileall, importlib.util, os, py_compile; hasattr(os, 'nice') and os.nice(10); "
-  .. "compileall.compile_dir(os.path.dirname(importlib.util.find_spec('torch').origin), quiet=1, "
-  .. 'invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)'
+-- Python compiles a module at its first import (--no-compile above), and a first server start imports some 2,000:
+-- seconds of a 2-core machine's start. A background step (clients/setup/compile_ahead.py) compiles them as pip puts
+-- them in, on the core pip leaves idle, at a lower priority, and stops once speccomplete is installed; what is not
+-- done when the server starts, the server compiles.
+function M.compile_ahead(repo)
+  return repo .. '/clients/setup/compile_ahead.py'
+end
 
 -- The steps, as { title, cmd[, background] } in order; a background step is started and not waited for.
 -- opts: python (required), nvidia, venv, repo.
 function M.plan(opts)
   local venv = opts.venv or M.venv()
   local pip = pip_install(venv)
+  local repo = opts.repo or M.repo()
   local steps = { { title = 'creating ' .. venv, cmd = { opts.python, '-m', 'venv', venv } } }
   if not opts.nvidia then
     -- Only torch comes from the CPU index, with --no-deps: pip asks the one index for each package it
@@ -107,13 +108,13 @@ function M.plan(opts)
       cmd = vim.list_extend(vim.deepcopy(pip), { '--retries', '1', '--timeout', '15', '--no-deps', M.TORCH,
         '--index-url', M.CPU_INDEX }),
     })
-    table.insert(steps, {
-      title = "compiling PyTorch's modules, in the background",
-      cmd = { pip[1], '-c', M.COMPILE_TORCH },
-      background = true,
-    })
   end
-  table.insert(steps, speccomplete_step(venv, opts.repo or M.repo()))
+  table.insert(steps, {
+    title = "compiling the server's modules as they are installed, in the background",
+    cmd = { pip[1], M.compile_ahead(repo) },
+    background = true,
+  })
+  table.insert(steps, speccomplete_step(venv, repo))
   return steps
 end
 
