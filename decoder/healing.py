@@ -26,11 +26,17 @@ LAST_CHARACTER = "\U0010ffff"
 
 def token_text(tokenizer, token_id: int) -> str:
     """One token's text on its own: through the fast tokenizer's decoder (no leading-space rules)."""
+    return token_texts(tokenizer, [token_id])[0]
+
+
+def token_texts(tokenizer, token_ids: list[int]) -> list[str]:
+    """token_text of each of `token_ids`, the fast tokenizer's lookups made once for all of them."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None and backend.decoder is not None:
-        piece = tokenizer.convert_ids_to_tokens(token_id)
-        return backend.decoder.decode([piece]) if piece is not None else ""
-    return tokenizer.decode([token_id])
+    if backend is None or backend.decoder is None:
+        return [tokenizer.decode([token_id]) for token_id in token_ids]
+    # convert_ids_to_tokens, without its per-call checks: the backend's own lookup
+    piece, decode = backend.id_to_token, backend.decoder.decode
+    return [decode([p]) if (p := piece(token_id)) is not None else "" for token_id in token_ids]
 
 
 # Every character str.isspace() holds: a continuation starting with one only extends the cursor's whitespace.
@@ -43,7 +49,7 @@ _BUILDING = threading.Lock()
 
 def token_strings(tokenizer) -> tuple[list[str], torch.Tensor]:
     """Every token's text, sorted, and the token ids in that order; special tokens are left out. One by one
-    through the fast tokenizer's decoder, ~1 s over Gemma's 262k tokens, once per tokenizer."""
+    through the fast tokenizer's decoder, about a second over Gemma's 262k tokens, once per tokenizer."""
     with _BUILDING:
         return _token_strings(tokenizer)
 
@@ -58,9 +64,11 @@ def warm_up(tokenizer) -> threading.Thread:
 @functools.lru_cache(maxsize=4)
 def _token_strings(tokenizer) -> tuple[list[str], torch.Tensor]:
     special = set(tokenizer.all_special_ids)
-    texts = ((token_text(tokenizer, i), i) for i in range(len(tokenizer)) if i not in special)
-    order = sorted((text, i) for text, i in texts if text)
-    return [text for text, _ in order], torch.tensor([i for _, i in order], dtype=torch.long)
+    ids = [i for i in range(len(tokenizer)) if i not in special]
+    texts = token_texts(tokenizer, ids)
+    kept = [k for k, text in enumerate(texts) if text]
+    kept.sort(key=texts.__getitem__)  # by text alone: a stable sort keeps equal texts in id order
+    return [texts[k] for k in kept], torch.tensor([ids[k] for k in kept], dtype=torch.long)
 
 
 def heal(tokenizer, ids: list[int]) -> tuple[list[int], str]:

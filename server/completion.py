@@ -19,7 +19,6 @@ from speccomplete.decoder.backends import TextDecoder
 from speccomplete.decoder.drafts import draft_label
 from speccomplete.decoder.engine import DecodeOptions, Generation, SpeculativeDecoder
 from speccomplete.decoder.gamma import parse_gamma_policy
-from speccomplete.decoder.healing import warm_up as warm_up_healing
 from speccomplete.decoder.loader import load_decoder
 from speccomplete.decoder.models import Progress, packaged_gguf
 from speccomplete.decoder.sampling import SamplingParams
@@ -87,8 +86,6 @@ def load_engine(options: ServerOptions, progress: Progress | None = None) -> Eng
     )
     decoder = loaded.decoder
     target, tokenizer = loaded.target, loaded.tokenizer
-    if options.token_healing:
-        warm_up_healing(tokenizer)  # ~1 s for a large vocabulary: meanwhile, not in the first completion
     weights = "int8" if loaded.quantization == "int8" else str(target.dtype).removeprefix("torch.")
     device = f"{target.device} {weights}"
     vocab = tokenizer.get_vocab()
