@@ -76,6 +76,8 @@ def installed_path(name: str, site: Path) -> str | None:
     """Where a wheel puts module `name`'s source, relative to site-packages; None for what is no source file
     there (the standard library, an extension module, a module made at run time)."""
     relative = Path(*name.split("."))
+    if name.startswith("__editable__"):  # this checkout's editable install: a wheel has none
+        return None
     if name.split(".")[0] == "speccomplete":  # this checkout's files, installed under speccomplete/
         try:
             spec = importlib.util.find_spec(name)
