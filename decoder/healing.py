@@ -30,13 +30,13 @@ def token_text(tokenizer, token_id: int) -> str:
 
 
 def token_texts(tokenizer, token_ids: list[int]) -> list[str]:
-    """token_text of each of `token_ids`, the fast tokenizer's lookups made once for all of them."""
+    """token_text of each of `token_ids`: the backend's own calls, found once, then one of each per token."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or backend.decoder is None:
         return [tokenizer.decode([token_id]) for token_id in token_ids]
-    # convert_ids_to_tokens, without its per-call checks: the backend's own lookup
-    piece, decode = backend.id_to_token, backend.decoder.decode
-    return [decode([p]) if (p := piece(token_id)) is not None else "" for token_id in token_ids]
+    # what convert_ids_to_tokens calls for each id, without the wrapper around it
+    to_token, decode = backend.id_to_token, backend.decoder.decode
+    return [decode([piece]) if (piece := to_token(token_id)) is not None else "" for token_id in token_ids]
 
 
 # Every character str.isspace() holds: a continuation starting with one only extends the cursor's whitespace.

@@ -232,8 +232,8 @@ def _load(options: ServerOptions, progress) -> tuple[Engine, bool]:
     """On the worker: the models, and whether to build or load their compiled step (deciding counts the target's
     parameters on the meta device, tens of ms that stay off the event loop); then token healing's table is begun
     on a thread (decoder/healing.py), so that a first completion seldom waits for it. Begun last: its second of
-    Python holds the interpreter's lock, and beside it the load's last steps waited for the lock each time they let
-    go of it (docs/cpu.md, "What a start costs")."""
+    Python holds the interpreter's lock, and steps beside it wait for the lock each time they let go of it
+    (docs/cpu.md, "What a start costs")."""
     engine = load_engine(options, progress)
     compiles = wants_compiled_step(options.compile_step, engine.decoder)
     if options.token_healing and engine.tokenizer is not None:

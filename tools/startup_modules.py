@@ -4,27 +4,33 @@ order the start imported them.
 
     python -m tools.startup_modules
 
-It imports what a first start's conversion of the default model runs, then starts `specdec serve` with Python's
-import profile on (PYTHONPROFILEIMPORTTIME), lets it load the default model and answer the first bundled case, and
-keeps each imported module that is a source file under site-packages, or in speccomplete (written as a wheel
-installs it). Run it again when the dependencies or the
-server's imports change: a stale list only means that less is compiled ahead.
+It converts the default model as a first start does (into a scratch folder), then starts `specdec serve`, both with
+Python's import profile on (PYTHONPROFILEIMPORTTIME); the server loads the default model and answers the first
+bundled case. It keeps each imported module that is a source file in speccomplete (as a wheel installs it) or in a
+distribution that speccomplete requires, directly or not (not the test and analysis extras of this environment).
+Run it again when the dependencies or the server's imports change: a stale list only means that less is compiled
+ahead.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import importlib.util
 import os
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from collections import deque
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from pygls.lsp.client import LanguageClient
 
+from speccomplete.decoder.packaged import DEFAULT_TARGET, PACKAGED, shipped_meta
 from speccomplete.harness.eval import run_case
 from speccomplete.harness.lib.cases import read_cases
 from speccomplete.harness.lib.session import Session, connect, server_command, stop_session
@@ -32,6 +38,8 @@ from speccomplete.harness.lib.session import Session, connect, server_command, s
 REPO = Path(__file__).resolve().parent.parent
 LIST = REPO / "clients" / "setup" / "startup-modules.txt"
 CASES = REPO / "docs" / "examples" / "cases.jsonl"
+# what a new venv holds already: pip may uninstall and replace it while the list is compiled, so it is left out
+IN_A_NEW_VENV = {"pip", "setuptools"}
 
 
 def profiled_names(stderr_lines) -> list[str]:
@@ -46,14 +54,36 @@ def profiled_names(stderr_lines) -> list[str]:
 
 
 def conversion_names() -> list[str]:
-    """The modules that a first start's conversion (packaged.convert_ahead) imports, in a process of its own."""
-    profiled = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import speccomplete.decoder.gguf_safetensors"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return profiled_names(profiled.stderr.splitlines())
+    """The modules that a first start's conversion of the default model (packaged.convert_ahead) imports."""
+    gguf, meta = PACKAGED[DEFAULT_TARGET].gguf_path(), shipped_meta(DEFAULT_TARGET)
+    if meta is None:
+        raise RuntimeError(f"{DEFAULT_TARGET} has no shipped meta: its first start converts through transformers")
+    with tempfile.TemporaryDirectory(prefix="specdec-startup-modules-") as scratch:
+        command = [sys.executable, "-X", "importtime", "-m", "speccomplete.decoder.gguf_safetensors"]
+        converted = subprocess.run(
+            [*command, str(gguf), str(meta), str(Path(scratch) / "model")], capture_output=True, text=True, check=True
+        )
+    return profiled_names(converted.stderr.splitlines())
+
+
+def required_distributions(root: str = "speccomplete") -> set[str]:
+    """The distributions `root` requires, directly or not, on this Python and without extras (normalized names)."""
+    seen: set[str] = set()
+    todo = [root]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requirements = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for line in requirements:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return seen
 
 
 async def server_names() -> list[str]:
@@ -99,7 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     site = Path(sysconfig.get_paths()["purelib"])
     names = list(dict.fromkeys(conversion_names() + asyncio.run(server_names())))
-    paths = [path for path in (installed_path(name, site) for name in names) if path]
+    required = required_distributions()
+    providers = importlib.metadata.packages_distributions()  # a top-level name -> the distributions that ship it
+
+    def required_path(path: str) -> bool:
+        top = path.split("/")[0].removesuffix(".py")
+        shipped_by = {canonicalize_name(d) for d in providers.get(top, [])}
+        return top == "speccomplete" or bool(shipped_by & required and not shipped_by & IN_A_NEW_VENV)
+
+    paths = [path for path in (installed_path(name, site) for name in names) if path and required_path(path)]
     args.out.write_text("".join(f"{path}\n" for path in paths))
     print(f"{args.out}: {len(paths)} files of {len(names)} modules imported", file=sys.stderr)
     return 0

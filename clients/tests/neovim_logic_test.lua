@@ -417,6 +417,10 @@ step(':SpecdecInstall: its plan, and the finder preferring its venv', function(n
   if not vim.deep_equal(cpu, want) then
     error('plan ' .. vim.inspect(cpu))
   end
+  -- the script the background step runs is where the plan says, in this checkout
+  if not (vim.uv or vim.loop).fs_stat(install.compile_ahead(install.repo())) then
+    error('no compile-ahead script at ' .. install.compile_ahead(install.repo()))
+  end
   local gpu = install.plan({ python = '/usr/bin/python3', nvidia = true, venv = '/v', repo = '/r' })
   if not vim.deep_equal(gpu, { want[1], want[3], want[4] }) then -- with a GPU, PyPI's torch comes with speccomplete
     error('plan with a GPU ' .. vim.inspect(gpu))
@@ -481,6 +485,28 @@ step('a finished :SpecdecInstall starts the server it installed, unless cmd name
       end
       next()
     end)
+  end)
+end)
+
+step('a failed install step stops the background steps begun before it', function(next)
+  local install = require('specdec.install')
+  local marker = 'sleep 31.4159' -- a process no one else runs, to look for
+  local steps = {
+    { title = 'in the background', cmd = { 'sh', '-c', marker }, background = true },
+    { title = 'fails', cmd = { 'false' } },
+  }
+  install.run_steps(steps, false, function(ok, err)
+    if ok or not err:find('fails failed') then
+      return fail('the failing step: ' .. tostring(err))
+    end
+    local gone = vim.wait(5000, function()
+      return vim.fn.system({ 'pgrep', '-f', marker }) == ''
+    end, 100)
+    if not gone then
+      vim.fn.system({ 'pkill', '-f', marker })
+      return fail('the background step still runs after the failure')
+    end
+    next()
   end)
 end)
 

@@ -209,6 +209,10 @@ async function main() {
     saveLogs();
     const lines = fs.readFileSync(specdecChannel() ?? '/dev/null', 'utf8').split('\n');
     const found = /found through ([^)]*)\)/.exec(lines.find((l) => l.includes('found through')) ?? '')?.[1] ?? null;
+    // what the setup compiled beside pip (clients/setup/compile_ahead.py): "compile ahead (exit 0): compiled N of the M files"
+    const ahead = /\[setup\] compile ahead \(exit (\S+)\): compiled (\d+) of the (\d+) files/.exec(
+      lines.find((l) => l.includes('[setup] compile ahead')) ?? '',
+    );
     const at = {
       venv: loggedAt(lines, /\[setup\] .* -m venv /),
       torch: loggedAt(lines, /\[setup\] .* -m pip install .*torch==/),
@@ -246,6 +250,7 @@ async function main() {
       // from the click to ready, the longest that specdec's notifications and status bar item showed the same text
       longestStillS: longestStill.s,
       stillShowing: longestStill.showing,
+      compiledAhead: ahead ? { exit: ahead[1], compiled: Number(ahead[2]), listed: Number(ahead[3]) } : null,
     };
     fs.writeFileSync(path.join(WORK, 'install.json'), JSON.stringify(result, null, 2));
     log(`result: ${JSON.stringify(result, null, 2)}`);

@@ -1,4 +1,5 @@
-// `npm run server-wheel`: the speccomplete wheel that the .vsix carries (dist/server/), built from the repository
+// `npm run server-wheel`: the speccomplete wheel that the .vsix carries (dist/server/), with the setup's
+// compile-ahead script and its list beside it (clients/setup), built from the repository
 // this folder sits in (clients/vscode, two levels below its root) with that repository's .venv Python, else
 // $PYTHON or python3. Outside a clone of the repository it stops with a message and removes nothing.
 import { execFileSync } from 'child_process';

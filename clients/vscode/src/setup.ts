@@ -12,6 +12,7 @@
 import { ChildProcess, execFile, spawn } from 'child_process';
 import { createHash } from 'crypto';
 import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 import * as readline from 'readline';
 import * as vscode from 'vscode';
@@ -153,11 +154,23 @@ function run(step: Step, command: string, args: string[], label: string): Promis
 // Python compiles a module at its first import (--no-compile below), and a first server start imports some
 // 2,000: seconds of a 2-core machine's start. compile_ahead.py (carried beside the wheel) compiles them as pip
 // puts them in, on the core pip leaves idle, at a lower priority; it stops once speccomplete is installed.
-// Not waited for: what it has not compiled when the server starts, the server compiles.
-function compileAheadInBackground(step: Step, python: string): void {
+// Not waited for: what it has not compiled when the server starts, the server compiles. The caller stops it
+// where pip fails.
+function compileAheadInBackground(step: Step, python: string): ChildProcess | undefined {
   const script = bundled && path.join(bundled, 'compile_ahead.py');
-  if (!script || !fs.existsSync(script)) return;
+  if (!script || !fs.existsSync(script)) {
+    step.output.info(`[setup] compile ahead: ${script ?? 'compile_ahead.py'} is missing; the server compiles its modules`);
+    return undefined;
+  }
   const child = spawn(python, [script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // where Python has no os.nice (Windows), its priority is lowered from here
+  if (WINDOWS && child.pid !== undefined) {
+    try {
+      os.setPriority(child.pid, os.constants.priority.PRIORITY_BELOW_NORMAL);
+    } catch {
+      // at the normal priority then
+    }
+  }
   const cancel = step.token.onCancellationRequested(() => child.kill());
   const said: string[] = [];
   child.stdout.on('data', (chunk: Buffer) => said.push(chunk.toString()));
@@ -166,10 +179,11 @@ function compileAheadInBackground(step: Step, python: string): void {
     cancel.dispose();
     step.output.info(`[setup] compiling ahead: ${e.message}`);
   });
-  child.on('close', (code) => {
+  child.on('close', (code, signal) => {
     cancel.dispose();
-    step.output.info(`[setup] compile ahead (exit ${code}): ${said.join('').trim()}`);
+    step.output.info(`[setup] compile ahead (exit ${signal ?? code}): ${said.join('').trim()}`);
   });
+  return child;
 }
 
 function probe(command: string, args: string[]): Promise<string | undefined> {
@@ -271,8 +285,13 @@ async function setUp(step: Step, dir: string): Promise<void> {
   }
   step.progress.report({ increment: 35 });
   if (step.token.isCancellationRequested) throw new Cancelled();
-  compileAheadInBackground(step, python);
-  await installSpeccomplete(step, python, wheel.file, reused);
+  const compiling = compileAheadInBackground(step, python);
+  try {
+    await installSpeccomplete(step, python, wheel.file, reused);
+  } catch (e) {
+    compiling?.kill(); // no speccomplete to wait for
+    throw e;
+  }
   step.progress.report({ increment: 55 });
   const specdec = inEnv(dir, 'specdec');
   if (!fs.existsSync(specdec)) throw new Error(`pip finished but ${specdec} is missing`);

@@ -85,8 +85,8 @@ end
 
 -- Python compiles a module at its first import (--no-compile above), and a first server start imports some 2,000:
 -- seconds of a 2-core machine's start. A background step (clients/setup/compile_ahead.py) compiles them as pip puts
--- them in, on the core pip leaves idle, at a lower priority, and stops once speccomplete is installed; what is not
--- done when the server starts, the server compiles.
+-- them in, on the core pip leaves idle, at a lower priority, and stops once speccomplete is installed (or is stopped
+-- where pip fails); what is not done when the server starts, the server compiles.
 function M.compile_ahead(repo)
   return repo .. '/clients/setup/compile_ahead.py'
 end
@@ -141,8 +141,14 @@ function M.run_steps(steps, announce, done)
   running = true
   vim.fn.mkdir(M.dir(), 'p')
   local log = io.open(M.log_path(), 'w')
+  local background = {} -- the background steps' jobs: stopped where a later step fails
   local function finish(ok, err)
     running = false
+    if not ok then
+      for _, job in ipairs(background) do
+        pcall(vim.fn.jobstop, job)
+      end
+    end
     if log then
       log:close()
     end
@@ -176,7 +182,10 @@ function M.run_steps(steps, announce, done)
       end
     end
     if s.background then -- its output is not kept: the log may be closed before it ends
-      pcall(vim.fn.jobstart, s.cmd)
+      local ok, job = pcall(vim.fn.jobstart, s.cmd)
+      if ok and job > 0 then
+        table.insert(background, job)
+      end
       return step(i + 1)
     end
     local ok, job = pcall(vim.fn.jobstart, s.cmd, {
