@@ -32,6 +32,7 @@ LIST = Path(__file__).with_name("startup-modules.txt")
 POLL_S = 0.5
 SETTLED_S = 1.0  # a file written this recently may still be being written: compiled on a later pass
 IDLE_S = 900.0  # no listed file arrived for this long (a pip that failed, or hangs): stop
+SPECCOMPLETE = "speccomplete-*.dist-info"  # speccomplete's record of its install, in site-packages
 
 
 def stamp(source: Path) -> tuple[int, int]:
@@ -108,7 +109,7 @@ class CompileAhead:
 
 def speccomplete_installed(site: Path, since: float) -> bool:
     """Whether pip has installed speccomplete since `since`: its record is written once its files are in."""
-    return any(record.stat().st_mtime >= since for record in site.glob("speccomplete-*.dist-info/RECORD"))
+    return any(record.stat().st_mtime >= since for record in site.glob(f"{SPECCOMPLETE}/RECORD"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,12 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(10)
     began = time.time()
     parent = os.getppid()
-    listed = args.list.read_text().split()
-    ahead = CompileAhead(args.site, listed)
-    if os.name == "nt" and any(args.site.glob("speccomplete-*.dist-info")):
+    if os.name == "nt" and any(args.site.glob(SPECCOMPLETE)):
         # pip replaces an installed speccomplete's files, and Windows refuses that while a file is open here
         print("left to the server: an environment with speccomplete installed, on Windows")
         return 0
+    listed = args.list.read_text().split()
+    ahead = CompileAhead(args.site, listed)
     last_progress, waiting = began, len(listed)
     while ahead.pending:
         final = speccomplete_installed(args.site, began)
