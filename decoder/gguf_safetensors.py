@@ -1,12 +1,19 @@
-"""A GGUF model straight to a safetensors folder, without transformers: seconds where `convert_gguf` takes a minute.
+"""A GGUF model straight to a safetensors folder, with no transformers model built: the tensors are read from the GGUF,
+the rest comes from a META folder.
 
-`convert_gguf` (decoder/models.py) loads a GGUF through transformers, which parses every metadata value in Python,
-the tokenizer's whole vocabulary included (Gemma 3: 262k tokens, scores and types), once for the weights and again
-for the tokenizer. Nearly all of its time goes there. Here the metadata files (config.json, tokenizer.json, ...) come
-from a META folder that `write_meta` builds beforehand from a folder `convert_gguf` wrote, and only the tensors are
-read from the GGUF: dequantized by the gguf package, renamed to transformers' names, and changed back as
-transformers' GGUF loader changes them back (its tensor processors, transformers/modeling_gguf_pytorch_utils.py).
-The folder written holds the same model.safetensors, tensor for tensor, and the same metadata files.
+`convert_gguf` (decoder/models.py) loads a GGUF through transformers: it parses the metadata (the tokenizer's whole
+vocabulary included: Gemma 3 has 262k tokens, scores and types), builds the model in fp32, converts the tokenizer and
+saves both (docs/cpu.md, "What a start costs", has both ways' times). Here the metadata files
+(config.json, tokenizer.json, ...) come from a META folder, and only the tensors are read from the GGUF: dequantized
+(by the gguf package, or below for Q8_0 and Q5_0), renamed to transformers' names, and changed back as transformers'
+GGUF loader changes them back (its tensor processors, transformers/modeling_gguf_pytorch_utils.py). The folder
+written holds the same model.safetensors, tensor for tensor, and the same metadata files.
+
+The META folder is built in one of two ways:
+- `write_meta`, from a folder `convert_gguf` wrote, checked to convert to the same folder: the meta the packaged
+  models ship (tools/model_meta.py) and the GPU carry's (tools/gpu/pack.py);
+- `meta_from_gguf`, from the GGUF alone, for a GGUF we ship no meta for (a user's own): config and tokenizer as
+  transformers makes them, the tensor map from transformers' names for the model's parameters.
 
 The GPU carry uses it (tools/gpu/pack.py builds the meta, gpu/unpack.sh converts):
 
@@ -20,7 +27,6 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 import sys
 import tarfile
 import tempfile
@@ -30,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .gguf_loading import fast_gguf_loading, gguf_reader
 from .packaged import WEIGHT_FILES
 
 # The meta folder's own file: the GGUF -> safetensors tensor map. The others are copied into the output as they are.
@@ -50,37 +57,6 @@ UNSUPPORTED = frozenset(
 
 class MetaMismatchError(ValueError):
     """The meta folder was built from another GGUF, or the GGUF holds what this converter cannot write."""
-
-
-def tensor_reader(path: str | Path):
-    """A gguf.GGUFReader that reads the tensors and the scalar metadata but skips over the values of arrays.
-
-    GGUFReader makes a numpy view for every element of every array: three for each of Gemma's 262k tokens, and
-    one for each score and token type. Arrays of numbers here become one view each; arrays of strings are
-    stepped over (their contents come back empty). Little-endian files only; others get the plain reader.
-    """
-    from gguf import GGUFReader, GGUFValueType
-
-    class TensorReader(GGUFReader):
-        def _get_field_parts(self, orig_offs, raw_type):
-            if GGUFValueType(raw_type) != GGUFValueType.ARRAY or self.byte_order != "I" or sys.byteorder != "little":
-                return super()._get_field_parts(orig_offs, raw_type)
-            item_type = self._get(orig_offs, np.uint32)
-            count = self._get(orig_offs + 4, np.uint64)
-            start = orig_offs + 12
-            item = GGUFValueType(int(item_type[0]))
-            if item == GGUFValueType.STRING:
-                end, raw = start, self.data.data
-                for _ in range(int(count[0])):
-                    end += 8 + struct.unpack_from("<Q", raw, end)[0]
-                return end - orig_offs, [item_type, count, self.data[start:end]], [], [GGUFValueType.ARRAY, item]
-            numpy_type = self.gguf_scalar_to_np.get(item)
-            if numpy_type is None:  # arrays of arrays: rare, small, read the usual way
-                return super()._get_field_parts(orig_offs, raw_type)
-            values = self._get(start, numpy_type, int(count[0]))
-            return 12 + int(values.nbytes), [item_type, count, values], [2], [GGUFValueType.ARRAY, item]
-
-    return TensorReader(path)
 
 
 def read_scalar(reader, key: str):
@@ -130,7 +106,7 @@ def write_meta(converted: str | Path, gguf: str | Path, meta: str | Path) -> Pat
     converted, meta = Path(converted), Path(meta)
     if not (converted / "model.safetensors").is_file():
         raise MetaMismatchError(f"{converted} has no single model.safetensors (sharded folders are not handled)")
-    reader = tensor_reader(gguf)
+    reader = gguf_reader(gguf, strings=False)
     architecture = gguf_architecture(reader)
     if architecture in UNSUPPORTED:
         raise MetaMismatchError(f"GGUF architecture {architecture!r} is not handled here: use convert_gguf")
@@ -164,6 +140,68 @@ def write_meta(converted: str | Path, gguf: str | Path, meta: str | Path) -> Pat
     if differing:
         shutil.rmtree(meta)
         raise MetaMismatchError(f"converting with the meta does not reproduce {converted}: {differing[:5]} differ")
+    return meta
+
+
+def meta_from_gguf(gguf: str | Path, meta: str | Path) -> Path:
+    """Build the META folder from the GGUF alone, for one we ship no meta for (a user's own): the config, generation
+    config and tokenizer as transformers makes them from the GGUF's metadata (in fast_gguf_loading), and the tensor
+    map from transformers' GGUF names for the model's parameters, the model built on the meta device.
+
+    No reference conversion checks it (that is the minute this saves), so it is built only for architectures whose
+    tensors transformers loads as stored or changes back as `hf_weights` does; others raise MetaMismatchError.
+    tests/decoder/test_gguf_safetensors.py checks that it converts as transformers does, file for file.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+
+    gguf, meta = Path(gguf), Path(meta)
+    reader = gguf_reader(gguf, strings=False)
+    architecture = gguf_architecture(reader)
+    if architecture in UNSUPPORTED or (
+        architecture in TENSOR_PROCESSORS and architecture not in PERMUTED_QK | NORM_PLUS_ONE
+    ):
+        raise MetaMismatchError(f"GGUF architecture {architecture!r} is not handled here: use convert_gguf")
+    with fast_gguf_loading():
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
+        gguf_to_hf = get_gguf_hf_weights_map(model, processor)
+    # what save_pretrained writes: each tensor once (a tied head is its embedding)
+    saved = {
+        name: list(tensor.shape)
+        for name, tensor in remove_tied_weights_from_state_dict(model.state_dict(), model).items()
+    }
+    tensors = {}
+    for tensor in reader.tensors:
+        hf_name = gguf_to_hf.get(tensor.name)
+        if hf_name in saved:
+            shape = [int(d) for d in reversed(tensor.shape)]
+            if shape != saved[hf_name]:
+                raise MetaMismatchError(f"{tensor.name} is {shape} in {gguf.name}; {hf_name} is {saved[hf_name]}")
+            tensors[tensor.name] = {"hf": hf_name, "shape": shape}
+    missing = set(saved) - {entry["hf"] for entry in tensors.values()}
+    if missing:
+        raise MetaMismatchError(f"no tensor of {gguf.name} is the model's {sorted(missing)[:5]}")
+    with staged_folder(meta) as tmp:
+        # as convert_gguf saves them: its architectures, and no quantization claimed for the fp32 weights
+        model.config.architectures = [type(model).__name__]
+        model.config.quantization_config = None
+        model.config.save_pretrained(tmp)
+        if model.can_generate():
+            model.generation_config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tensor_map = {
+            "gguf_architecture": architecture,
+            "gguf_header_sha256": header_sha256(reader),
+            "safetensors_metadata": {"format": "pt"},
+            "tensors": tensors,
+        }
+        (tmp / TENSOR_MAP).write_text(json.dumps(tensor_map, indent=1) + "\n")
     return meta
 
 
@@ -307,7 +345,7 @@ def convert_with_meta(gguf: str | Path, meta: str | Path, out: str | Path) -> Pa
                     shutil.copy2(file, tmp / file.name)
         tensor_map = json.loads((tmp / TENSOR_MAP).read_text())
         (tmp / TENSOR_MAP).unlink()  # the meta's own file: the output folder is what convert_gguf writes
-        reader = tensor_reader(gguf)
+        reader = gguf_reader(gguf, strings=False)
         if header_sha256(reader) != tensor_map["gguf_header_sha256"]:
             raise MetaMismatchError(f"the meta was built from another GGUF than {gguf} (their headers differ)")
         architecture = tensor_map["gguf_architecture"]

@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +22,8 @@ from typing import Any
 import torch
 
 from . import packaged
-from .gguf_safetensors import convert_with_meta, staged_folder
+from .gguf_loading import fast_gguf_loading
+from .gguf_safetensors import convert_with_meta, meta_from_gguf, staged_folder
 from .packaged import (
     PACKAGED,
     ModelError,
@@ -156,9 +158,13 @@ def _converted_dir(spec: str, progress: Progress | None = None) -> Path:
     if meta is not None:
         try:
             return _convert_with_meta(gguf, meta, out, progress)
-        except Exception as e:  # a package that changed its GGUF: the slow path still converts it
-            log.warning("the shipped meta of %s does not fit %s (%s); converting through transformers", spec, gguf, e)
-    log.info("converting %s (%s) to safetensors once; this takes a minute or two", spec, gguf.name)
+        except Exception as e:  # a package that changed its GGUF: its own metadata still converts it
+            log.warning("the shipped meta of %s does not fit %s (%s)", spec, gguf, e)
+    try:
+        return convert_with_own_meta(gguf, out, progress)
+    except Exception as e:  # an architecture whose tensors transformers reshapes: its own conversion, or its error
+        log.warning("%s: no meta from its own metadata (%s); converting through transformers", gguf.name, e)
+    log.info("converting %s (%s) to safetensors once; this takes half a minute", spec, gguf.name)
     return convert_gguf(gguf, out, progress)
 
 
@@ -169,13 +175,32 @@ def _convert_with_meta(gguf: Path, meta: Path, out: Path, progress: Progress | N
     return out
 
 
-# Where a first conversion's time goes (gemma3-270m on the 2-core CPU, 2026-11-27): transformers
-# parses the GGUF's metadata for the weights (49 s, then 2 s of dequantizing) and again for the tokenizer
-# (37 s); saving takes 2 s. It reports nothing while it parses, so the bar moves by these expected times
-# and waits short of a phase's end until the phase is done.
-CONVERT_SECONDS = {"weights": 51.0, "tokenizer": 37.0, "saving": 2.0}
+def convert_with_own_meta(gguf: Path, out: Path, progress: Progress | None = None) -> Path:
+    """Convert a GGUF we ship no meta for with a meta built from its own metadata (gguf_safetensors.meta_from_gguf);
+    MetaMismatchError where its architecture is not handled there."""
+    log.info("converting %s to safetensors once, with a meta built from its own metadata", gguf.name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        _ConversionProgress(
+            progress or (lambda fraction, message: None), gguf.name, CONVERT_WITH_OWN_META_SECONDS
+        ) as phases,
+        tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-meta-") as scratch,
+    ):
+        meta = meta_from_gguf(gguf, Path(scratch) / "meta")
+        phases.begin("tensors")
+        convert_with_meta(gguf, meta, out)
+    return out
+
+
+# Where a conversion through transformers spends its time (Gemma-3-270M, docs/cpu.md "What a start costs"): the
+# weights (the metadata parsed, the tensors dequantized), the tokenizer, and saving. It reports nothing while it
+# works, so the bar moves by these expected times and waits short of a phase's end until the phase is done.
+CONVERT_SECONDS = {"weights": 14.0, "tokenizer": 5.0, "saving": 3.0}
 # The same with the shipped meta: only the tensors are read, dequantized and saved.
 CONVERT_WITH_META_SECONDS = {"tensors": 6.0}
+# A GGUF we ship no meta for, of an architecture whose tensors need no reshaping: the meta is built from its own
+# metadata (config, tokenizer, tensor map), then the same.
+CONVERT_WITH_OWN_META_SECONDS = {"metadata": 13.0, "tensors": 6.0}
 
 
 class _ConversionProgress:
@@ -223,7 +248,7 @@ def convert_gguf(gguf: str | Path, out: str | Path, progress: Progress | None = 
     gguf, out = Path(gguf), Path(out)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    with _ConversionProgress(progress or (lambda fraction, message: None), gguf.name) as phases:
+    with _ConversionProgress(progress or (lambda fraction, message: None), gguf.name) as phases, fast_gguf_loading():
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         phases.begin("tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

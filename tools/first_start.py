@@ -1,6 +1,6 @@
-"""What a first start costs, in one run: each packaged model's GGUF converted with its shipped meta and through
-transformers, and `specdec serve` from its start to ready, and to its compiled step in use, on a cold model cache
-and on a warm one. Prints a table and writes JSON.
+"""What a first start costs, in one run: each packaged model's GGUF converted with its shipped meta, with a meta built
+from its own metadata (as a user's own GGUF is) and through transformers, and `specdec serve` from its start to ready,
+and to its compiled step in use, on a cold model cache and on a warm one. Prints a table and writes JSON.
 
     python -m tools.first_start --json out/first-start.json
 
@@ -32,9 +32,11 @@ def conversions() -> list[dict]:
             print(f"first-start: {alias} left out: {e}", file=sys.stderr)
             continue
         out = packaged.packaged_folder(alias)
-        # a first start's own way (resolve: with the shipped meta), then transformers' for a GGUF that ships none
+        # a first start's own way (resolve: with the shipped meta), then a GGUF's that ships none: a meta from its own
+        # metadata, and transformers' where that cannot be built
         for way, convert in (
             ("shipped meta", lambda: models.resolve(alias)),
+            ("own metadata", lambda: models.convert_with_own_meta(gguf, out)),
             ("transformers", lambda: models.convert_gguf(gguf, out)),
         ):
             shutil.rmtree(out, ignore_errors=True)

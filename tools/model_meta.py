@@ -19,7 +19,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from speccomplete.decoder.gguf_safetensors import TENSOR_MAP, header_sha256, pack_meta, tensor_reader, write_meta
+from speccomplete.decoder.gguf_loading import gguf_reader
+from speccomplete.decoder.gguf_safetensors import TENSOR_MAP, header_sha256, pack_meta, write_meta
 from speccomplete.decoder.models import convert_gguf
 from speccomplete.decoder.packaged import PACKAGED, SHIPPED_META
 
@@ -42,7 +43,7 @@ def fits(alias: str) -> bool:
         member = tar.extractfile(TENSOR_MAP)
         assert member is not None
         built_from = json.load(member)["gguf_header_sha256"]
-    return built_from == header_sha256(tensor_reader(PACKAGED[alias].gguf_path()))
+    return built_from == header_sha256(gguf_reader(PACKAGED[alias].gguf_path(), strings=False))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,8 @@
 """The fast GGUF conversion (decoder/gguf_safetensors.py) writes what transformers' conversion (convert_gguf) writes:
-the same tensors, byte for byte, and the same metadata files, for a tiny llama (q/k rows permuted by llama.cpp) and a
-tiny Gemma 3 (norm weights stored as w + 1, quantized tensors)."""
+the same tensors, byte for byte, and the same metadata files, for a tiny llama (q/k rows permuted by llama.cpp), a
+tiny Gemma 3 (norm weights stored as w + 1, quantized tensors) and a tiny Qwen2 (biases, a tied head), with a meta
+built from transformers' conversion or from the GGUF alone; and transformers' loading, made fast
+(decoder/gguf_loading.py), gives what it gave."""
 
 from __future__ import annotations
 
@@ -15,13 +17,14 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 from gguf.quants import dequantize, quantize
 from safetensors import safe_open
 
+from speccomplete.decoder.gguf_loading import fast_gguf_loading, gguf_reader
 from speccomplete.decoder.gguf_safetensors import (
     FAST_DEQUANTIZERS,
     MetaMismatchError,
     convert_with_meta,
     differing_tensors,
+    meta_from_gguf,
     pack_meta,
-    tensor_reader,
     write_meta,
 )
 from speccomplete.decoder.models import convert_gguf, load_model
@@ -95,12 +98,75 @@ def write_tiny_gemma3_gguf(path: Path, seed: int = 0) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def write_tiny_qwen2_gguf(path: Path, seed: int = 0) -> Path:
+    """Two Qwen2 layers (d_model 64, 4 heads, 2 KV heads, biases on q, k and v) with a tied head and the tiny llama's
+    byte-level vocabulary, as llama.cpp writes Qwen2 (q and k rows as transformers has them)."""
+    from speccomplete.harness.tiny_gguf import bytes_to_unicode
+
+    hidden, layers, heads, kv_heads, ffn = 64, 2, 4, 2, 128
+    spelling = bytes_to_unicode()
+    space = spelling[ord(" ")]
+    tokens = [spelling[b] for b in range(256)] + ["<|endoftext|>", space * 2]
+    rng = np.random.RandomState(seed)
+    writer = GGUFWriter(str(path), "qwen2")
+    writer.add_name("tiny-qwen2")
+    writer.add_context_length(512)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(1000000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_file_type(GGMLQuantizationType.Q8_0)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 256 + [3, 1])
+    writer.add_token_merges([f"{space} {space}"])
+    writer.add_eos_token_id(256)
+    writer.add_bos_token_id(256)
+
+    def tensor(name: str, *shape: int, quantized: bool = True):
+        values = (rng.standard_normal(shape) * 0.2).astype(np.float32)
+        if quantized:
+            blocks = quantize(values, GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, values)
+
+    kv = hidden // heads * kv_heads
+    tensor("token_embd.weight", len(tokens), hidden)
+    tensor("output_norm.weight", hidden, quantized=False)
+    for i in range(layers):
+        tensor(f"blk.{i}.attn_norm.weight", hidden, quantized=False)
+        tensor(f"blk.{i}.attn_q.weight", hidden, hidden)
+        tensor(f"blk.{i}.attn_q.bias", hidden, quantized=False)
+        tensor(f"blk.{i}.attn_k.weight", kv, hidden)
+        tensor(f"blk.{i}.attn_k.bias", kv, quantized=False)
+        tensor(f"blk.{i}.attn_v.weight", kv, hidden)
+        tensor(f"blk.{i}.attn_v.bias", kv, quantized=False)
+        tensor(f"blk.{i}.attn_output.weight", hidden, hidden)
+        tensor(f"blk.{i}.ffn_norm.weight", hidden, quantized=False)
+        tensor(f"blk.{i}.ffn_gate.weight", ffn, hidden)
+        tensor(f"blk.{i}.ffn_up.weight", ffn, hidden)
+        tensor(f"blk.{i}.ffn_down.weight", hidden, ffn)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+TINY_WRITERS = {"llama": write_tiny_gguf, "gemma3": write_tiny_gemma3_gguf, "qwen2": write_tiny_qwen2_gguf}
+
+
+@pytest.fixture(scope="module", params=sorted(TINY_WRITERS))
 def converted(request, tmp_path_factory) -> tuple[Path, Path, Path]:
     """(GGUF, transformers' conversion of it, the meta folder built from that)."""
     tmp = tmp_path_factory.mktemp(request.param)
-    writer = write_tiny_gguf if request.param == "llama" else write_tiny_gemma3_gguf
-    gguf = writer(tmp / f"tiny-{request.param}.gguf")
+    gguf = TINY_WRITERS[request.param](tmp / f"tiny-{request.param}.gguf")
     reference = convert_gguf(gguf, tmp / "transformers")
     return gguf, reference, write_meta(reference, gguf, tmp / "meta")
 
@@ -120,9 +186,11 @@ def test_the_fast_conversion_writes_what_transformers_writes(converted, tmp_path
     with safe_open(str(fast / "model.safetensors"), framework="numpy") as saved:
         if "gemma" in gguf.name:  # the norms were stored around 1: transformers' -1 brings them back around 0
             assert abs(saved.get_tensor("model.norm.weight").mean()) < 0.2
-        else:  # q is permuted back: not the GGUF's rows as stored
+        elif "llama" in gguf.name:  # q is permuted back: not the GGUF's rows as stored
             stored = next(t for t in GGUFReader(gguf).tensors if t.name == "blk.0.attn_q.weight").data
             assert not np.array_equal(saved.get_tensor("model.layers.0.self_attn.q_proj.weight"), stored)
+        else:  # Qwen2's biases are kept, and its head is its embedding
+            assert "model.layers.0.self_attn.q_proj.bias" in saved.keys() and "lm_head.weight" not in saved.keys()
     (model, tokenizer), (reference_model, reference_tokenizer) = (
         load_model(str(d), device="cpu") for d in (fast, reference)
     )
@@ -149,17 +217,73 @@ def test_a_meta_from_another_gguf_is_refused(converted, tmp_path):
     assert not (tmp_path / "fast").exists() and not list(tmp_path.glob(".fast-*"))  # nothing left behind
 
 
-def test_the_tensor_reader_reads_what_gguf_reader_reads_without_the_vocabulary(converted):
+def test_a_meta_from_the_gguf_alone_converts_as_transformers_does(converted, tmp_path):
+    gguf, reference, _ = converted
+    meta = meta_from_gguf(gguf, tmp_path / "meta")
+    assert same_files(reference, convert_with_meta(gguf, meta, tmp_path / "fast"))
+
+
+def test_a_meta_is_not_built_for_an_architecture_whose_tensors_transformers_reshapes(tmp_path):
+    path = tmp_path / "tiny-bloom.gguf"
+    writer = GGUFWriter(str(path), "bloom")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(MetaMismatchError, match="'bloom' is not handled"):
+        meta_from_gguf(path, tmp_path / "meta")
+    assert not (tmp_path / "meta").exists()
+
+
+def test_fast_gguf_loading_gives_what_transformers_gives(converted):
+    import gguf as gguf_package
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
     gguf = converted[0]
-    plain, fast = GGUFReader(gguf), tensor_reader(gguf)
-    assert fast.data_offset == plain.data_offset and list(fast.fields) == list(plain.fields)
-    for ours, theirs in zip(fast.tensors, plain.tensors):
+
+    def load():
+        where = dict(pretrained_model_name_or_path=str(gguf.parent), gguf_file=gguf.name)
+        config = AutoConfig.from_pretrained(**where).to_dict()
+        tokenizer = AutoTokenizer.from_pretrained(**where).backend_tokenizer.to_str()
+        return config, tokenizer, AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32).state_dict()
+
+    plain_reader = gguf_package.GGUFReader
+    config, tokenizer, weights = load()
+    with fast_gguf_loading():
+        assert gguf_package.GGUFReader is not plain_reader
+        fast_config, fast_tokenizer, fast_weights = load()
+    assert gguf_package.GGUFReader is plain_reader  # put back
+    assert (fast_config, fast_tokenizer) == (config, tokenizer)
+    assert weights.keys() == fast_weights.keys() and all(torch.equal(weights[k], fast_weights[k]) for k in weights)
+
+
+def test_the_bulk_reader_reads_what_gguf_reader_reads_part_for_part(converted):
+    """transformers reads through the parts (load_gguf_checkpoint), gguf's own code through contents()."""
+    gguf = converted[0]
+    plain, bulk = GGUFReader(gguf), gguf_reader(gguf)
+    assert bulk.data_offset == plain.data_offset and list(bulk.fields) == list(plain.fields)
+    for ours, theirs in zip(bulk.tensors, plain.tensors, strict=True):
         assert (ours.name, ours.tensor_type, ours.data_offset) == (theirs.name, theirs.tensor_type, theirs.data_offset)
         assert np.array_equal(ours.data, theirs.data)
     for key, field in plain.fields.items():
+        ours = bulk.fields[key]
+        assert (ours.offset, ours.data, ours.types) == (field.offset, field.data, field.types), key
+        assert len(ours.parts) == len(field.parts), key
+        for a, b in zip(ours.parts, field.parts):
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), key
+        assert ours.contents() == field.contents(), key
+    assert len(plain.fields["tokenizer.ggml.tokens"].contents()) > 256
+
+
+def test_the_bulk_reader_steps_over_strings_when_asked(converted):
+    gguf = converted[0]
+    plain, bulk = GGUFReader(gguf), gguf_reader(gguf, strings=False)
+    assert bulk.data_offset == plain.data_offset and list(bulk.fields) == list(plain.fields)
+    for key, field in plain.fields.items():
         if field.types[-1] != 8 or field.types[0] != 9:  # all but the arrays of strings
-            assert fast.fields[key].contents() == field.contents(), key
-    assert fast.fields["tokenizer.ggml.tokens"].contents() == []  # stepped over, not read
+            assert bulk.fields[key].contents() == field.contents(), key
+    assert bulk.fields["tokenizer.ggml.tokens"].contents() == []  # stepped over, not read
 
 
 @pytest.mark.parametrize("kind", sorted(FAST_DEQUANTIZERS))
@@ -189,7 +313,7 @@ def packaged_tiny(converted, tmp_path, monkeypatch) -> tuple[Path, Path, Path]:
     return converted
 
 
-def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_transformers(
+def test_a_model_converts_with_its_shipped_meta_else_its_own_metadata_else_through_transformers(
     packaged_tiny, tmp_path, monkeypatch
 ):
     from speccomplete.decoder import models
@@ -202,7 +326,7 @@ def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_
     assert slow == [] and same_files(reference, fast)
     assert reports[0][0] < 0.01 and reports[0][1] == f"converting {gguf.name}: tensors"
     assert reports[-1] == (1.0, f"converted {gguf.name}")
-    # a package whose GGUF changed: its meta no longer fits, and transformers converts it as before
+    # a package whose GGUF changed: its meta no longer fits, and a meta from the GGUF's own metadata converts it
     shutil.rmtree(fast)
     other = (
         write_tiny_gguf(tmp_path / "other.gguf")
@@ -210,7 +334,15 @@ def test_a_packaged_model_converts_with_its_shipped_meta_and_without_it_through_
         else write_tiny_gemma3_gguf(tmp_path / "o.gguf")
     )
     monkeypatch.setitem(models.PACKAGED, "tiny", SimpleNamespace(gguf_path=lambda: other))
+    reports.clear()
+    assert Path(models.resolve("tiny", progress=lambda fraction, message: reports.append((fraction, message)))) == fast
+    assert slow == [] and same_files(convert_gguf(other, tmp_path / "other-reference"), fast)
+    assert {f"converting {other.name}: metadata", f"converting {other.name}: tensors"} <= {m for _, m in reports}
+    # an architecture whose tensors transformers reshapes: transformers converts it, as before
+    shutil.rmtree(fast)
+    monkeypatch.setattr(models, "meta_from_gguf", lambda *args: (_ for _ in ()).throw(MetaMismatchError("reshaped")))
     assert Path(models.resolve("tiny")) == fast and len(slow) == 1 and (fast / "model.safetensors").is_file()
+    assert not list((tmp_path / "cache" / "models").glob(".tiny-*"))  # no scratch left behind
 
 
 def test_a_conversion_started_ahead_is_the_one_the_load_waits_for(packaged_tiny, tmp_path, monkeypatch):
@@ -234,9 +366,9 @@ def test_a_conversion_started_ahead_is_the_one_the_load_waits_for(packaged_tiny,
     shutil.rmtree(folder)
     (tmp_path / "meta" / "tiny.tar.xz").write_bytes(b"not an archive")  # the process ahead fails on it
     assert packaged.convert_ahead("tiny")
-    monkeypatch.setattr(models, "convert_gguf", lambda gguf, out, progress=None: here.append(out) or Path(out))
-    # converted here: the meta tried again, then transformers'
-    assert models.resolve("tiny") == str(folder) and here[1:] == [folder] and len(here[0]) == 3
+    # converted here: the shipped meta tried again, then a meta from the GGUF's own metadata
+    assert models.resolve("tiny") == str(folder) and len(here) == 2 and here[1][2] == folder
+    assert same_files(reference, folder)
     assert packaged.CONVERTING_AHEAD == {}
 
 

@@ -1,5 +1,5 @@
-"""tools/first_start.py's conversions: each packaged model converted with its shipped meta and through transformers,
-both timed, on a tiny GGUF standing in for a packaged model."""
+"""tools/first_start.py's conversions: each packaged model converted with its shipped meta, with a meta from its own
+metadata and through transformers, each timed, on a tiny GGUF standing in for a packaged model."""
 
 from __future__ import annotations
 
@@ -24,7 +24,11 @@ def test_each_packaged_model_is_converted_both_ways_and_timed(tmp_path, monkeypa
     convert = models.convert_gguf
     monkeypatch.setattr(models, "convert_gguf", lambda *a: ways.append("transformers") or convert(*a))
     rows = first_start.conversions()
-    assert [(r["model"], r["way"]) for r in rows] == [("tiny", "shipped meta"), ("tiny", "transformers")]
+    assert [(r["model"], r["way"]) for r in rows] == [
+        ("tiny", "shipped meta"),
+        ("tiny", "own metadata"),
+        ("tiny", "transformers"),
+    ]
     assert ways == ["transformers"] and all(r["convert_s"] >= 0 for r in rows)
     assert packaged.SHIPPED_META == tmp_path / "shipped"  # put back after the transformers run
     assert (tmp_path / "cache" / "models" / "tiny" / "model.safetensors").is_file()

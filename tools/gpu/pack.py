@@ -190,12 +190,13 @@ def model_meta(gguf: Path, converted: Path, cache: Path) -> Path:
     Building it checks that a conversion with it reproduces `converted` tensor for tensor. It is kept in `cache`
     and built again only when the GGUF's header or the converted folder's files change.
     """
-    from speccomplete.decoder.gguf_safetensors import header_sha256, pack_meta, tensor_reader, write_meta
+    from speccomplete.decoder.gguf_loading import gguf_reader
+    from speccomplete.decoder.gguf_safetensors import header_sha256, pack_meta, write_meta
 
     archive = cache / MODEL_META
     stamp_file = cache / "model-meta.stamp.json"
     stamp = {
-        "gguf_header_sha256": header_sha256(tensor_reader(gguf)),
+        "gguf_header_sha256": header_sha256(gguf_reader(gguf, strings=False)),
         "converted": {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(converted.iterdir())},
     }
     if archive.is_file() and stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
