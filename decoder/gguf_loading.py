@@ -90,9 +90,9 @@ def fast_gguf_loading() -> Iterator[None]:
         plain_checkpoint = loading.load_gguf_checkpoint
         parsed = functools.cache(lambda path: plain_checkpoint(path, return_tensors=False))
 
-        def load_gguf_checkpoint(path, return_tensors=False, **kwargs):
-            if return_tensors or kwargs:
-                return plain_checkpoint(path, return_tensors, **kwargs)
+        def load_gguf_checkpoint(path, return_tensors=False, *args, **kwargs):
+            if return_tensors or args or kwargs:
+                return plain_checkpoint(path, return_tensors, *args, **kwargs)
             return copy.deepcopy(parsed(path))
 
         swaps = [

@@ -148,8 +148,9 @@ def meta_from_gguf(gguf: str | Path, meta: str | Path) -> Path:
     config and tokenizer as transformers makes them from the GGUF's metadata (in fast_gguf_loading), and the tensor
     map from transformers' GGUF names for the model's parameters, the model built on the meta device.
 
-    No reference conversion checks it (that is the minute this saves), so it is built only for architectures whose
-    tensors transformers loads as stored or changes back as `hf_weights` does; others raise MetaMismatchError.
+    No reference conversion checks it (that would be the conversion it stands in for), so it is built only for
+    architectures whose tensors transformers loads as stored or changes back as `hf_weights` does; others raise
+    MetaMismatchError.
     tests/decoder/test_gguf_safetensors.py checks that it converts as transformers does, file for file.
     """
     import torch
