@@ -31,6 +31,28 @@ from speccomplete.decoder.models import convert_gguf, load_model
 from speccomplete.harness.tiny_gguf import write_tiny_gguf
 
 
+def tiny_writer(path: Path, architecture: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int):
+    """A GGUFWriter for a tiny model of `architecture`, its shape written."""
+    writer = GGUFWriter(str(path), architecture)
+    writer.add_name(f"tiny-{architecture}")
+    writer.add_context_length(512)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    return writer
+
+
+def finish(writer, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def write_tiny_gemma3_gguf(path: Path, seed: int = 0) -> Path:
     """Two Gemma 3 layers (d_model 64, 4 heads of 16, 2 KV heads) with a sentencepiece vocabulary of bytes and
     letters, laid out as llama.cpp writes Gemma 3: norms as w + 1 around 1, most matrices Q8_0 or Q4_0."""
@@ -40,14 +62,7 @@ def write_tiny_gemma3_gguf(path: Path, seed: int = 0) -> Path:
     types = [3, 3, 3, 2] + [6] * 256 + [1] * (len(tokens) - 260)  # control, unknown, byte, normal
     scores = [0.0] * 260 + [-float(i) for i in range(len(tokens) - 260)]
     rng = np.random.RandomState(seed)
-    writer = GGUFWriter(str(path), "gemma3")
-    writer.add_name("tiny-gemma3")
-    writer.add_context_length(512)
-    writer.add_embedding_length(hidden)
-    writer.add_block_count(layers)
-    writer.add_feed_forward_length(ffn)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
+    writer = tiny_writer(path, "gemma3", hidden, layers, heads, kv_heads, ffn)
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_rope_freq_base(10000.0)
@@ -90,12 +105,7 @@ def write_tiny_gemma3_gguf(path: Path, seed: int = 0) -> Path:
         matrix(f"blk.{i}.ffn_up.weight", ffn, hidden)
         writer.add_tensor(f"blk.{i}.ffn_down.weight", (rng.standard_normal((hidden, ffn)) * 0.2).astype(np.float16))
         norm(f"blk.{i}.post_ffw_norm.weight", hidden)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return finish(writer, path)
 
 
 def write_tiny_qwen2_gguf(path: Path, seed: int = 0) -> Path:
@@ -108,14 +118,7 @@ def write_tiny_qwen2_gguf(path: Path, seed: int = 0) -> Path:
     space = spelling[ord(" ")]
     tokens = [spelling[b] for b in range(256)] + ["<|endoftext|>", space * 2]
     rng = np.random.RandomState(seed)
-    writer = GGUFWriter(str(path), "qwen2")
-    writer.add_name("tiny-qwen2")
-    writer.add_context_length(512)
-    writer.add_embedding_length(hidden)
-    writer.add_block_count(layers)
-    writer.add_feed_forward_length(ffn)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
+    writer = tiny_writer(path, "qwen2", hidden, layers, heads, kv_heads, ffn)
     writer.add_rope_freq_base(1000000.0)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_file_type(GGMLQuantizationType.Q8_0)
@@ -151,12 +154,7 @@ def write_tiny_qwen2_gguf(path: Path, seed: int = 0) -> Path:
         tensor(f"blk.{i}.ffn_gate.weight", ffn, hidden)
         tensor(f"blk.{i}.ffn_up.weight", ffn, hidden)
         tensor(f"blk.{i}.ffn_down.weight", hidden, ffn)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return finish(writer, path)
 
 
 TINY_WRITERS = {"llama": write_tiny_gguf, "gemma3": write_tiny_gemma3_gguf, "qwen2": write_tiny_qwen2_gguf}
@@ -225,12 +223,7 @@ def test_a_meta_from_the_gguf_alone_converts_as_transformers_does(converted, tmp
 
 def test_a_meta_is_not_built_for_an_architecture_whose_tensors_transformers_reshapes(tmp_path):
     path = tmp_path / "tiny-bloom.gguf"
-    writer = GGUFWriter(str(path), "bloom")
-    writer.add_block_count(1)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(tiny_writer(path, "bloom", 64, 1, 4, 4, 128), path)
     with pytest.raises(MetaMismatchError, match="'bloom' is not handled"):
         meta_from_gguf(path, tmp_path / "meta")
     assert not (tmp_path / "meta").exists()
