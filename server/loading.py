@@ -8,6 +8,7 @@ The worker is one thread that runs every job in order: the loads here, and every
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import queue
@@ -146,9 +147,12 @@ class Loader:
         self.optimizing = True
         host.send_status()
         built: Future = Future()
+        loop = asyncio.get_running_loop()
+        heal = functools.cache(lambda: begin_healing(engine, options))  # once: as a build begins, or after the load
 
         def precompile() -> None:
             """Build the entry in a process of its own: tracing the model here would break the worker's decodes."""
+            loop.call_soon_threadsafe(heal)  # a build takes minutes: healing's table does not wait for it
             self.precompiling = child = subprocess.Popen(
                 precompile_command(options), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
             )
@@ -174,6 +178,7 @@ class Loader:
         except Exception:
             log.exception("could not compile the CPU step; answering from the eager step")
             compiled = None
+        heal()
         if compiled is not None and load_id == self.loads and host.engine is engine:
             await asyncio.wrap_future(host.worker.submit(steps.use_compiled, compiled))
             log.info("compiled step in use (%s in %.1f s)", "loaded" if report.loaded else "built", report.seconds)
@@ -230,12 +235,19 @@ def precompile_command(options: ServerOptions) -> list[str]:
 
 def _load(options: ServerOptions, progress) -> tuple[Engine, bool]:
     """On the worker: the models, and whether to build or load their compiled step (deciding counts the target's
-    parameters on the meta device, tens of ms that stay off the event loop); then token healing's table is begun
-    on a thread (decoder/healing.py), so that a first completion seldom waits for it. Begun last: its second of
-    Python holds the interpreter's lock, and steps beside it wait for the lock each time they let go of it
-    (docs/cpu.md, "What a start costs")."""
+    parameters on the meta device, tens of ms that stay off the event loop); then, where no compiled step is to
+    come, token healing's table is begun (begin_healing)."""
     engine = load_engine(options, progress)
     compiles = wants_compiled_step(options.compile_step, engine.decoder)
+    if not compiles:
+        begin_healing(engine, options)
+    return engine, compiles
+
+
+def begin_healing(engine: Engine, options: ServerOptions) -> None:
+    """Token healing's table, begun on a thread (decoder/healing.py) so that a first completion seldom waits for
+    it. Its second of Python holds the interpreter's lock, and work beside it waits for the lock each time it
+    lets go of it, both taking longer than one after the other (docs/cpu.md, "What a start costs"): so it is
+    begun after the load's last steps, and after the compiled step's load where one comes."""
     if options.token_healing and engine.tokenizer is not None:
         warm_up_healing(engine.tokenizer)
-    return engine, compiles

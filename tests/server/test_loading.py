@@ -1,24 +1,88 @@
-"""server/loading.py's load on the worker: token healing's table is begun after the load's last steps, and only
-where healing is on and the backend has a tokenizer."""
+"""server/loading.py: token healing's table is begun after the load's last steps, only where healing is on and the
+backend has a tokenizer; where a compiled step comes, after it is loaded, or as its build begins (a build takes
+minutes), never beside the load."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
+from helpers.lsp import save_random_model
 
 from speccomplete.server import loading
+from speccomplete.server.completion import load_engine
 from speccomplete.server.options import ServerOptions
 
 
 @pytest.mark.parametrize(
-    ("healing", "tokenizer", "warmed"), [(True, "tok", True), (False, "tok", False), (True, None, False)]
+    ("healing", "tokenizer", "compiles", "warmed"),
+    [(True, "tok", False, True), (False, "tok", False, False), (True, None, False, False), (True, "tok", True, False)],
 )
-def test_the_healing_table_is_begun_last_where_healing_is_on(monkeypatch, healing, tokenizer, warmed):
+def test_the_healing_table_is_begun_last_where_healing_is_on_and_no_step_compiles(
+    monkeypatch, healing, tokenizer, compiles, warmed
+):
     said = []
     engine = SimpleNamespace(decoder="decoder", tokenizer=tokenizer)
     monkeypatch.setattr(loading, "load_engine", lambda options, progress: said.append("load") or engine)
-    monkeypatch.setattr(loading, "wants_compiled_step", lambda setting, decoder: said.append("count") or True)
+    monkeypatch.setattr(loading, "wants_compiled_step", lambda setting, decoder: said.append("count") or compiles)
     monkeypatch.setattr(loading, "warm_up_healing", lambda tok: said.append(f"heal {tok}"))
-    assert loading._load(ServerOptions(token_healing=healing), None) == (engine, True)
+    assert loading._load(ServerOptions(token_healing=healing), None) == (engine, compiles)
     assert said == (["load", "count", "heal tok"] if warmed else ["load", "count"])
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return load_engine(ServerOptions(target=str(save_random_model(tmp_path_factory.mktemp("model")))))
+
+
+class Host:
+    """What compile_step asks of the server; its engine is not the one compiled for, so no step is installed."""
+
+    engine = None
+
+    def __init__(self):
+        self.worker = ThreadPoolExecutor(1)
+
+    def send_status(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("cached", [True, False])
+async def test_healing_begins_after_a_compiled_step_loads_and_as_a_build_begins(engine, monkeypatch, cached):
+    said = []
+
+    def healed() -> bool:
+        return "heal" in said
+
+    class Build:  # `specdec precompile`, done once healing has begun
+        returncode = 0
+
+        def __init__(self, command, **kwargs):
+            said.append("build")
+
+        def communicate(self):
+            deadline = time.monotonic() + 10
+            while not healed() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return "", ""
+
+    def compile_steps(decoder, quantization, build):
+        said.append("compile")
+        if not cached:
+            build()
+        said.append("compiled")
+        return object(), SimpleNamespace(loaded=cached, seconds=0.0)
+
+    monkeypatch.setattr(loading, "compile_steps", compile_steps)
+    monkeypatch.setattr(loading.subprocess, "Popen", Build)
+    monkeypatch.setattr(loading, "warm_up_healing", lambda tokenizer: said.append("heal"))
+    loader = loading.Loader(Host())
+    await asyncio.wait_for(loader.compile_step(loader.loads, engine, ServerOptions()), 30)
+    if cached:
+        assert said == ["compile", "compiled", "heal"]
+    else:  # healing begins as the build does (either may be said first), and once, though the build ends after
+        assert said[0] == "compile" and sorted(said[1:3]) == ["build", "heal"] and said[3:] == ["compiled"]
+    assert not loader.optimizing
