@@ -59,6 +59,10 @@ class MetaMismatchError(ValueError):
     """The meta folder was built from another GGUF, or the GGUF holds what this converter cannot write."""
 
 
+class UnhandledArchitectureError(MetaMismatchError):
+    """The GGUF's architecture is one whose tensors transformers reshapes on loading: convert_gguf converts it."""
+
+
 def read_scalar(reader, key: str):
     field = reader.fields.get(key)
     return None if field is None else field.contents()
@@ -106,10 +110,10 @@ def write_meta(converted: str | Path, gguf: str | Path, meta: str | Path) -> Pat
     converted, meta = Path(converted), Path(meta)
     if not (converted / "model.safetensors").is_file():
         raise MetaMismatchError(f"{converted} has no single model.safetensors (sharded folders are not handled)")
-    reader = gguf_reader(gguf, strings=False)
+    reader = gguf_reader(gguf, elements=False)
     architecture = gguf_architecture(reader)
     if architecture in UNSUPPORTED:
-        raise MetaMismatchError(f"GGUF architecture {architecture!r} is not handled here: use convert_gguf")
+        raise UnhandledArchitectureError(f"GGUF architecture {architecture!r} is not handled here: use convert_gguf")
     names = hf_tensor_map(converted, reader)
     with safe_open(str(converted / "model.safetensors"), framework="numpy") as saved:
         slices = {name: saved.get_slice(name) for name in saved.keys()}
@@ -150,7 +154,8 @@ def meta_from_gguf(gguf: str | Path, meta: str | Path) -> Path:
 
     No reference conversion checks it (that would be the conversion it stands in for), so it is built only for
     architectures whose tensors transformers loads as stored or changes back as `hf_weights` does; others raise
-    MetaMismatchError.
+    UnhandledArchitectureError. A GGUF that lacks a tensor the model has, or holds one of another shape, raises
+    MetaMismatchError: transformers would fill the first with random values.
     tests/decoder/test_gguf_safetensors.py checks that it converts as transformers does, file for file.
     """
     import torch
@@ -159,12 +164,12 @@ def meta_from_gguf(gguf: str | Path, meta: str | Path) -> Path:
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
     gguf, meta = Path(gguf), Path(meta)
-    reader = gguf_reader(gguf, strings=False)
+    reader = gguf_reader(gguf, elements=False)
     architecture = gguf_architecture(reader)
     if architecture in UNSUPPORTED or (
         architecture in TENSOR_PROCESSORS and architecture not in PERMUTED_QK | NORM_PLUS_ONE
     ):
-        raise MetaMismatchError(f"GGUF architecture {architecture!r} is not handled here: use convert_gguf")
+        raise UnhandledArchitectureError(f"GGUF architecture {architecture!r} is not handled here: use convert_gguf")
     with fast_gguf_loading():
         config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -346,7 +351,7 @@ def convert_with_meta(gguf: str | Path, meta: str | Path, out: str | Path) -> Pa
                     shutil.copy2(file, tmp / file.name)
         tensor_map = json.loads((tmp / TENSOR_MAP).read_text())
         (tmp / TENSOR_MAP).unlink()  # the meta's own file: the output folder is what convert_gguf writes
-        reader = gguf_reader(gguf, strings=False)
+        reader = gguf_reader(gguf, elements=False)
         if header_sha256(reader) != tensor_map["gguf_header_sha256"]:
             raise MetaMismatchError(f"the meta was built from another GGUF than {gguf} (their headers differ)")
         architecture = tensor_map["gguf_architecture"]

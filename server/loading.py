@@ -148,11 +148,15 @@ class Loader:
         host.send_status()
         built: Future = Future()
         loop = asyncio.get_running_loop()
-        heal = functools.cache(lambda: begin_healing(engine, options))  # once: as a build begins, or after the load
+
+        @functools.cache  # once: as a build begins, or after the load; on the event loop, not the low-priority thread
+        def begin_healing_once() -> None:
+            if load_id == self.loads:  # not for models a newer load has replaced
+                begin_healing(engine, options)
 
         def precompile() -> None:
             """Build the entry in a process of its own: tracing the model here would break the worker's decodes."""
-            loop.call_soon_threadsafe(heal)  # a build takes minutes: healing's table does not wait for it
+            loop.call_soon_threadsafe(begin_healing_once)  # a build takes minutes: the table does not wait for it
             self.precompiling = child = subprocess.Popen(
                 precompile_command(options), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
             )
@@ -178,7 +182,7 @@ class Loader:
         except Exception:
             log.exception("could not compile the CPU step; answering from the eager step")
             compiled = None
-        heal()
+        begin_healing_once()
         if compiled is not None and load_id == self.loads and host.engine is engine:
             await asyncio.wrap_future(host.worker.submit(steps.use_compiled, compiled))
             log.info("compiled step in use (%s in %.1f s)", "loaded" if report.loaded else "built", report.seconds)

@@ -32,8 +32,8 @@ def conversions() -> list[dict]:
             print(f"first-start: {alias} left out: {e}", file=sys.stderr)
             continue
         out = packaged.packaged_folder(alias)
-        # a first start's own way (resolve: with the shipped meta), then a GGUF's that ships none: a meta from its own
-        # metadata, and transformers' where that cannot be built
+        # a first start's own way (resolve: with the shipped meta), then those of a GGUF that ships none: a meta from
+        # its own metadata, and transformers' (what an architecture it cannot build a meta for gets)
         for way, convert in (
             ("shipped meta", lambda: models.resolve(alias)),
             ("own metadata", lambda: models.convert_with_own_meta(gguf, out)),

@@ -43,7 +43,7 @@ def fits(alias: str) -> bool:
         member = tar.extractfile(TENSOR_MAP)
         assert member is not None
         built_from = json.load(member)["gguf_header_sha256"]
-    return built_from == header_sha256(gguf_reader(PACKAGED[alias].gguf_path(), strings=False))
+    return built_from == header_sha256(gguf_reader(PACKAGED[alias].gguf_path(), elements=False))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ built from transformers' conversion or from the GGUF alone; and transformers' lo
 from __future__ import annotations
 
 import shutil
+import struct
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +22,7 @@ from speccomplete.decoder.gguf_loading import fast_gguf_loading, gguf_reader
 from speccomplete.decoder.gguf_safetensors import (
     FAST_DEQUANTIZERS,
     MetaMismatchError,
+    UnhandledArchitectureError,
     convert_with_meta,
     differing_tensors,
     meta_from_gguf,
@@ -221,11 +223,18 @@ def test_a_meta_from_the_gguf_alone_converts_as_transformers_does(converted, tmp
     assert same_files(reference, convert_with_meta(gguf, meta, tmp_path / "fast"))
 
 
-def test_a_meta_is_not_built_for_an_architecture_whose_tensors_transformers_reshapes(tmp_path):
-    path = tmp_path / "tiny-bloom.gguf"
-    finish(tiny_writer(path, "bloom", 64, 1, 4, 4, 128), path)
-    with pytest.raises(MetaMismatchError, match="'bloom' is not handled"):
-        meta_from_gguf(path, tmp_path / "meta")
+def test_a_meta_is_not_built_for_an_architecture_whose_tensors_transformers_reshapes(tmp_path, monkeypatch):
+    from transformers import modeling_gguf_pytorch_utils
+
+    bloom = tmp_path / "tiny-bloom.gguf"
+    finish(tiny_writer(bloom, "bloom", 64, 1, 4, 4, 128), bloom)  # one we know of
+    with pytest.raises(UnhandledArchitectureError, match="'bloom' is not handled"):
+        meta_from_gguf(bloom, tmp_path / "meta")
+    # one that a later transformers gives a tensor processor of its own
+    processors = {**modeling_gguf_pytorch_utils.TENSOR_PROCESSORS, "qwen2": object}
+    monkeypatch.setattr(modeling_gguf_pytorch_utils, "TENSOR_PROCESSORS", processors)
+    with pytest.raises(UnhandledArchitectureError, match="'qwen2' is not handled"):
+        meta_from_gguf(write_tiny_qwen2_gguf(tmp_path / "tiny-qwen2.gguf"), tmp_path / "meta")
     assert not (tmp_path / "meta").exists()
 
 
@@ -251,10 +260,45 @@ def test_fast_gguf_loading_gives_what_transformers_gives(converted):
     assert weights.keys() == fast_weights.keys() and all(torch.equal(weights[k], fast_weights[k]) for k in weights)
 
 
-def test_the_bulk_reader_reads_what_gguf_reader_reads_part_for_part(converted):
+def test_fast_gguf_loading_puts_everything_back_when_its_block_fails():
+    import gguf as gguf_package
+    from transformers import modeling_gguf_pytorch_utils
+
+    before = gguf_package.GGUFReader, gguf_package.get_tensor_name_map, modeling_gguf_pytorch_utils.load_gguf_checkpoint
+    with pytest.raises(RuntimeError, match="inside"), fast_gguf_loading():
+        with fast_gguf_loading():  # nested: the lock is the thread's own
+            pass
+        raise RuntimeError("inside")
+    assert (
+        gguf_package.GGUFReader,
+        gguf_package.get_tensor_name_map,
+        modeling_gguf_pytorch_utils.load_gguf_checkpoint,
+    ) == before
+
+
+def write_odd_arrays_gguf(path: Path) -> Path:
+    """A GGUF of metadata only, with what gguf's writer will not write: an empty array, and an array of arrays."""
+
+    def key(name: str) -> bytes:
+        return struct.pack("<Q", len(name)) + name.encode()
+
+    u32, array = 4, 9
+    empty = key("test.empty") + struct.pack("<IIQ", array, u32, 0)
+    nested = key("test.nested") + struct.pack("<IIQ", array, array, 2)
+    nested += struct.pack("<IQ", u32, 2) + struct.pack("<2I", 7, 8) + struct.pack("<IQ", u32, 1) + struct.pack("<I", 9)
+    body = struct.pack("<IIQQ", 0x46554747, 3, 0, 2) + empty + nested
+    path.write_bytes(body + b"\0" * (-len(body) % 32))
+    return path
+
+
+@pytest.fixture(params=["model", "odd arrays"])
+def any_gguf(request, converted, tmp_path) -> Path:
+    return converted[0] if request.param == "model" else write_odd_arrays_gguf(tmp_path / "odd.gguf")
+
+
+def test_the_bulk_reader_reads_what_gguf_reader_reads_part_for_part(any_gguf):
     """transformers reads through the parts (load_gguf_checkpoint), gguf's own code through contents()."""
-    gguf = converted[0]
-    plain, bulk = GGUFReader(gguf), gguf_reader(gguf)
+    plain, bulk = GGUFReader(any_gguf), gguf_reader(any_gguf)
     assert bulk.data_offset == plain.data_offset and list(bulk.fields) == list(plain.fields)
     for ours, theirs in zip(bulk.tensors, plain.tensors, strict=True):
         assert (ours.name, ours.tensor_type, ours.data_offset) == (theirs.name, theirs.tensor_type, theirs.data_offset)
@@ -266,17 +310,21 @@ def test_the_bulk_reader_reads_what_gguf_reader_reads_part_for_part(converted):
         for a, b in zip(ours.parts, field.parts):
             assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), key
         assert ours.contents() == field.contents(), key
-    assert len(plain.fields["tokenizer.ggml.tokens"].contents()) > 256
+    if "tokenizer.ggml.tokens" in plain.fields:
+        assert len(plain.fields["tokenizer.ggml.tokens"].contents()) > 256
+    else:
+        assert plain.fields["test.empty"].contents() == [] and plain.fields["test.nested"].contents() == [7, 8, 9]
 
 
-def test_the_bulk_reader_steps_over_strings_when_asked(converted):
+def test_the_bulk_reader_without_elements_reads_numbers_whole_and_steps_over_strings(converted):
     gguf = converted[0]
-    plain, bulk = GGUFReader(gguf), gguf_reader(gguf, strings=False)
+    plain, bulk = GGUFReader(gguf), gguf_reader(gguf, elements=False)
     assert bulk.data_offset == plain.data_offset and list(bulk.fields) == list(plain.fields)
     for key, field in plain.fields.items():
         if field.types[-1] != 8 or field.types[0] != 9:  # all but the arrays of strings
             assert bulk.fields[key].contents() == field.contents(), key
     assert bulk.fields["tokenizer.ggml.tokens"].contents() == []  # stepped over, not read
+    assert len(bulk.fields["tokenizer.ggml.token_type"].data) == 1  # one part holds the values
 
 
 @pytest.mark.parametrize("kind", sorted(FAST_DEQUANTIZERS))
@@ -331,9 +379,18 @@ def test_a_model_converts_with_its_shipped_meta_else_its_own_metadata_else_throu
     assert Path(models.resolve("tiny", progress=lambda fraction, message: reports.append((fraction, message)))) == fast
     assert slow == [] and same_files(convert_gguf(other, tmp_path / "other-reference"), fast)
     assert {f"converting {other.name}: metadata", f"converting {other.name}: tensors"} <= {m for _, m in reports}
-    # an architecture whose tensors transformers reshapes: transformers converts it, as before
+    # a GGUF that lacks a tensor of its model: said, and not converted through transformers, which would fill it in
     shutil.rmtree(fast)
-    monkeypatch.setattr(models, "meta_from_gguf", lambda *args: (_ for _ in ()).throw(MetaMismatchError("reshaped")))
+
+    def failing(error: Exception):
+        return lambda *args: (_ for _ in ()).throw(error)
+
+    monkeypatch.setattr(models, "meta_from_gguf", failing(MetaMismatchError("no tensor of o.gguf is the model's")))
+    with pytest.raises(MetaMismatchError, match="no tensor"):
+        models.resolve("tiny")
+    assert slow == [] and not fast.exists()
+    # an architecture whose tensors transformers reshapes: transformers converts it, as before
+    monkeypatch.setattr(models, "meta_from_gguf", failing(UnhandledArchitectureError("'bloom' is not handled")))
     assert Path(models.resolve("tiny")) == fast and len(slow) == 1 and (fast / "model.safetensors").is_file()
     assert not list((tmp_path / "cache" / "models").glob(".tiny-*"))  # no scratch left behind
 

@@ -5,6 +5,7 @@ minutes), never beside the load."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -43,16 +44,22 @@ class Host:
 
     engine = None
 
-    def __init__(self):
-        self.worker = ThreadPoolExecutor(1)
+    def __init__(self, worker: ThreadPoolExecutor):
+        self.worker = worker
 
     def send_status(self) -> None:
         pass
 
 
+@pytest.fixture
+def host():
+    with ThreadPoolExecutor(1) as worker:
+        yield Host(worker)
+
+
 @pytest.mark.parametrize("cached", [True, False])
-async def test_healing_begins_after_a_compiled_step_loads_and_as_a_build_begins(engine, monkeypatch, cached):
-    said = []
+async def test_healing_begins_after_a_compiled_step_loads_and_as_a_build_begins(engine, monkeypatch, host, cached):
+    said, healers = [], []
 
     def healed() -> bool:
         return "heal" in said
@@ -76,13 +83,32 @@ async def test_healing_begins_after_a_compiled_step_loads_and_as_a_build_begins(
         said.append("compiled")
         return object(), SimpleNamespace(loaded=cached, seconds=0.0)
 
+    def warm_up_healing(tokenizer) -> None:
+        said.append("heal")
+        healers.append(threading.current_thread())
+
     monkeypatch.setattr(loading, "compile_steps", compile_steps)
-    monkeypatch.setattr(loading.subprocess, "Popen", Build)
-    monkeypatch.setattr(loading, "warm_up_healing", lambda tokenizer: said.append("heal"))
-    loader = loading.Loader(Host())
+    monkeypatch.setattr(loading, "subprocess", SimpleNamespace(Popen=Build, DEVNULL=None, PIPE=None))
+    monkeypatch.setattr(loading, "warm_up_healing", warm_up_healing)
+    loader = loading.Loader(host)
     await asyncio.wait_for(loader.compile_step(loader.loads, engine, ServerOptions()), 30)
     if cached:
         assert said == ["compile", "compiled", "heal"]
     else:  # healing begins as the build does (either may be said first), and once, though the build ends after
         assert said[0] == "compile" and sorted(said[1:3]) == ["build", "heal"] and said[3:] == ["compiled"]
+    assert healers == [threading.main_thread()]  # the event loop's, not the low-priority compile thread
     assert not loader.optimizing
+
+
+async def test_no_healing_for_models_a_newer_load_replaced(engine, monkeypatch, host):
+    said = []
+    loader = loading.Loader(host)
+
+    def compile_steps(decoder, quantization, build):
+        loader.loads += 1  # the settings changed while the step loaded
+        return object(), SimpleNamespace(loaded=True, seconds=0.0)
+
+    monkeypatch.setattr(loading, "compile_steps", compile_steps)
+    monkeypatch.setattr(loading, "warm_up_healing", lambda tokenizer: said.append("heal"))
+    await asyncio.wait_for(loader.compile_step(loader.loads, engine, ServerOptions()), 30)
+    assert said == []

@@ -11,7 +11,7 @@ from speccomplete.harness.tiny_gguf import write_tiny_gguf
 from tools import first_start
 
 
-def test_each_packaged_model_is_converted_both_ways_and_timed(tmp_path, monkeypatch):
+def test_each_packaged_model_is_converted_each_way_and_timed(tmp_path, monkeypatch):
     gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
     meta = write_meta(models.convert_gguf(gguf, tmp_path / "reference"), gguf, tmp_path / "meta")
     pack_meta(meta, tmp_path / "shipped" / "tiny.tar.xz")

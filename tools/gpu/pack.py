@@ -196,7 +196,7 @@ def model_meta(gguf: Path, converted: Path, cache: Path) -> Path:
     archive = cache / MODEL_META
     stamp_file = cache / "model-meta.stamp.json"
     stamp = {
-        "gguf_header_sha256": header_sha256(gguf_reader(gguf, strings=False)),
+        "gguf_header_sha256": header_sha256(gguf_reader(gguf, elements=False)),
         "converted": {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(converted.iterdir())},
     }
     if archive.is_file() and stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
