@@ -72,19 +72,27 @@ def gguf_architecture(reader) -> str:
     return str(read_scalar(reader, "general.architecture"))
 
 
-def hf_tensor_map(converted: Path, reader) -> dict[str, str]:
-    """GGUF tensor name -> transformers name, as transformers' loader maps them (get_gguf_hf_weights_map), for the
-    tensors of the converted folder's model.safetensors."""
+def gguf_names(config, architecture: str):
+    """The model of `config` on the meta device, in fp32, and its GGUF tensor name -> transformers name map, as
+    transformers' loader maps them (get_gguf_hf_weights_map, within fast_gguf_loading: its name map built once)."""
     import torch
-    from safetensors import safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
 
-    config = AutoConfig.from_pretrained(converted)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    processor = TENSOR_PROCESSORS.get(gguf_architecture(reader), TensorProcessor)(config=config.to_dict())
-    gguf_to_hf = get_gguf_hf_weights_map(model, processor)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
+    with fast_gguf_loading():
+        return model, get_gguf_hf_weights_map(model, processor)
+
+
+def hf_tensor_map(converted: Path, reader) -> dict[str, str]:
+    """GGUF tensor name -> transformers name (gguf_names), for the tensors of the converted folder's
+    model.safetensors."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    _, gguf_to_hf = gguf_names(AutoConfig.from_pretrained(converted), gguf_architecture(reader))
     with safe_open(str(converted / "model.safetensors"), framework="numpy") as saved:
         saved_names = set(saved.keys())
     mapped = {t.name: gguf_to_hf[t.name] for t in reader.tensors if gguf_to_hf.get(t.name) in saved_names}
@@ -158,9 +166,8 @@ def meta_from_gguf(gguf: str | Path, meta: str | Path) -> Path:
     MetaMismatchError: transformers would fill the first with random values.
     tests/decoder/test_gguf_safetensors.py checks that it converts as transformers does, file for file.
     """
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
     gguf, meta = Path(gguf), Path(meta)
@@ -173,10 +180,7 @@ def meta_from_gguf(gguf: str | Path, meta: str | Path) -> Path:
     with fast_gguf_loading():
         config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
-        gguf_to_hf = get_gguf_hf_weights_map(model, processor)
+        model, gguf_to_hf = gguf_names(config, architecture)
     # what save_pretrained writes: each tensor once (a tied head is its embedding)
     saved = {
         name: list(tensor.shape)
