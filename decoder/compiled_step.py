@@ -16,9 +16,10 @@ values into them in place; how many tokens they hold comes in as the length of a
 that one graph serves every cache length. One graph, of the final hidden states, for any row count up to
 `max_rows` (a dynamic dimension) covers a step, every verify width and the self draft's steps; the head runs
 eagerly after it (one opaque product). The same code for every feed is what keeps speculation exact: a
-verify's rows are bit-equal to one-row steps (checked at every build and load; a graph specialized to one row
-reduced a wide model's rows in another order), and the self draft's hidden states, whose keys and values the
-verify keeps, are the ones a logits step would have made (two graphs fused them differently). Attention is one
+verify's rows are bit-equal to one-row steps (checked at an entry's first load, and again whenever its package
+changes; a graph specialized to one row reduced a wide model's rows in another order), and the self draft's
+hidden states, whose keys and values the verify keeps, are the ones a logits step would have made (two graphs
+fused them differently). Attention is one
 opaque operator a layer (torch_ops' attend_rows, or lean_forward.attend_tree_rows), each row as a one-row
 step, so the graph never branches on the cache's length. A draft tree's verify (decoder/tree.py) is the same
 graph: each row comes with its depth and its parent row, a chain's being its index and the row before. A feed
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 # the entries' layout: a new one keys every entry anew
 FORMAT = 5
 PACKAGE = "step.pt2"  # an entry's one package
+CHECKED = "checked"  # the digest of the package that passed check_verify_rows here (_checked)
 # tokens a cache's buffers hold while a compiled step appends to them: a graph takes them at this size; a
 # longer context runs eagerly
 CAPACITY = 4096
@@ -254,6 +256,28 @@ def _compile(model, taps: tuple[int, ...], max_rows: int, folder: Path) -> None:
     )
 
 
+def _package_digest(path: Path) -> str:
+    return hashlib.blake2b((path / PACKAGE).read_bytes(), digest_size=16).hexdigest()
+
+
+def _checked(path: Path) -> bool:
+    """Whether the entry's package passed check_verify_rows on this machine: its digest in the entry's CHECKED
+    record. Whether a verify's rows are its one-row steps' is a property of the package's code at the entry's
+    key (its torch, ISA, model, row counts and threads), so a package passed once passes again; the digest
+    makes a package rewritten since (a rebuild, a corrupt write) checked anew."""
+    try:
+        return (path / CHECKED).read_text(encoding="utf-8").strip() == _package_digest(path)
+    except OSError:
+        return False
+
+
+def _record_checked(path: Path) -> None:
+    try:
+        (path / CHECKED).write_text(_package_digest(path) + "\n", encoding="utf-8")
+    except OSError as e:  # a read-only cache: each load checks it again
+        log.warning("could not record the compiled step's check in %s: %s", path, e)
+
+
 def _tensor_at(module: torch.nn.Module, fqn: str) -> torch.Tensor:
     tensor = functools.reduce(getattr, fqn.split("."), module)
     if not isinstance(tensor, torch.Tensor):
@@ -417,7 +441,9 @@ def build_or_load(
             partial.rename(path)  # whole or not at all
         runner = _load(model, taps, path)
     step = CompiledStep(model, max_rows, threads, taps, runner)
-    step.check_verify_rows()
+    if not _checked(path):
+        step.check_verify_rows()
+        _record_checked(path)
     size = sum(f.stat().st_size for f in path.iterdir())
     report = BuildReport(path, loaded, time.perf_counter() - began, size)
     log.info(

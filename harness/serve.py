@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 
@@ -19,6 +20,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    # No cyclic collection until the first load is done (server/loading.py, collect_from_now_on): the imports and the
+    # load make hundreds of thousands of objects, kept for good, which each full collection walked again.
+    gc.disable()
     from speccomplete.server.early_stdin import EarlyStdin
 
     # stdin is read from here on, and a first start begins converting the model `initialize` names while the server

@@ -32,7 +32,7 @@ from .gate import Evidence
 from .language import detect_language
 from .options import ServerOptions
 from .positions import PositionError, offset_at, utf16_len
-from .prompt import FimTokens, Prompt, build_prompt, fim_stop_ids, fim_tokens, format_fim
+from .prompt import FimTokens, Prompt, TokenIds, build_prompt, fim_stop_ids, fim_tokens, format_fim
 from .snippets import OpenDocument
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def load_engine(options: ServerOptions, progress: Progress | None = None) -> Eng
     target, tokenizer = loaded.target, loaded.tokenizer
     weights = "int8" if loaded.quantization == "int8" else str(target.dtype).removeprefix("torch.")
     device = f"{target.device} {weights}"
-    vocab = tokenizer.get_vocab()
+    vocab = TokenIds(tokenizer)
     fim = fim_tokens(vocab)
     stops = fim_stop_ids(fim, vocab) if fim else frozenset()
     return Engine(

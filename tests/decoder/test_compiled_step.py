@@ -138,11 +138,16 @@ def test_int8_verify_rows_equal_one_row_steps(gemma3, cache_dir):
     assert torch.equal(verify, one_by_one)
 
 
-def test_the_cache_entry_is_loaded_and_a_corrupt_one_rebuilt(llama, cache_dir, caplog):
+def test_the_cache_entry_is_loaded_and_a_corrupt_one_rebuilt(llama, cache_dir, caplog, monkeypatch):
+    """And a package's verify rows are checked at its first load only, and again once it has been rewritten."""
     target, _ = packed_pair(llama, int8=False)
+    checks = []
+    check = compiled_step.CompiledStep.check_verify_rows
+    monkeypatch.setattr(compiled_step.CompiledStep, "check_verify_rows", lambda step: checks.append(check(step)))
     _, built = compiled_step.build_or_load(target, "none", ROWS)
     _, loaded = compiled_step.build_or_load(target, "none", ROWS)
     assert not built.loaded and loaded.loaded and loaded.path == built.path
+    assert len(checks) == 1 and (built.path / compiled_step.CHECKED).is_file()
     (built.path / compiled_step.PACKAGE).write_bytes(b"not a cache")
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     abandoned = built.path.with_name(f"{built.path.name}.{gone.stdout.strip()}.part")  # a build whose server stopped
@@ -152,11 +157,27 @@ def test_the_cache_entry_is_loaded_and_a_corrupt_one_rebuilt(llama, cache_dir, c
     assert not rebuilt.loaded and "unreadable" in caplog.text
     assert not abandoned.exists()
     assert (rebuilt.path / compiled_step.PACKAGE).read_bytes() != b"not a cache"
+    assert len(checks) == 2  # the new package checked
     with torch.inference_mode():  # and it runs
         steps = EagerTarget(target)
         steps.use_compiled(step)
         steps.forward(list(range(10)), keep=1)
         assert steps.hidden([5, 6]).shape == (2, target.config.hidden_size)
+
+
+def test_a_package_that_fails_the_check_is_refused_at_every_load(llama, cache_dir, monkeypatch):
+    target, _ = packed_pair(llama, int8=False)
+    _, built = compiled_step.build_or_load(target, "none", ROWS)
+    (built.path / compiled_step.CHECKED).unlink()  # as if its first check here were to come
+
+    def differs(step) -> None:
+        raise compiled_step.CompiledStepError("the compiled step's verify rows differ from its one-row steps")
+
+    monkeypatch.setattr(compiled_step.CompiledStep, "check_verify_rows", differs)
+    for _ in range(2):
+        with pytest.raises(compiled_step.CompiledStepError):
+            compiled_step.build_or_load(target, "none", ROWS)
+    assert not (built.path / compiled_step.CHECKED).exists()
 
 
 def test_a_step_built_on_another_thread_runs_at_the_count_asked_for(llama, cache_dir):

@@ -16,7 +16,7 @@ from helpers.tokenizers import FAMILY_TOKENIZERS
 from speccomplete.decoder.healing import heal
 from speccomplete.server.completion import Request, complete, load_engine
 from speccomplete.server.options import ServerOptions
-from speccomplete.server.prompt import FIM_STYLES, Prompt, fim_end_ids, fim_tokens, format_fim
+from speccomplete.server.prompt import FIM_STYLES, Prompt, TokenIds, fim_end_ids, fim_stop_ids, fim_tokens, format_fim
 
 FAMILIES = list(FAMILY_TOKENIZERS)
 STYLE = {"starcoder": 0, "qwen-coder": 1, "codegemma": 1, "deepseek-coder": 2, "codellama": 3}
@@ -70,6 +70,16 @@ def test_each_marker_and_the_end_encode_to_one_token(family):
     for marker in (tokens.prefix, tokens.suffix, tokens.middle, END[name]):
         assert tokenizer(marker, add_special_tokens=False)["input_ids"] == [vocab[marker]], marker
     assert fim_end_ids(tokens, vocab) == {vocab[END[name]]}
+
+
+def test_the_servers_token_lookup_finds_what_the_whole_vocabulary_finds(family):
+    """The server looks the markers up one by one (TokenIds) rather than building get_vocab()'s dict."""
+    _, tokenizer = family
+    vocab, ids = tokenizer.get_vocab(), TokenIds(tokenizer)
+    tokens = fim_tokens(ids)
+    assert tokens == fim_tokens(vocab) and tokens is not None
+    assert fim_stop_ids(tokens, ids) == fim_stop_ids(tokens, vocab)
+    assert "<no such token>" not in ids and 5 not in ids
 
 
 def test_the_prompt_is_the_familys_layout(family):

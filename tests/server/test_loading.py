@@ -1,10 +1,11 @@
 """server/loading.py: token healing's table is begun after the load's last steps, only where healing is on and the
 backend has a tokenizer; where a compiled step comes, after it is loaded, or as its build begins (a build takes
-minutes), never beside the load."""
+minutes), never beside the load. The cyclic collector, held off through a start, runs again once a load is done."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -112,3 +113,47 @@ async def test_no_healing_for_models_a_newer_load_replaced(engine, monkeypatch, 
     monkeypatch.setattr(loading, "warm_up_healing", lambda tokenizer: said.append("heal"))
     await asyncio.wait_for(loader.compile_step(loader.loads, engine, ServerOptions()), 30)
     assert said == []
+
+
+class LoadingHost(Host):
+    """What a load asks of the server: no progress bars, the statuses it is given."""
+
+    client_capabilities = SimpleNamespace(window=None)
+
+    def __init__(self, worker: ThreadPoolExecutor):
+        super().__init__(worker)
+        self.statuses: list[str] = []
+
+    def set_status(self, state: str, message: str) -> None:
+        self.statuses.append(state)
+
+    def show_error(self, message: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["loaded", "failed"])
+async def test_the_collector_runs_again_once_the_first_load_is_done(engine, monkeypatch, fails):
+    """`specdec serve` holds the collector off from its start (harness/serve.py); a load, done or failed, turns it on,
+    with what the start made frozen out of its reach."""
+
+    def load(options, progress):
+        assert not gc.isenabled()  # still off while the models load
+        if fails:
+            raise OSError("no such model")
+        return engine, False
+
+    monkeypatch.setattr(loading, "_load", load)
+    frozen = gc.get_freeze_count()
+    gc.disable()
+    try:
+        with ThreadPoolExecutor(1) as worker:
+            host = LoadingHost(worker)
+            loader = loading.Loader(host)
+            loader.start(ServerOptions())
+            assert loader.task is not None
+            await asyncio.wait_for(loader.task, 30)
+        assert gc.isenabled() and gc.get_freeze_count() > frozen
+        assert host.statuses[-1] == ("error" if fails else "ready")
+    finally:
+        gc.enable()
+        gc.unfreeze()
