@@ -5,6 +5,8 @@ a prompt ending in a lone ` ` cuts what training text wrote as one token.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -13,10 +15,11 @@ from helpers.tiny_models import tiny_llama
 from helpers.tokenizers import make_byte_tokenizer
 from scipy import stats
 
+from speccomplete.decoder import healing
 from speccomplete.decoder.drafts import ModelDrafter, NgramDrafter
 from speccomplete.decoder.engine import DecodeOptions, SpeculativeDecoder
 from speccomplete.decoder.gamma import FixedGamma
-from speccomplete.decoder.healing import allowed_first, heal, token_strings
+from speccomplete.decoder.healing import allowed_first, heal, token_strings, token_text
 from speccomplete.decoder.sampling import SamplingParams, probabilities
 
 # 8 tokens that join a space to text, ids 256..263, and two of whitespace alone, which healing never chooses
@@ -63,6 +66,38 @@ def test_allowed_first_tokens_start_with_the_healed_text(merged):
     assert set(torch.nonzero(allowed_first(merged, " x", len(merged), torch.device("cpu"))).flatten().tolist()) == {
         ids_of(merged, " x")[0]
     }
+
+
+def test_the_table_is_kept_in_the_model_cache_and_read_back(merged, tmp_path, monkeypatch, caplog):
+    """A tokenizer read from a folder has its table built once, in one call (the same texts as one by one), and
+    read from the model cache after; a table that cannot be read is built again."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    merged.save_pretrained(tmp_path / "tokenizer")
+    from transformers import AutoTokenizer
+
+    def load():
+        healing._token_strings.cache_clear()
+        return AutoTokenizer.from_pretrained(str(tmp_path / "tokenizer"))
+
+    built = load()
+    texts, ids = token_strings(built)
+    assert texts == [token_text(built, i) for i in ids.tolist()] and texts == sorted(texts)
+    kept = list((tmp_path / "cache" / "healing").iterdir())
+    assert len(kept) == 1
+
+    def never(tokenizer):
+        raise AssertionError("built again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(healing, "_sorted_texts", never)
+        read_texts, read_ids = token_strings(load())
+    assert read_texts == texts and torch.equal(read_ids, ids)
+    kept[0].write_text('{"texts": ["a"]')
+    with caplog.at_level(logging.WARNING):
+        again_texts, again_ids = token_strings(load())
+    assert "unreadable" in caplog.text and again_texts == texts and torch.equal(again_ids, ids)
+    assert token_strings(merged)[0] == texts  # a tokenizer made in memory: built, not kept
+    assert len(list((tmp_path / "cache" / "healing").iterdir())) == 1
 
 
 def test_with_one_token_a_character_nothing_is_healed(llama, tokenizer):
