@@ -19,11 +19,10 @@ eagerly after it (one opaque product). The same code for every feed is what keep
 verify's rows are bit-equal to one-row steps (checked at an entry's first load, and again whenever its package
 changes; a graph specialized to one row reduced a wide model's rows in another order), and the self draft's
 hidden states, whose keys and values the verify keeps, are the ones a logits step would have made (two graphs
-fused them differently). Attention is one
-opaque operator a layer (torch_ops' attend_rows, or lean_forward.attend_tree_rows), each row as a one-row
-step, so the graph never branches on the cache's length. A draft tree's verify (decoder/tree.py) is the same
-graph: each row comes with its depth and its parent row, a chain's being its index and the row before. A feed
-past `max_rows` (a prefill) runs eagerly.
+fused them differently). Attention is one opaque operator a layer (torch_ops' attend_rows, or
+lean_forward.attend_tree_rows), each row as a one-row step, so the graph never branches on the cache's length.
+A draft tree's verify (decoder/tree.py) is the same graph: each row comes with its depth and its parent row, a
+chain's being its index and the row before. A feed past `max_rows` (a prefill) runs eagerly.
 """
 
 from __future__ import annotations

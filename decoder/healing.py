@@ -108,10 +108,12 @@ def _kept_path(tokenizer) -> Path | None:
     other tokenizer (built each time)."""
     from .packaged import cache_root
 
-    file = Path(getattr(tokenizer, "name_or_path", "") or "/nonexistent") / "tokenizer.json"
+    folder = getattr(tokenizer, "name_or_path", "")
     try:
-        digest = hashlib.blake2b(file.read_bytes(), digest_size=16)
+        digest = hashlib.blake2b((Path(folder) / "tokenizer.json").read_bytes(), digest_size=16) if folder else None
     except OSError:
+        digest = None
+    if digest is None:
         return None
     facts = [FORMAT, tokenizers.__version__, len(tokenizer), sorted(tokenizer.all_special_ids)]
     digest.update(json.dumps(facts).encode())
