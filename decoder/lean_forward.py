@@ -58,7 +58,7 @@ def supports(model, dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> bool:
         return False
     if model not in _REPLACED:
         _REPLACED[model] = tuple(_replaced_modules(model))
-    if any(map(_customized, _REPLACED[model])):
+    if _customized(model) or any(map(_customized, _REPLACED[model])):
         return False
     config = model.config
     if getattr(config, "attn_logit_softcapping", None) and not family.attention_softcap:
@@ -92,17 +92,18 @@ _HF_ONLY: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
 def _replaced_modules(model):
-    """The modules whose forward this one stands in for (it calls the projections, MLPs and
-    embeddings as they are)."""
+    """The modules below `model` whose forward this one stands in for (it calls the projections, MLPs and
+    embeddings as they are). Not `model` itself: held in _REPLACED's value, it would keep its own key, and so the
+    model, alive for good."""
     base = model.base_model
-    yield from (model, base, base.rotary_emb, base.norm)
+    yield from (module for module in (base, base.rotary_emb, base.norm) if module is not model)
     for layer in base.layers:
         yield from (layer, layer.self_attn)
         for owner, names in ((layer, _LAYER_NORMS), (layer.self_attn, ("q_norm", "k_norm"))):
             yield from (norm for norm in (getattr(owner, name, None) for name in names) if norm is not None)
 
 
-# model -> its _replaced_modules, which packing leaves in place
+# model -> its _replaced_modules, which packing leaves in place (weakly keyed: a model dropped is freed)
 _REPLACED: weakref.WeakKeyDictionary[torch.nn.Module, tuple[torch.nn.Module, ...]] = weakref.WeakKeyDictionary()
 _LAYER_NORMS = (
     "input_layernorm",

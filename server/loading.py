@@ -232,6 +232,15 @@ def collect_from_now_on() -> None:
         gc.enable()
 
 
+def release_dropped_models() -> None:
+    """Where the start's objects were frozen (collect_from_now_on), the models a reload drops are among them, and
+    their reference cycles out of the collector's reach: some GB never given back. Unfrozen and collected, on the
+    worker, once the decodes queued before the reload have let go of them."""
+    if gc.get_freeze_count():
+        gc.unfreeze()
+        gc.collect()
+
+
 def precompile_command(options: ServerOptions) -> list[str]:
     """`specdec precompile` for the models and settings `options` load, so that it builds the entry the server
     then looks for (compiled_step.entry_key)."""
@@ -253,7 +262,8 @@ def precompile_command(options: ServerOptions) -> list[str]:
 def _load(options: ServerOptions, progress) -> tuple[Engine, bool]:
     """On the worker: the models, and whether to build or load their compiled step (deciding counts the target's
     parameters on the meta device, tens of ms that stay off the event loop); then, where no compiled step is to
-    come, token healing's table is begun (begin_healing)."""
+    come, token healing's table is begun (begin_healing). A reload first gives back the models it replaces."""
+    release_dropped_models()
     engine = load_engine(options, progress)
     compiles = wants_compiled_step(options.compile_step, engine.decoder)
     if not compiles:

@@ -4,6 +4,8 @@ decoding feeds it."""
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 
 import pytest
 import torch
@@ -89,3 +91,13 @@ def test_other_models_keep_hf_forward(gpt2, gemma3):
     with torch.inference_mode():  # transformers installs its output-recording hooks and leaves them
         recorded(input_ids=torch.tensor([[1, 2, 3]], device=recorded.device), output_hidden_states=True)
     assert any(m._forward_hooks for m in recorded.modules()) and lean_forward.supports(recorded)
+
+
+def test_a_model_the_forward_has_looked_at_is_freed_once_dropped():
+    """`supports` keeps what it learnt of a model by a weak key: a server's reload drops the old models for good."""
+    model = tiny_llama(seed=5)
+    assert lean_forward.supports(model)
+    dropped = weakref.ref(model)
+    del model
+    gc.collect()
+    assert dropped() is None

@@ -8,6 +8,7 @@ import asyncio
 import gc
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
@@ -156,4 +157,28 @@ async def test_the_collector_runs_again_once_the_first_load_is_done(engine, monk
         assert host.statuses[-1] == ("error" if fails else "ready")
     finally:
         gc.enable()
+        gc.unfreeze()
+
+
+def test_a_reload_gives_back_the_models_it_drops_though_the_start_froze_them(monkeypatch):
+    """The start's objects are frozen out of the collector's reach (collect_from_now_on): models a reload drops,
+    held in reference cycles, are collected before the new ones load."""
+
+    class Models:  # a dropped engine: its parts refer to one another
+        def __init__(self):
+            self.itself = self
+
+    old = Models()
+    dropped = weakref.ref(old)
+    gc.freeze()
+    try:
+        del old
+        gc.collect()
+        assert dropped() is not None  # frozen: out of reach
+        loaded = SimpleNamespace(decoder="decoder", tokenizer=None)
+        monkeypatch.setattr(loading, "load_engine", lambda options, progress: loaded)
+        monkeypatch.setattr(loading, "wants_compiled_step", lambda setting, decoder: False)
+        assert loading._load(ServerOptions(), None) == (loaded, False)
+        assert dropped() is None and gc.get_freeze_count() == 0
+    finally:
         gc.unfreeze()
