@@ -233,10 +233,11 @@ def collect_from_now_on() -> None:
 
 
 def release_dropped_models() -> None:
-    """Where the start's objects were frozen (collect_from_now_on), the models a reload drops are among them, and
-    their reference cycles out of the collector's reach: some GB never given back. Unfrozen and collected, on the
-    worker, once the decodes queued before the reload have let go of them."""
-    if gc.get_freeze_count():
+    """A reload's (the collector is on; a start holds it off): the models it drops are collected before the new
+    ones load, on the worker, once the decodes queued before the reload have let go of them. Their parts refer to
+    one another, so only a full collection frees them, and the start's froze them out of its reach
+    (collect_from_now_on): unfrozen first. Left to the collector, a model's GB stayed until its next full pass."""
+    if gc.isenabled():
         gc.unfreeze()
         gc.collect()
 

@@ -180,5 +180,10 @@ def test_a_reload_gives_back_the_models_it_drops_though_the_start_froze_them(mon
         monkeypatch.setattr(loading, "wants_compiled_step", lambda setting, decoder: False)
         assert loading._load(ServerOptions(), None) == (loaded, False)
         assert dropped() is None and gc.get_freeze_count() == 0
+        again = Models()  # and unfrozen, at every reload
+        dropped = weakref.ref(again)
+        del again
+        loading._load(ServerOptions(), None)
+        assert dropped() is None
     finally:
         gc.unfreeze()
