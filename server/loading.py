@@ -226,17 +226,19 @@ def collect_from_now_on() -> None:
     """Python's cyclic collector, held off through a server's start (harness/serve.py), on again once a load is done.
     What the start made (the imports' modules, classes and functions, the models) stays for the process's life:
     gc.freeze takes it out of every later collection, so that a full one walks only what serving makes rather than
-    pausing a completion to walk it all. The few cycles of garbage among it (a few MB) stay too."""
+    pausing a completion to walk it all. The few cycles of garbage among it (a few MB) stay too, until a reload
+    (release_dropped_models)."""
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
 
 
 def release_dropped_models() -> None:
-    """A reload's (the collector is on; a start holds it off): the models it drops are collected before the new
-    ones load, on the worker, once the decodes queued before the reload have let go of them. Their parts refer to
-    one another, so only a full collection frees them, and the start's froze them out of its reach
-    (collect_from_now_on): unfrozen first. Left to the collector, a model's GB stayed until its next full pass."""
+    """At a reload (the collector is on by then; a start holds it off), the models it drops are collected on the
+    worker before the new ones load, once the decodes queued before the reload have let go of them. Their parts
+    refer to one another, so only a full collection frees them, and the start's objects, those models among them,
+    were frozen out of its reach (collect_from_now_on): so they are unfrozen first. Left to the collector, a
+    model's GB stayed until its next full pass."""
     if gc.isenabled():
         gc.unfreeze()
         gc.collect()
