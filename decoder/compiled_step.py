@@ -259,20 +259,20 @@ def _package_digest(path: Path) -> str:
     return hashlib.blake2b((path / PACKAGE).read_bytes(), digest_size=16).hexdigest()
 
 
-def _checked(path: Path) -> bool:
-    """Whether the entry's package passed check_verify_rows on this machine: its digest in the entry's CHECKED
-    record. Whether a verify's rows are its one-row steps' is a property of the package's code at the entry's
-    key (its torch, ISA, model, row counts and threads), so a package passed once passes again; the digest
-    makes a package rewritten since (a rebuild, a corrupt write) checked anew."""
+def _checked(path: Path, digest: str) -> bool:
+    """Whether the entry's package, of `digest`, passed check_verify_rows on this machine: its digest in the entry's
+    CHECKED record. Whether a verify's rows are its one-row steps' is a property of the package's code at the
+    entry's key (its torch, ISA, model, row counts and threads), so a package passed once passes again; the
+    digest makes a package rewritten since (a rebuild, a corrupt write) checked anew."""
     try:
-        return (path / CHECKED).read_text(encoding="utf-8").strip() == _package_digest(path)
+        return (path / CHECKED).read_text(encoding="utf-8").strip() == digest
     except OSError:
         return False
 
 
-def _record_checked(path: Path) -> None:
+def _record_checked(path: Path, digest: str) -> None:
     try:
-        (path / CHECKED).write_text(_package_digest(path) + "\n", encoding="utf-8")
+        (path / CHECKED).write_text(digest + "\n", encoding="utf-8")
     except OSError as e:  # a read-only cache: each load checks it again
         log.warning("could not record the compiled step's check in %s: %s", path, e)
 
@@ -440,9 +440,10 @@ def build_or_load(
             partial.rename(path)  # whole or not at all
         runner = _load(model, taps, path)
     step = CompiledStep(model, max_rows, threads, taps, runner)
-    if not _checked(path):
+    digest = _package_digest(path)
+    if not _checked(path, digest):
         step.check_verify_rows()
-        _record_checked(path)
+        _record_checked(path, digest)
     size = sum(f.stat().st_size for f in path.iterdir())
     report = BuildReport(path, loaded, time.perf_counter() - began, size)
     log.info(

@@ -39,13 +39,12 @@ def token_text(tokenizer, token_id: int) -> str:
 
 
 def token_texts(tokenizer, token_ids: list[int]) -> list[str]:
-    """token_text of each of `token_ids`: the backend's own calls, found once, then one of each per token."""
+    """token_text of each of `token_ids`: one call to the fast tokenizer, in Rust with the GIL let go (each id's
+    token through its decoder, as decoding it alone does)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or backend.decoder is None:
         return [tokenizer.decode([token_id]) for token_id in token_ids]
-    # what convert_ids_to_tokens calls for each id, without the wrapper around it
-    to_token, decode = backend.id_to_token, backend.decoder.decode
-    return [decode([piece]) if (piece := to_token(token_id)) is not None else "" for token_id in token_ids]
+    return backend.decode_batch([[token_id] for token_id in token_ids], skip_special_tokens=False)
 
 
 # Every character str.isspace() holds: a continuation starting with one only extends the cursor's whitespace.
@@ -86,13 +85,7 @@ def _token_strings(tokenizer) -> tuple[list[str], torch.Tensor]:
 def _sorted_texts(tokenizer) -> tuple[list[str], list[int]]:
     special = set(tokenizer.all_special_ids)
     ids = [i for i in range(len(tokenizer)) if i not in special]
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    texts = (
-        # one call, in Rust with the GIL let go, the same texts as token_texts' calls one by one
-        backend.decode_batch([[i] for i in ids], skip_special_tokens=False)
-        if backend is not None and backend.decoder is not None
-        else token_texts(tokenizer, ids)
-    )
+    texts = token_texts(tokenizer, ids)
     kept = [k for k, text in enumerate(texts) if text]
     kept.sort(key=texts.__getitem__)  # by text alone: a stable sort keeps equal texts in id order
     return [texts[k] for k in kept], [ids[k] for k in kept]
