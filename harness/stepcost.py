@@ -349,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
     from speccomplete.decoder.models import load_model
     from speccomplete.decoder.target_steps import EagerTarget
 
-    from .lib.facts import device_facts
+    from .lib.facts import cpu_line, device_facts
     from .lib.output import write_json
     from .lib.roofline import weight_bytes_per_token
 
@@ -421,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
     rows_kernel = int8_rows.in_use()
     threads = f"{torch.get_num_threads()} threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"
     print(
-        f"target={f'random {args.shape}' if args.shape else args.target} device={args.device} cpu={facts['cpu']} "
+        f"target={f'random {args.shape}' if args.shape else args.target} device={args.device} cpu={cpu_line(facts)} "
         f"int8 rows kernel: {rows_kernel}; torch's int8 products exact at full range: {int8_full_range()}"
     )
     print(

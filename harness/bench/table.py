@@ -3,6 +3,7 @@ method, the bound, threads, follow-up, steady state), and one case's line for th
 
 from __future__ import annotations
 
+from ..lib.facts import cpu_line
 from .records import CaseRuns
 
 
@@ -30,7 +31,8 @@ def format_table(data: dict) -> str:
         ("same", 5),
     ]
     lines = [
-        f"device={data['device']} dtype={data['dtype']} host={data['host']} date={data['date']}",
+        f"device={data['device']} dtype={data['dtype']} host={data['host']} date={data['date']}"
+        + (f" cpu={cpu_line(data['device_facts'])}" if "device_facts" in data else ""),
         f"target={data['target']} draft={data['draft']} gamma={data['gamma']} steps={data.get('steps', 'eager')} "
         f"max_new_tokens={data['max_new_tokens']} cases={data['cases']} assisted={data['assisted_method']}",
         " ".join(name.rjust(w) for name, w in cols),

@@ -33,18 +33,39 @@ def device_facts() -> dict[str, Any]:
         "torch": installed("torch"),
         "transformers": installed("transformers"),
         "gpu": gpu,
-        "cpu": _cpu_model(),
+        **cpu_facts(),
     }
 
 
-def _cpu_model() -> str | None:
+CPUINFO = Path("/proc/cpuinfo")
+# The vector extensions that decide which kernels run and how fast (decoder/int8_rows.py, oneDNN, Inductor):
+# "AMD EPYC" alone has named three kinds of host here, one with AVX2 only, two with AVX-512 VNNI.
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
+
+
+def cpu_facts() -> dict[str, Any]:
+    """The CPU as /proc/cpuinfo names it (`lscpu`'s model name), its family and model numbers (which tell apart
+    hosts of one name), and which of ISA_FLAGS it has."""
+    fields: dict[str, str] = {}
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        for line in CPUINFO.read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or None
+    flags = set(fields.get("flags", "").split())
+    return {
+        "cpu": fields.get("model name") or platform.processor() or None,
+        "cpu_family_model": f"{fields['cpu family']}/{fields.get('model')}" if "cpu family" in fields else None,
+        "cpu_isa": [flag for flag in ISA_FLAGS if flag in flags],
+    }
+
+
+def cpu_line(facts: dict[str, Any]) -> str:
+    """The CPU for a table's header: `AMD EPYC (26/2: avx2 fma avx512f avx512_vnni)`."""
+    parts = [f"{facts['cpu_family_model']}:"] if facts.get("cpu_family_model") else []
+    parts += facts.get("cpu_isa") or []
+    return f"{facts.get('cpu')} ({' '.join(parts)})" if parts else str(facts.get("cpu"))
 
 
 def write_summary(path: str | Path, rows: dict[str, Any]) -> dict[str, Any]:

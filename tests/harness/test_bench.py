@@ -92,6 +92,8 @@ def test_bench_runs_all_methods_and_reports(tokenizer):
     assert "OVERALL" in table and "python" in table and "bandwidth bound" in table and "spec_hybrid" in table
     assert "requests by the fewest CPU threads" in table
     assert table.splitlines()[-1].startswith("steady state: nothing recorded") and "NOT STEADY" not in table
+    data["device_facts"] = {"cpu": "AMD EPYC", "cpu_family_model": "26/2", "cpu_isa": ["avx2", "avx512_vnni"]}
+    assert format_table(data).splitlines()[0].endswith(" cpu=AMD EPYC (26/2: avx2 avx512_vnni)")
 
 
 def test_bench_writes_one_event_per_case_per_method(tokenizer):
