@@ -30,6 +30,8 @@ def tensors(heads, kv_heads, dim, positions, rows, seed):
     [
         (4, 1, 256, 300, [-1], None, None),  # Gemma-3-270M's step
         (4, 1, 256, 300, [-1], 128, None),  # its sliding layers past their window
+        (4, 1, 256, 1500, [-1, 0, 1], None, None),  # a long context
+        (4, 1, 256, 1500, [-1, 0], 512, None),  # a sliding layer's window at the end of it
         (14, 2, 64, 40, [-1, 0, 1, 2, 3], None, None),  # a Qwen2.5-0.5B verify
         (8, 4, 72, 17, [-1, 0, 0, 1, 1, 2], 6, 50.0),  # a tree, a window inside the paths, Gemma 2's cap
         (2, 2, 8, 0, [-1, 0, 1], None, None),  # nothing cached yet; a head narrower than one register
@@ -54,12 +56,12 @@ def test_a_one_row_step_is_sdpas():
 
 
 @needs_kernel
-@pytest.mark.parametrize("window", [None, 3])
-def test_each_verify_row_is_the_one_row_step_at_its_position_bit_for_bit(window):
+@pytest.mark.parametrize("window, start", [(None, 50), (3, 50), (None, 254), (300, 254)])
+def test_each_verify_row_is_the_one_row_step_at_its_position_bit_for_bit(window, start):
     """A chain's row r over the cache and rows 0..r, and a tree row over its path moved in place behind the cache,
-    are what a one-row step at that position computes."""
-    queries, keys, values = tensors(4, 2, 96, 64, 5, seed=2)
-    start, scale = 50, 96**-0.5
+    are what a one-row step at that position computes, with and without a window, at a short and a longer start."""
+    queries, keys, values = tensors(4, 2, 96, start + 14, 5, seed=2)
+    scale = 96**-0.5
     chain = attend_rows.attend(queries, keys, values, start, [-1, 0, 1, 2, 3], window, scale, None)
     for row in range(5):
         step = attend_rows.attend(queries[:, :, row : row + 1], keys, values, start + row, [-1], window, scale, None)
