@@ -40,7 +40,14 @@ from .drafts.references import References
 from .gamma import DraftPayoff, FixedGamma, HeuristicGamma, LookupSpan, RowCosts
 from .healing import allowed_first, heal
 from .kv_cache import head_logits
-from .sampling import SamplingParams, accept_greedy, accept_sampled, probabilities, verdict
+from .sampling import (
+    SamplingParams,
+    accept_greedy,
+    accept_sampled,
+    greedy_verdict_on_host,
+    probabilities,
+    verdict,
+)
 from .stats import GenerationStats
 from .target_steps import EagerTarget, Steps, context_window
 from .text import TextStream
@@ -366,7 +373,7 @@ class SpeculativeDecoder:
             # the product's usual round: the steps decide it too (on CUDA inside the step's graph)
             outcome = self.steps.verify_greedy([committed[-1]] + proposal.tokens)
         else:
-            outcome = self._verify(committed, proposal, prefill_logits, params, generator, healed).tolist()
+            outcome = self._verify(committed, proposal, prefill_logits, params, generator, healed)
         n, token, *row_logprobs = outcome
         n, token = int(n), int(token)
         if proposal.hidden is None and prefill_logits is None:  # a pass of the target over the round's rows
@@ -418,10 +425,10 @@ class SpeculativeDecoder:
         logprobs = path.gather(-1, taken.view(-1, 1)).squeeze(-1).float() - torch.logsumexp(path.float(), -1)
         return accepted, token, logprobs.tolist()
 
-    def _verify(self, committed, proposal, prefill_logits, params, generator, healed) -> torch.Tensor:
+    def _verify(self, committed, proposal, prefill_logits, params, generator, healed) -> list[float]:
         """Any round's verify and acceptance from the target's logits: sampled, a healed first token, the
         first round (the prefill's logits stand in for the last committed token's) or a self draft's
-        (only the head is left over its hidden states). Returns sampling.verdict's tensor."""
+        (only the head is left over its hidden states). Returns sampling.verdict's values."""
         k = len(proposal.tokens)
         if proposal.hidden is not None:  # the draft ran the target's own layers: only its head is left
             logits = head_logits(self.target, self.target.get_output_embeddings(), proposal.hidden)
@@ -435,6 +442,8 @@ class SpeculativeDecoder:
             allowed = allowed_first(self.tokenizer, healed, logits.shape[-1], logits.device)
             logits = torch.cat([logits[:1].masked_fill(~allowed, float("-inf")), logits[1:]])
         drafts = torch.tensor(proposal.tokens, dtype=torch.long, device=logits.device)
+        if params.greedy and logits.device.type == "cpu":
+            return greedy_verdict_on_host(logits, drafts)
         if params.greedy:
             decided = accept_greedy(logits, drafts)
         else:
@@ -442,7 +451,7 @@ class SpeculativeDecoder:
             if q is not None and q.shape[-1] < logits.shape[-1]:  # a draft head narrower than the target's
                 q = torch.nn.functional.pad(q, (0, logits.shape[-1] - q.shape[-1]))
             decided = accept_sampled(probabilities(logits, params), q, drafts, generator)
-        return verdict(logits, drafts, decided)
+        return verdict(logits, drafts, decided).tolist()
 
     def _through_stop(self, proposal: Proposal, stop_strings: tuple[str, ...]) -> Proposal:
         """The proposal up to its first draft whose own text holds a stop string: the generation ends

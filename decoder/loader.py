@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from . import attend_rows, compiled_step, int8_rows
+from . import attend_rows, compiled_step, greedy_rows, int8_rows
 from .compiled_step import BuildReport, CompiledStep
 from .drafts import build_drafter, parse_draft_spec
 from .engine import SpeculativeDecoder, round_rows
@@ -34,12 +34,13 @@ class LoadedDecoder:
 
 
 def load_c_kernels() -> None:
-    """Our C kernels (int8_rows.py, attend_rows.py), from their cache or built, before a model loads: a small
-    process loads and checks them in milliseconds; once a model is mapped, reading which OpenMP runtime torch
-    runs (c_kernels.openmp_runtime) alone takes a fifth of a second, and the attention kernel would load at the
-    first decode step, inside the first completion (docs/cpu.md, "What a start costs")."""
+    """Our C kernels (int8_rows.py, attend_rows.py, greedy_rows.py), from their cache or built, before a model
+    loads: a small process loads and checks them in milliseconds; once a model is mapped, reading which OpenMP
+    runtime torch runs (c_kernels.openmp_runtime) alone takes a fifth of a second, and the attention and decision
+    kernels would load at the first decode step, inside the first completion (docs/cpu.md, "What a start costs")."""
     int8_rows.available()
     attend_rows.available()
+    greedy_rows.available()
 
 
 # The share of a load's progress bar a first start's model conversion takes (decoder/models.py); the weights' read,
