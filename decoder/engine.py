@@ -34,6 +34,7 @@ from typing import Literal, Protocol
 
 import torch
 
+from . import greedy_rows
 from .cpu_threads import IdleCores
 from .drafts.base import Drafter, Proposal
 from .drafts.references import References
@@ -416,14 +417,21 @@ class SpeculativeDecoder:
         """A draft tree's verify (decoder/tree.py): the last committed token and every node in one pass. Returns
         the accepted nodes' rows, the token after them and the target's log-probability of each token committed."""
         logits = steps.forward_tree(tree, committed[-1])
-        if params.greedy:
+        kernel = params.greedy and greedy_rows.usable(logits)  # the CPU's decision, as a chain's (greedy_rows.py)
+        if kernel:
+            choices, maxima = greedy_rows.first_maxima(logits)
+            accepted, token = tree_accept_greedy(tree, choices)
+        elif params.greedy:
             accepted, token = tree_accept_greedy(tree, logits.argmax(-1).tolist())
         else:
             accepted, token = tree_accept_sampled(tree, probabilities(logits, params), generator)
         path = logits[[0, *accepted]]
         taken = torch.tensor([*(tree.tokens[row - 1] for row in accepted), token], device=logits.device)
-        logprobs = path.gather(-1, taken.view(-1, 1)).squeeze(-1).float() - torch.logsumexp(path.float(), -1)
-        return accepted, token, logprobs.tolist()
+        chosen = path.gather(-1, taken.view(-1, 1)).squeeze(-1).float()
+        if kernel:
+            normalizers = greedy_rows.log_normalizers(path, maxima[[0, *accepted]])
+            return accepted, token, [logit - normalizer for logit, normalizer in zip(chosen.tolist(), normalizers)]
+        return accepted, token, (chosen - torch.logsumexp(path.float(), -1)).tolist()
 
     def _verify(self, committed, proposal, prefill_logits, params, generator, healed) -> list[float]:
         """Any round's verify and acceptance from the target's logits: sampled, a healed first token, the
