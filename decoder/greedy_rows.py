@@ -2,13 +2,13 @@
 of the rows committed.
 
 Over a 262k vocabulary torch's argmax and logsumexp each take about a tenth of a millisecond a row on these CPUs
-(one thread for one row), together more than the rest of a round's Python: every round of every decode pays them
-(docs/cpu.md, "A round's decision"). The kernel reads each row in one piece per thread; its maxima are torch's
-argmax exactly (the first of equal values), its log-normalizers equal torch's to about 1e-6.
+(one thread for one row), and every round of every decode pays them (docs/cpu.md, "A round's decision"). The
+kernel reads each row in one piece per thread; its maxima are torch's argmax exactly (the first of equal values),
+its log-normalizers torch's to float32 rounding (its check allows 1e-5).
 
 Built with the system's C compiler at first use and kept under the model cache (c_kernels.py), on torch's own
 OpenMP threads. Where it cannot run (no AVX2 and FMA, no compiler, torch not on GNU OpenMP, or a build that fails
-its check) `available()` is False with one log line, and sampling.py decides with torch as before. NaN logits (a
+its check) `available()` is False with one log line, and rounds are decided with torch as before. NaN logits (a
 broken model) are where the two differ: the kernel's argmax passes a NaN by where torch's takes it; its
 log-normalizer is NaN as torch's is.
 """
