@@ -31,7 +31,7 @@ def _rows(rows: int, vocab: int, seed: int = 0) -> torch.Tensor:
 def test_first_maxima_are_torchs_argmax(threads, vocab):
     logits = _rows(6, vocab)
     top = logits.max() + 1
-    logits[1, -1] = top  # in the tail, after every vector's lanes
+    logits[1, -1] = top  # the last position (past the vector loop where the vocabulary is no multiple of 32)
     logits[2, vocab // 2 :] = logits[2].max() + 1  # a tie from the middle on (across the threads' pieces)
     logits[3] = 0.25  # all equal: the first
     logits[4] = float("-inf")  # nothing but -inf: the first too
