@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("attend_rows.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")
-_CPU_FLAGS = ("avx2", "fma")
 
 
 # False: the lean forward attends on SDPA whatever is available (an A/B in one process:
@@ -102,8 +101,8 @@ def _attend(library, queries, keys, values, start, paths, window, scale, cap) ->
 @functools.cache
 def _library() -> ctypes.CDLL | None:
     return c_kernels.load(
-        SOURCE, FLAGS, libraries=("-lm",), missing=_why_not(), fallback="attention on SDPA", declare=_declare,
-        check=_checks, log=log,
+        SOURCE, FLAGS, libraries=("-lm",), missing=c_kernels.missing_on_avx2(),
+        fallback="attention on SDPA", declare=_declare, check=_checks, log=log,
     )  # fmt: skip
 
 
@@ -112,12 +111,6 @@ def _declare(library: ctypes.CDLL) -> None:
     library.attend_rows.argtypes += [ctypes.c_int64] * 7 + [ctypes.c_void_p, ctypes.c_void_p]
     library.attend_rows.argtypes += [ctypes.c_int64, ctypes.c_float, ctypes.c_float, ctypes.c_void_p]
     library.attend_rows.restype = ctypes.c_int
-
-
-def _why_not() -> str:
-    if not all(flag in c_kernels.cpu_flags() for flag in _CPU_FLAGS):
-        return "no AVX2 and FMA on this CPU"
-    return c_kernels.missing()
 
 
 def reference(queries, keys, values, start, parents, window, scale, cap) -> torch.Tensor:

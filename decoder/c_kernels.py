@@ -90,6 +90,13 @@ def built(source: Path, flags: tuple[str, ...], libraries: tuple[str, ...] = ())
     return library
 
 
+def missing_on_avx2() -> str:
+    """What building an AVX2 and FMA kernel here lacks; "" where nothing does."""
+    if not {"avx2", "fma"} <= cpu_flags():
+        return "no AVX2 and FMA on this CPU"
+    return missing()
+
+
 def short(error: Exception) -> str:
     """An error in a line: a compiler's last line of complaint, or the error itself."""
     lines = (getattr(error, "stderr", None) or "").strip().splitlines()

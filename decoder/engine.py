@@ -426,11 +426,10 @@ class SpeculativeDecoder:
         else:
             accepted, token = tree_accept_sampled(tree, probabilities(logits, params), generator)
         path = logits[[0, *accepted]]
-        taken = torch.tensor([*(tree.tokens[row - 1] for row in accepted), token], device=logits.device)
-        chosen = path.gather(-1, taken.view(-1, 1)).squeeze(-1).float()
+        taken = [*(tree.tokens[row - 1] for row in accepted), token]
         if kernel:
-            normalizers = greedy_rows.log_normalizers(path, maxima[[0, *accepted]])
-            return accepted, token, [logit - normalizer for logit, normalizer in zip(chosen.tolist(), normalizers)]
+            return accepted, token, greedy_rows.log_probabilities(path, taken, maxima[[0, *accepted]])
+        chosen = path.gather(-1, torch.tensor(taken, device=logits.device).view(-1, 1)).squeeze(-1).float()
         return accepted, token, (chosen - torch.logsumexp(path.float(), -1)).tolist()
 
     def _verify(self, committed, proposal, prefill_logits, params, generator, healed) -> list[float]:

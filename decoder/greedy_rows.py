@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("greedy_rows.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")
-_CPU_FLAGS = ("avx2", "fma")
 
 # False: decide with torch whatever is available (an A/B in one process: docs/benchmarks/scripts/greedy_rows.py)
 enabled = True
@@ -75,11 +74,19 @@ def log_normalizers(logits: torch.Tensor, maximum: torch.Tensor) -> list[float]:
     return out.tolist()
 
 
+def log_probabilities(logits: torch.Tensor, taken: list[int], maximum: torch.Tensor) -> list[float]:
+    """The log-probability of `taken[i]` under row i of `logits`, for its first len(taken) rows, given the rows'
+    maxima (first_maxima's): a round's committed tokens."""
+    rows = logits[: len(taken)]
+    chosen = rows.gather(-1, torch.tensor(taken).view(-1, 1)).squeeze(-1).tolist()
+    return [logit - normalizer for logit, normalizer in zip(chosen, log_normalizers(rows, maximum))]
+
+
 @functools.cache
 def _library() -> ctypes.CDLL | None:
     return c_kernels.load(
-        SOURCE, FLAGS, libraries=("-lm",), missing=_why_not(), fallback="greedy rounds decided by torch",
-        declare=_declare, check=_checks, log=log,
+        SOURCE, FLAGS, libraries=("-lm",), missing=c_kernels.missing_on_avx2(),
+        fallback="greedy rounds decided by torch", declare=_declare, check=_checks, log=log,
     )  # fmt: skip
 
 
@@ -89,12 +96,6 @@ def _declare(library: ctypes.CDLL) -> None:
     library.row_first_maxima.restype = None
     library.row_log_normalizers.argtypes = [pointer, size, size, size, pointer, pointer]
     library.row_log_normalizers.restype = None
-
-
-def _why_not() -> str:
-    if not all(flag in c_kernels.cpu_flags() for flag in _CPU_FLAGS):
-        return "no AVX2 and FMA on this CPU"
-    return c_kernels.missing()
 
 
 def _checks(library) -> bool:

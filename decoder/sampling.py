@@ -137,11 +137,7 @@ def greedy_verdict_on_host(target_logits: torch.Tensor, drafts: torch.Tensor) ->
         choice, maxima = greedy_rows.first_maxima(target_logits)
         wanted = drafts.tolist()
         n = next((i for i, token in enumerate(wanted) if choice[i] != token), len(wanted))
-        taken = [*wanted[:n], choice[n]]
-        committed = target_logits[: n + 1]
-        normalizers = greedy_rows.log_normalizers(committed, maxima)
-        chosen = committed.gather(-1, torch.tensor(taken).view(-1, 1)).squeeze(-1).tolist()
-        return [n, choice[n], *(logit - normalizer for logit, normalizer in zip(chosen, normalizers))]
+        return [n, choice[n], *greedy_rows.log_probabilities(target_logits, [*wanted[:n], choice[n]], maxima)]
     decided = accept_greedy(target_logits, drafts)
     n = int(decided[0])
     return verdict(target_logits[: n + 1], drafts[:n], decided).tolist()

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.kernels import COMPLAINT, broken_compiler
+from helpers.kernels import assert_a_failed_build_falls_back
 
 from speccomplete.decoder import attend_rows
 
@@ -95,14 +95,7 @@ def test_without_avx2_it_is_not_used(monkeypatch, caplog):
 
 @pytest.mark.skipif(not attend_rows.c_kernels.cpu_flags() >= {"avx2", "fma"}, reason="no AVX2 here")
 def test_a_failed_build_falls_back_with_a_log_line(monkeypatch, tmp_path, caplog):
-    broken_compiler(monkeypatch, tmp_path)
-    attend_rows._library.cache_clear()
-    try:
-        with caplog.at_level(logging.WARNING, logger=attend_rows.__name__):
-            assert not attend_rows.available()
-        assert "failed" in caplog.text and COMPLAINT in caplog.text
-    finally:
-        attend_rows._library.cache_clear()
+    assert_a_failed_build_falls_back(attend_rows, monkeypatch, tmp_path, caplog)
 
 
 @needs_kernel

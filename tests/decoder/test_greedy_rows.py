@@ -7,7 +7,7 @@ import logging
 
 import pytest
 import torch
-from helpers.kernels import COMPLAINT, broken_compiler
+from helpers.kernels import assert_a_failed_build_falls_back
 
 from speccomplete.decoder import greedy_rows, sampling
 
@@ -101,11 +101,4 @@ def test_without_avx2_torch_decides(monkeypatch, caplog):
 
 @pytest.mark.skipif(not greedy_rows.c_kernels.cpu_flags() >= {"avx2", "fma"}, reason="no AVX2 here")
 def test_a_failed_build_falls_back_with_a_log_line(monkeypatch, tmp_path, caplog):
-    broken_compiler(monkeypatch, tmp_path)
-    greedy_rows._library.cache_clear()
-    try:
-        with caplog.at_level(logging.WARNING, logger=greedy_rows.__name__):
-            assert not greedy_rows.available()
-        assert "failed" in caplog.text and COMPLAINT in caplog.text
-    finally:
-        greedy_rows._library.cache_clear()
+    assert_a_failed_build_falls_back(greedy_rows, monkeypatch, tmp_path, caplog)
