@@ -397,6 +397,8 @@ class SpecdecServer(LanguageServer):
             self.show_error(f"specdec: completion failed: {result.error}")
         if event.prompt_tokens:  # it decoded: refusals and reuse take no time worth reporting
             self.latencies.append(event.latency_ms)
+            if event.outcome != "cancelled":
+                self.debounce.decoded(event.latency_ms / 1000)
         self.protocol.notify(
             COMPLETED,
             {

@@ -3,7 +3,7 @@
 Keys are camelCase, as LSP clients send them; each maps to the snake_case field below:
 
     {"backend": "local", "target": "gemma3-270m", "draft": "layers:0,1", "gamma": "heuristic",
-     "maxTokensSingleLine": 32, "maxTokensMultiLine": 128, "debounceMs": 150,
+     "maxTokensSingleLine": 32, "maxTokensMultiLine": 128, "debounceMs": 100,
      "telemetry": true, "telemetryPath": null, "telemetryText": false,
      "enabledLanguages": ["python", "rust"]}
 
@@ -196,9 +196,10 @@ class ServerOptions:
     )
     # for automatic triggers; an invoked completion starts at once. Bounded: a request waits this long.
     debounce_ms: Annotated[int, Range(0, 5000)] = option(
-        150,
-        "Automatic requests wait at least this long for more typing before decoding (up to 3x as long for a "
-        "slower typist: 1.5x the recent gap between keys); invoked ones start at once.",
+        100,
+        "Automatic requests wait at least this long for more typing before decoding, and up to 3x as long: as "
+        "long as keeps the decodes your next key would cancel under 2% of a core at your recent pace between "
+        "keys. Invoked ones start at once.",
     )
     prefill_on_edit: bool = option(
         True,

@@ -41,7 +41,7 @@ from .wire import save_tiny_model
 log = logging.getLogger(__name__)
 
 TYPING_S = (0.03, 0.08)  # between two keys
-HESITATION_S = (0.25, 0.7)  # now and then: longer than the default 150 ms debounce, so a decode starts
+HESITATION_S = (0.25, 0.7)  # now and then: longer than the debounce, so a decode starts
 HESITATION_SHARE = 0.1
 PAUSE_S = (1.0, 2.0)  # from the last key of a burst to the next key, or longer if its completion takes longer
 # A didChange sent this shortly before an answer arrived may still have been in the pipe when the server answered:
