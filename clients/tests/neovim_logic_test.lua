@@ -150,10 +150,25 @@ step('attach', function(next)
     local map = vim.fn.maparg(keymaps.accept, 'i', false, true)
     return map.buffer == 1 and map.desc and map.desc:find('^specdec: ')
   end, 10000, POLL_MS, function()
-    -- one debounce: the display waits for the pause, so the server is asked not to wait again
+    -- one debounce: the display waits for the pause (debounce_ms), so the server is asked not to wait again
     local options = received('initialize')[1].params.initializationOptions
     if options.debounceMs ~= 0 then
       error('initializationOptions ' .. vim.inspect(options))
+    end
+    -- by default extmark asks at each key and the server waits; the other displays wait themselves
+    local config = require('specdec.config')
+    local cases = {
+      { { display = 'extmark' }, nil },
+      { { display = 'extmark', debounce_ms = 150 }, 0 },
+      { { display = 'native' }, 0 },
+      { { display = 'popup' }, 0 },
+      { { display = 'extmark', debounce_ms = 150, init_options = { debounceMs = 80 } }, 80 },
+    }
+    for _, case in ipairs(cases) do
+      local sent = config.init_options(case[1]).debounceMs
+      if sent ~= case[2] then
+        error('debounceMs ' .. tostring(sent) .. ' for ' .. vim.inspect(case[1]))
+      end
     end
     next()
   end)

@@ -39,7 +39,7 @@ local expect_display = os.getenv('SPECDEC_TEST_EXPECT')
 local timeout_ms = tonumber(os.getenv('SPECDEC_TEST_TIMEOUT_MS') or '300000')
 -- Once they are loaded, one short completion takes seconds even on a busy CPU.
 local completion_timeout_ms = 180000
-local TYPING_GAP_MS = 60 -- between keys typed, well under the plugin's 150 ms debounce
+local TYPING_GAP_MS = 60 -- between keys typed, well under the wait for a pause (the server's, or Neovim's)
 
 -- `lines` is the file; in ghost-text cases `typed` is then typed at the end of its last line. The
 -- final text matches the popup cases', whose completions are known to be non-empty.
@@ -132,7 +132,6 @@ vim.o.swapfile = false
 local init_options = {
   maxTokensSingleLine = 8,
   maxTokensMultiLine = 16,
-  debounceMs = 0,
   telemetry = true,
   telemetryPath = dir .. '/events.jsonl',
   telemetryText = true,

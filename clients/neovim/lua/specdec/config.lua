@@ -23,8 +23,9 @@ M.defaults = {
   display = 'auto',
   -- 'extmark': ask as you type (false: only when next/prev is pressed).
   auto_trigger = true,
-  -- 'extmark': milliseconds of typing pause before asking (Neovim's native path waits 200 ms).
-  debounce_ms = 150,
+  -- 'extmark': nil asks at each key and the server waits for the pause, as long as your pace between keys
+  -- needs; milliseconds of typing pause to wait in Neovim instead (the native path waits 200 ms).
+  debounce_ms = nil,
   -- Insert-mode keys, buffer-local, set when specdec attaches (ghost text displays only). false
   -- disables one. With no ghost text shown, each key does what it did before (its previous mapping,
   -- or the key itself); next/prev ask for a completion then.
@@ -56,12 +57,15 @@ function M.set(opts)
   return M.options
 end
 
--- init_options as sent. One debounce, not two: every display asks only once the user pauses (extmark
--- after debounce_ms, native after Neovim's own wait, popup on trigger characters), so the server is told
--- not to wait again (debounceMs = 0) unless the user set debounceMs.
+-- init_options as sent. One debounce, not two: a display that waits for the pause itself (native after
+-- Neovim's own wait, popup on trigger characters, extmark given debounce_ms) tells the server not to wait
+-- again (debounceMs = 0); extmark without debounce_ms asks at each key and leaves the wait to the server.
+-- A debounceMs the user set is sent as set.
 function M.init_options(options)
-  local init = vim.deepcopy((options or M.options).init_options or {})
-  if init.debounceMs == nil then
+  options = options or M.options
+  local init = vim.deepcopy(options.init_options or {})
+  local server_waits = require('specdec').display(options) == 'extmark' and options.debounce_ms == nil
+  if init.debounceMs == nil and not server_waits then
     init.debounceMs = 0
   end
   return init

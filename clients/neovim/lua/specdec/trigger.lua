@@ -1,5 +1,5 @@
--- The 'extmark' display: asks for textDocument/inlineCompletion as you type (debounced, the previous
--- request cancelled), shows the answer as ghost text (ghost.lua), and accepts it whole, by word or by
+-- The 'extmark' display: asks for textDocument/inlineCompletion as you type (the previous request
+-- cancelled), shows the answer as ghost text (ghost.lua), and accepts it whole, by word or by
 -- line. Typing what the ghost text shows keeps the rest of it on screen; moving the cursor, leaving
 -- insert mode or the buffer clears it. An item whose range covers the closers after the cursor is
 -- drawn around them and replaces them (retype.lua). On an asked-for (invoked) request, an empty answer
@@ -173,7 +173,7 @@ function M.request(bufnr, kind)
   end
 end
 
--- Ask after the debounce delay, unless the user types on.
+-- Ask after debounce_ms, unless the user types on; without it, at once (the server waits for the pause).
 function M.schedule(bufnr)
   local s = buffers[bufnr]
   if not s or not config.options.auto_trigger then
@@ -182,7 +182,7 @@ function M.schedule(bufnr)
   stop_timer(s)
   cancel_pending(bufnr)
   s.waiting = true
-  s.timer:start(config.options.debounce_ms, 0, vim.schedule_wrap(function()
+  s.timer:start(config.options.debounce_ms or 0, 0, vim.schedule_wrap(function()
     s.waiting = false
     if buffers[bufnr] == s and vim.startswith(vim.api.nvim_get_mode().mode, 'i')
       and vim.api.nvim_get_current_buf() == bufnr then
