@@ -56,10 +56,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, help="write every result here")
     p.add_argument(
         "--rhythm",
-        choices=("steady", "words", "compiled"),
+        choices=("steady", "words", "uneven", "compiled"),
         default="steady",
-        help="typist: about 10 keys/s (prefillOnEdit on and off), 5 with word pauses (debounce 150 and 300 ms), "
-        "or 10 with the compiled step (off, a first start that builds it, a later one that loads it)",
+        help="typist: about 10 keys/s (prefillOnEdit on and off), 5 with word pauses (the defaults and debounceMs "
+        "300), 8 with gaps as uneven as people's (the defaults and debounceMs 150), or 10 with the compiled step "
+        "(off, a first start that builds it, a later one that loads it)",
     )
     p.add_argument("--files", type=Path, nargs="+", help="typist: files to type into (default: a few of ours)")
     return p

@@ -14,8 +14,9 @@ and system time over the typing's wall time, pauses left out).
 
 It runs the server on the same files and keys under each setting of one rhythm (`RHYTHMS`): steady typing at
 about 10 keys/s on the defaults and with `prefillOnEdit` off (what reading a file's prompt at its first edit
-buys); 5 keys/s with a short pause after each word at a 150 and a 300 ms debounce (what the debounce costs
-in decodes started and cancelled, and in CPU); or 10 keys/s with `compileStep` off, then on the defaults at
+buys); 5 keys/s with a short pause after each word, on the defaults and at a 300 ms debounce (what the
+debounce costs in decodes started and cancelled, and in CPU); about 8 keys/s with gaps as uneven as people's,
+on the defaults and at a 150 ms debounce; or 10 keys/s with `compileStep` off, then on the defaults at
 a first start (which builds the step while the keys come, unless the model cache holds it) and again (which
 loads it).
 The full version types into a few of the package's own modules with the default model (`--files` names
@@ -67,9 +68,15 @@ TAKEN = "next lines after taking a block's first"
 class Rhythm:
     """How the keys come, and the server settings compared under it (each run on the same files and keys)."""
 
-    key_s: tuple[float, float]  # between two keys
+    key_s: tuple[float, float]  # between two keys: uniform over it
     word_pause_s: tuple[float, float]  # after a space, besides: the short pause between words
     settings: dict[str, dict]
+    key_spread: float = 0.0  # if set, the gap between two keys is log-normal: key_s[0] times e^N(0, key_spread)
+
+    def key_gap(self, rng: random.Random) -> float:
+        if self.key_spread:
+            return self.key_s[0] * rng.lognormvariate(0, self.key_spread)
+        return rng.uniform(*self.key_s)
 
 
 RHYTHMS = {
@@ -78,6 +85,9 @@ RHYTHMS = {
     # about 5 keys/s with a short pause after each word, long enough for the debounce to fire: what the
     # debounce costs in decodes started and cancelled, and in CPU
     "words": Rhythm((0.15, 0.25), (0.3, 0.6), {"defaults": {}, "debounceMs 300": {"debounceMs": 300}}),
+    # about 8 keys/s, the gaps between keys as uneven as people's (log-normal, a median of 120 ms): what the
+    # debounce waits and costs for such a typist, at its default floor and at 150 ms
+    "uneven": Rhythm((0.12, 0.12), (0.0, 0.0), {"defaults": {}, "debounceMs 150": {"debounceMs": 150}}, 0.45),
     # about 10 keys/s, without the compiled step and with it (the default): the defaults' first start builds it
     # while the keys come (unless the model cache holds it), and their second loads what the first built
     "compiled": Rhythm(
@@ -179,15 +189,13 @@ async def _type_file(
     line, column = len(lines) - 1, utf16_len(lines[-1])
     pauses_at = {BURST, 2 * BURST, len(keys)}
     burst_began, burst_cpu = time.monotonic(), cpu_seconds(session.process.pid)
-    await asyncio.sleep(rng.uniform(*rhythm.key_s))
+    await asyncio.sleep(rhythm.key_gap(rng))
     for index, character in enumerate(keys, start=1):
         storm.type_key(character, line, column)
         line, column = (line + 1, 0) if character == "\n" else (line, column + utf16_len(character))
         sent = storm.request(line, column, before_pause=index in pauses_at)
         if index not in pauses_at:
-            await asyncio.sleep(
-                rng.uniform(*rhythm.key_s) + (rng.uniform(*rhythm.word_pause_s) if character == " " else 0)
-            )
+            await asyncio.sleep(rhythm.key_gap(rng) + (rng.uniform(*rhythm.word_pause_s) if character == " " else 0))
             continue
         typed.typing_s += time.monotonic() - burst_began
         typed.cpu_s += cpu_seconds(session.process.pid) - burst_cpu

@@ -31,3 +31,15 @@ def test_the_compiled_step_is_in_use_once_optimizing_ends():
     assert typist._compiled_in_use_s([loading, optimizing, ready], [10.0, 12.0, 55.5], started=9.0) == 46.5
     assert typist._compiled_in_use_s([loading, ready], [10.0, 12.0], started=9.0) is None  # never optimized
     assert typist._compiled_in_use_s([loading, optimizing], [10.0, 12.0], started=9.0) is None  # still at it
+
+
+def test_the_rhythms_keys_come_as_stated():
+    import random
+    import statistics
+
+    rng = random.Random(0)
+    steady = [typist.RHYTHMS["steady"].key_gap(rng) for _ in range(2000)]
+    assert 0.07 <= min(steady) and max(steady) <= 0.13
+    uneven = [typist.RHYTHMS["uneven"].key_gap(rng) for _ in range(2000)]
+    assert abs(statistics.median(uneven) - 0.12) < 0.01  # a median of 120 ms, and people's long tail
+    assert statistics.quantiles(uneven, n=10)[-1] > 1.5 * 0.12
