@@ -198,8 +198,8 @@ class ServerOptions:
     debounce_ms: Annotated[int, Range(0, 5000)] = option(
         100,
         "Automatic requests wait at least this long for more typing before decoding, and up to 3x as long: as "
-        "long as keeps the decodes your next key would cancel under 2% of a core at your recent pace between "
-        "keys. Invoked ones start at once.",
+        "long as keeps what decodes started between your keys cost under 3% of a core, at your recent pace. "
+        "Invoked ones start at once.",
     )
     prefill_on_edit: bool = option(
         True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Sequence
 
 import pytest
 
@@ -14,7 +15,7 @@ from speccomplete.server.debounce import BUDGET, CEILING, LEAST, START_S, WORD_P
 FLOOR_MS = 100
 
 
-def typed(gaps: list[float], decodes: list[float] = ()) -> Debounce:
+def typed(gaps: Sequence[float], decodes: Sequence[float] = ()) -> Debounce:
     debounce, now = Debounce(), 100.0
     debounce.key(now)
     for gap in gaps:
