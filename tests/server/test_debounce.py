@@ -71,7 +71,7 @@ def test_quicker_decodes_wait_less():
 @pytest.mark.parametrize(
     "gaps, wait",
     [
-        ([0.08] * (LEAST - 1) + [0.5], FLOOR_MS),  # too few keys yet: the floor
+        ([0.4] * (LEAST - 1), FLOOR_MS),  # too few gaps yet: the floor, though these would reach the ceiling
         ([0.4] * 10, FLOOR_MS * CEILING),  # a very slow typist: the ceiling
         ([0.08] * 10 + [2.0, 5.0], FLOOR_MS),  # long pauses are not typing
     ],
