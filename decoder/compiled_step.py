@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TypeVar, cast
 
 import torch
 from transformers.cache_utils import Cache
@@ -63,6 +63,8 @@ CHECKED = "checked"  # the digest of the package that passed check_verify_rows h
 # tokens a cache's buffers hold while a compiled step appends to them: a graph takes them at this size; a
 # longer context runs eagerly
 CAPACITY = 4096
+
+R = TypeVar("R")  # what a package loads as
 
 
 def supports(model) -> bool:
@@ -124,6 +126,8 @@ class CompiledStep:
         self.threads = threads  # the graph's thread count: compiled into it (cpu_threads.IdleCores moves it)
         self.taps = taps
         self._runner = runner  # an AOTICompiledModel
+        # the EAGLE-3 draft's own compiled step (drafts/eagle3/compiled.py), which the drafter on these steps runs
+        self.draft_step: object | None = None
 
     def covers(self, rows: int, cache) -> bool:
         """Whether a feed of `rows` onto `cache` runs compiled: short feeds onto a cache that holds tokens and
@@ -284,9 +288,8 @@ def _tensor_at(module: torch.nn.Module, fqn: str) -> torch.Tensor:
     return tensor
 
 
-def _load(model, taps: tuple[int, ...], folder: Path):
-    """The package in `folder`, given the model's own tensors as its constants."""
-    graph = _Graph(model, taps)
+def load_package(graph: torch.nn.Module, folder: Path):
+    """The package in `folder`, given `graph`'s own tensors (the model's) as its constants."""
     runner = _open_package(folder / PACKAGE)
     _remove_extracted_packages()
     constants = {fqn: _tensor_at(graph, fqn) for fqn in runner.get_constant_fqns()}
@@ -354,10 +357,17 @@ def entry_key(model, quantization: str, max_rows: int, threads: int, taps: tuple
 
 def _code_digest() -> str:
     """The modules a compiled step traces: an edit to one keys every entry anew."""
-    from . import kernels, kv_cache, tree
+    from . import kv_cache, tree
+
+    return code_digest(lean_forward, kv_cache, tree)
+
+
+def code_digest(*traced) -> str:
+    """The `traced` modules, the products' (kernels, operators) and this one's: an edit to one keys an entry anew."""
+    from . import kernels
 
     digest = hashlib.blake2b(digest_size=8)
-    for module in (lean_forward, kernels, kv_cache, tree, torch_ops, int8_rows):
+    for module in (*traced, kernels, torch_ops, int8_rows):
         digest.update(Path(module.__file__ or "").read_bytes())
     # the C++ operators, and the int8 kernels whose weight layout a package holds as constants
     for source in (torch_ops.SOURCE, *(variant.source for variant in int8_rows.VARIANTS)):
@@ -383,6 +393,37 @@ def _alive(pid: int) -> bool:
     except OSError:  # another user's process: alive
         return True
     return True
+
+
+def load_or_build(
+    path: Path, load: Callable[[Path], R], compile_into: Callable[[Path], None], build: Callable[[], None] | None
+) -> tuple[R, bool]:
+    """The package at the entry `path`, loaded (`load`), and whether it was there: where it is not, or cannot be
+    loaded (a truncated write, a file another torch wrote, a model that changed: logged and removed), it is
+    written first, by `build` (another process) or here by `compile_into` into a scratch folder that becomes the
+    entry whole or not at all."""
+    if path.exists():
+        try:
+            return load(path), True
+        except Exception as e:
+            log.warning("compiled step cache %s is unreadable (%s); compiling it again", path, e)
+            shutil.rmtree(path, ignore_errors=True)
+    if build is not None:
+        build()
+    else:
+        _remove_abandoned_builds(path)
+        from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+        partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+        partial.mkdir(parents=True)
+        # Inductor's own cache (hundreds of MB a build) in the scratch folder, gone with it, rather than
+        # in the temporary folder, which is memory on many systems, for as long as the machine is up
+        with temporary_cache_dir(str(partial / "inductor")):
+            compile_into(partial)
+        shutil.rmtree(partial / "inductor")
+        shutil.rmtree(path, ignore_errors=True)
+        partial.rename(path)  # whole or not at all
+    return load(path), False
 
 
 def entry_path(key: str) -> Path:
@@ -414,31 +455,10 @@ def build_or_load(
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)  # compiled into the graph; a fresh thread has whatever count was set last
     path = entry_path(entry_key(model, quantization, max_rows, threads, taps))
-    runner = None
-    if path.exists():
-        try:
-            runner = _load(model, taps, path)
-        except Exception as e:  # a truncated write, a file another torch wrote, a model that changed
-            log.warning("compiled step cache %s is unreadable (%s); compiling it again", path, e)
-            shutil.rmtree(path, ignore_errors=True)
-    loaded = runner is not None
-    if runner is None:
-        if build is not None:
-            build()
-        else:
-            _remove_abandoned_builds(path)
-            from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
-
-            partial = path.with_name(f"{path.name}.{os.getpid()}.part")
-            partial.mkdir(parents=True)
-            # Inductor's own cache (hundreds of MB a build) in the scratch folder, gone with it, rather than
-            # in the temporary folder, which is memory on many systems, for as long as the machine is up
-            with temporary_cache_dir(str(partial / "inductor")):
-                _compile(model, taps, max_rows, partial)
-            shutil.rmtree(partial / "inductor")
-            shutil.rmtree(path, ignore_errors=True)
-            partial.rename(path)  # whole or not at all
-        runner = _load(model, taps, path)
+    graph = _Graph(model, taps)
+    runner, loaded = load_or_build(
+        path, lambda folder: load_package(graph, folder), lambda folder: _compile(model, taps, max_rows, folder), build
+    )
     step = CompiledStep(model, max_rows, threads, taps, runner)
     digest = _package_digest(path)
     if not _checked(path, digest):

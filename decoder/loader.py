@@ -10,6 +10,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from . import attend_rows, compiled_step, greedy_rows, int8_rows
 from .compiled_step import BuildReport, CompiledStep
 from .drafts import build_drafter, parse_draft_spec
+from .drafts.eagle3 import compiled as compiled_draft
+from .drafts.eagle3.model import Eagle3
 from .engine import SpeculativeDecoder, round_rows
 from .families import NAMES
 from .gamma import parse_gamma_policy
@@ -149,15 +151,22 @@ def compile_steps(
         raise ValueError("compiled CPU steps run eager-step targets of the lean forward's families on the CPU")
     steps = decoder.steps
     drafter = decoder.drafter
-    return compiled_step.build_or_load(
+    rows = round_rows(decoder.gamma, drafter)
+    # the count an idle machine decodes at, not whatever the worker's last request left (IdleCores)
+    threads = decoder.idle_cores.ceiling if decoder.idle_cores is not None else None
+    compiled, report = compiled_step.build_or_load(
         decoder.target,
         quantization,
-        round_rows(decoder.gamma, drafter),
-        # the count an idle machine decodes at, not whatever the worker's last request left (IdleCores)
-        threads=decoder.idle_cores.ceiling if decoder.idle_cores is not None else None,
+        rows,
+        threads=threads,
         taps=steps.features.taps if steps.features is not None else (),
         build=build,
     )
+    # an EAGLE-3 draft's layer step rides with the target's (the drafter runs it once these steps are installed)
+    drafts = [module for module in (drafter.own_modules if drafter else ()) if isinstance(module, Eagle3)]
+    for draft in drafts[:1]:
+        compiled.draft_step, _ = compiled_draft.build_or_load(draft, quantization, rows, threads=threads, build=build)
+    return compiled, report
 
 
 def resolve_quantization(requested: str, target, steps) -> str:

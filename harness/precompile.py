@@ -39,11 +39,13 @@ def run(args: argparse.Namespace) -> int:
         "compile_s": round(report.seconds, 1),
         "bytes": report.bytes,
         "rows": f"1 to {compiled.max_rows}",
+        "draft_step": compiled.draft_step is not None,  # an EAGLE-3 draft's layer step, compiled beside it
         "path": str(report.path),
     }
     print(
         f"compiled step {'loaded from the cache' if report.loaded else 'built'} in {report.seconds:.1f} s "
         f"({report.bytes / 1e6:.1f} MB, {loaded.quantization}, {result['isa']}): {report.path}"
+        + (", with the EAGLE-3 draft's step" if compiled.draft_step is not None else "")
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -44,7 +44,7 @@ from speccomplete.decoder.models import DEFAULT_TARGET
 
 WEIGHTS = ("plain", "packed", "hf-cache", "int8", "int8-torch")  # the rows --weights picks from
 EAGLE3_CHAIN = 4  # tokens drafted in a row in the eagle3_4_* columns
-DRAFT_STEPS = ("draft_1_ms", "eagle3_1_ms")
+DRAFT_STEPS = ("draft_1_ms", "eagle3_1_ms", "eagle3_compiled_1_ms")
 
 # Qwen2.5-Coder's shapes (their config.json), for --shape; all share rope_theta 1e6 and rms_norm_eps 1e-6
 SHAPES: dict[str, dict[str, Any]] = {
@@ -109,10 +109,10 @@ def _target_pass(model, cache, feed: list[int], compiled=None) -> Callable[[], N
     return run
 
 
-def _eagle3_steps(drafter, model, prompt: list[int], tokens: int) -> Callable[[], None]:
+def _eagle3_steps(drafter, model, prompt: list[int], tokens: int, compiled=None) -> Callable[[], None]:
     """`tokens` chained steps of an Eagle3Drafter's draft after the prompt's rows (built from the target's
     own states), as a round drafting that many tokens runs them: each the layer over one row, the head and
-    its argmax, fed back."""
+    its argmax, fed back. compiled: the draft's CompiledDraftStep, which runs the layer instead."""
     from speccomplete.decoder.drafts.eagle3.model import KVCache
 
     draft, embeddings = drafter.draft, drafter.embeddings
@@ -121,6 +121,8 @@ def _eagle3_steps(drafter, model, prompt: list[int], tokens: int) -> Callable[[]
     assert features is not None
     rows = len(prompt) - 1
     cache = KVCache()
+    if compiled is not None:
+        compiled.reserve(cache)
     ids = torch.tensor(prompt, device=device)
     out = draft.step(
         F.embedding(ids[1:], embeddings), draft.fuse(features[:rows]), torch.arange(1, rows + 1, device=device), cache
@@ -130,7 +132,11 @@ def _eagle3_steps(drafter, model, prompt: list[int], tokens: int) -> Callable[[]
     def run() -> None:
         state, token = out[-1:], ids[-1:]
         for i in range(tokens):
-            state = draft.step(F.embedding(token, embeddings), state, positions[i : i + 1], cache)
+            embeds = F.embedding(token, embeddings)
+            if compiled is not None:
+                state = compiled.step(embeds, state, cache)
+            else:
+                state = draft.step(embeds, state, positions[i : i + 1], cache)
             token = draft.logits(state).argmax(-1)
         cache.truncate(rows)
 
@@ -168,11 +174,13 @@ def step_costs(
     cache_factory=new_cache,
     eagle3=None,
     compiled=None,
+    compiled_draft=None,
     read_bytes: int | None = None,
 ) -> dict:
     """Median ms per forward of each width, with the decoder's cache unless `cache_factory` says otherwise;
     with `eagle3` (an Eagle3Drafter on `model`), its draft's step too; with `compiled` (a CompiledStep of
-    `model`), the same passes compiled (`compiled_{w}_ms`, for the widths it covers), interleaved with them;
+    `model`), the same passes compiled (`compiled_{w}_ms`, for the widths it covers), interleaved with them, and
+    with `compiled_draft` (the EAGLE-3 draft's CompiledDraftStep) its chained steps compiled (`eagle3_compiled_*`);
     with `read_bytes` (the weight bytes a step reads), the memory bound: the time to read that many bytes
     (`bound_ms`, interleaved with the passes), and each one-token step's share of it (`of_bound`)."""
     cache = _prefilled(model, prompt, cache_factory)
@@ -197,7 +205,12 @@ def step_costs(
         # from memory; the later steps of a 4-token round may find them still cached.
         passes["eagle3_1_ms"] = _eagle3_steps(eagle3, model, prompt, 1)
         passes[f"eagle3_{EAGLE3_CHAIN}_ms"] = _eagle3_steps(eagle3, model, prompt, EAGLE3_CHAIN)
-        cold = ("eagle3_1_ms", f"eagle3_{EAGLE3_CHAIN}_ms")
+        if compiled_draft is not None:
+            passes["eagle3_compiled_1_ms"] = _eagle3_steps(eagle3, model, prompt, 1, compiled_draft)
+            passes[f"eagle3_compiled_{EAGLE3_CHAIN}_ms"] = _eagle3_steps(
+                eagle3, model, prompt, EAGLE3_CHAIN, compiled_draft
+            )
+        cold = tuple(name for name in passes if name.startswith("eagle3_"))
     times = _interleaved_ms(passes, repeats, cold, evict=passes["target_1_ms"])
     row: dict = {name: statistics.median(t) for name, t in times.items()}
     one = row["target_1_ms"]
@@ -218,6 +231,11 @@ def step_costs(
     if eagle3 is not None:
         row["eagle3_c"] = row["eagle3_1_ms"] / one
         row[f"eagle3_{EAGLE3_CHAIN}_c"] = row[f"eagle3_{EAGLE3_CHAIN}_ms"] / EAGLE3_CHAIN / one  # per token
+        if "eagle3_compiled_1_ms" in row and "compiled_1_ms" in row:  # the compiled draft to the compiled target
+            row["eagle3_compiled_c"] = row["eagle3_compiled_1_ms"] / row["compiled_1_ms"]
+            row[f"eagle3_compiled_{EAGLE3_CHAIN}_c"] = (
+                row[f"eagle3_compiled_{EAGLE3_CHAIN}_ms"] / EAGLE3_CHAIN / row["compiled_1_ms"]
+            )
     # Other jobs only ever add time: on a busy machine the fastest pass is the better estimate of each.
     row["fastest_ms"] = {name: min(t) for name, t in times.items()}
     return row
@@ -383,6 +401,13 @@ def run(args: argparse.Namespace) -> int:
 
             kwargs["compiled"], report = build_or_load(model, quantization, max(widths))
             builds[name] = {"from_cache": report.loaded, "seconds": report.seconds, "bytes": report.bytes}
+            if eagle3 is not None:
+                from speccomplete.decoder.drafts.eagle3 import compiled as compiled_draft
+
+                kwargs["compiled_draft"], report = compiled_draft.build_or_load(eagle3.draft, quantization, max(widths))
+                builds[f"{name}, EAGLE-3 draft"] = {
+                    "from_cache": report.loaded, "seconds": report.seconds, "bytes": report.bytes
+                }  # fmt: skip
         rows[name] = step_costs(
             model, prompt, widths=widths, repeats=args.repeats, eagle3=eagle3, read_bytes=weight_bytes, **kwargs
         )

@@ -13,6 +13,7 @@ from ...sampling import draw_draft
 from ...tree import DraftTree
 from ..base import Drafter, Proposal, tree_proposal
 from .chain import GreedyChains
+from .compiled import CompiledDraftStep
 from .model import Eagle3, KVCache
 
 log = logging.getLogger(__name__)
@@ -100,14 +101,23 @@ class Eagle3Drafter(Drafter):
         start = self.rows
         device = self.embeddings.device
         next_tokens = torch.tensor(committed[start + 1 : end + 1], device=device)
-        out = self.draft.step(
+        out = self._step(
             F.embedding(next_tokens, self.embeddings),
             self.draft.fuse(steps.features.rows(start, end)),
             torch.arange(start + 1, end + 1, device=device),
-            self.cache,
         )
         self.rows = end
         return out[-1:]
+
+    def _step(self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Eagle3.step's rows onto the cache: on the draft's compiled step where the target's steps carry one
+        for this draft (installed with theirs, between two requests) and it covers them, else eagerly."""
+        compiled = getattr(getattr(self.steps, "compiled", None), "draft_step", None)
+        if isinstance(compiled, CompiledDraftStep) and compiled.draft is self.draft:
+            compiled.reserve(self.cache)
+            if compiled.covers(len(embeds), self.cache):
+                return compiled.step(embeds, hidden, self.cache)
+        return self.draft.step(embeds, hidden, positions, self.cache)
 
     @torch.inference_mode()
     def propose(self, committed, gamma, params, generator, min_confidence: float = 0.0, lookup=None) -> Proposal:
@@ -140,7 +150,7 @@ class Eagle3Drafter(Drafter):
                 if len(tokens) >= gamma or tokens[-1] in self.line_ends:
                     break
                 position = torch.tensor([end + len(tokens)], device=device)
-                state = draft.step(F.embedding(token.view(1), self.embeddings), state, position, self.cache)
+                state = self._step(F.embedding(token.view(1), self.embeddings), state, position)
         finally:
             self.cache.truncate(self.rows)  # chained rows came from the draft's own states: never kept
         return Proposal(tokens, torch.stack(qs) if qs else None)

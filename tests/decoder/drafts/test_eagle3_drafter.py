@@ -17,14 +17,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers.decoding import generate, random_prompts
+from helpers.eagle3 import make_draft
 from helpers.tiny_models import TEST_DEVICE
 
 import speccomplete.decoder.sampling as sampling
 from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter, build_drafter, parse_draft_spec
 from speccomplete.decoder.drafts.eagle3.model import (
-    Eagle3Shape,
     KVCache,
-    init_from_target,
     save_eagle3,
     speculators_config,
 )
@@ -38,21 +37,6 @@ from speccomplete.decoder.target_steps import EagerTarget, FixedShapeTarget
 
 PROMPTS = random_prompts(6, seed=7)
 MAX_NEW = 24
-
-
-def make_draft(target, vocab: str = "half", seed: int = 0, taps=None):
-    rows = target.get_output_embeddings().out_features
-    if vocab == "half":
-        ids = torch.randperm(rows, generator=torch.Generator().manual_seed(seed))[: rows // 2].sort().values
-    else:
-        ids = torch.arange(rows)
-    shape = Eagle3Shape.for_target(target, draft_vocab=len(ids), aux_layers=taps)
-    draft = init_from_target(shape, target, ids, seed=seed)
-    with torch.no_grad():  # bigger weights than the init's: drafts then differ from step to step
-        for p in draft.parameters():
-            if p.requires_grad and p.dim() == 2:
-                p.mul_(10)
-    return draft.eval().requires_grad_(False)
 
 
 @pytest.mark.parametrize("steps_kind", ["eager", "fixed"])
