@@ -13,6 +13,10 @@
 -- answer, which runs past the closed `)`: the buffer must be the item's text with its range applied
 -- (written to autopairs.json, apart from result.json's two cases).
 -- All on the server's defaults (confidence gate, quantization auto), with short completions.
+-- With SPECDEC_TEST_PAUSES=1 (test_editors.py: 0.11 extmark, 0.12 native), first the pause table that
+-- vscode_test.mjs times (neovim_pauses.lua: pauses.json's 14 pauses typed key by key, the last key to
+-- the ghost text's extmark, with the statusline's wait beside it), on the server's own token limits as
+-- in VS Code; written to pauses.json. The short limits are sent after it.
 -- The accepted item's command (specdec.accept) is recorded as the client sends it; test_editors.py
 -- then checks the telemetry file recorded the completion as accepted, with the text inserted.
 --
@@ -22,7 +26,8 @@
 --     nvim --headless -u NONE -i NONE --cmd 'set rtp^=clients/neovim' -c 'luafile clients/tests/neovim_test.lua'
 -- Writes $SPECDEC_TEST_DIR/result.json and exits 0, or exits 1 with the reason on stderr.
 -- What the Neovim drivers share (neovim_driver.lua), from this file's folder; set up below.
-local driver = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h') .. '/neovim_driver.lua')
+local here = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h')
+local driver = dofile(here .. '/neovim_driver.lua')
 local dir = os.getenv('SPECDEC_TEST_DIR')
 local cmd_json = os.getenv('SPECDEC_TEST_CMD')
 if not dir or not cmd_json then
@@ -35,6 +40,7 @@ local display_option = os.getenv('SPECDEC_TEST_DISPLAY') or 'auto'
 -- vim.lsp.config + vim.lsp.enable('specdec'), lsp/specdec.lua and plugin/specdec.lua doing the rest
 local start = os.getenv('SPECDEC_TEST_START') or 'setup'
 local expect_display = os.getenv('SPECDEC_TEST_EXPECT')
+local pauses_on = os.getenv('SPECDEC_TEST_PAUSES') == '1'
 -- The longest wait for the models to load (the first use converts the GGUF).
 local timeout_ms = tonumber(os.getenv('SPECDEC_TEST_TIMEOUT_MS') or '300000')
 -- Once they are loaded, one short completion takes seconds even on a busy CPU.
@@ -128,14 +134,17 @@ vim.cmd('inoremap " ""<Left>')
 vim.o.completeopt = 'menu,menuone,noinsert'
 vim.o.swapfile = false
 
--- The server's defaults (confidence gate, quantization auto), as a user gets them; short completions.
+-- The server's defaults (confidence gate, quantization auto), as a user gets them; short completions
+-- (sent after the pauses when they run: those take the server's own limits, as VS Code's do).
+local SHORT = { maxTokensSingleLine = 8, maxTokensMultiLine = 16 }
 local init_options = {
-  maxTokensSingleLine = 8,
-  maxTokensMultiLine = 16,
   telemetry = true,
   telemetryPath = dir .. '/events.jsonl',
   telemetryText = true,
 }
+if not pauses_on then
+  init_options = vim.tbl_extend('force', init_options, SHORT)
+end
 local specdec = require('specdec')
 if start == 'enable' then
   if vim.g.loaded_specdec ~= true then
@@ -247,21 +256,23 @@ end
 
 local GHOST_HL = { SpecdecGhostText = true, ComplHint = true }
 
+-- The text of an extmark's ghost parts (its hint, e.g. " (2/3)", left out).
+local function text_of(chunks)
+  local parts = {}
+  for _, chunk in ipairs(chunks or {}) do
+    if GHOST_HL[chunk_hl(chunk)] then
+      table.insert(parts, chunk[1])
+    end
+  end
+  return table.concat(parts)
+end
+
 -- The ghost text shown in the buffer, read back from its extmark (the plugin's or Neovim's), or nil.
 local function ghost_text(bufnr)
   local namespaces = vim.api.nvim_get_namespaces()
   for _, name in ipairs({ 'specdec.ghost', 'nvim.lsp.inline_completion' }) do
     local ns = namespaces[name]
     for _, mark in ipairs(ns and vim.api.nvim_buf_get_extmarks(bufnr, ns, 0, -1, { details = true }) or {}) do
-      local function text_of(chunks)
-        local parts = {}
-        for _, chunk in ipairs(chunks or {}) do
-          if GHOST_HL[chunk_hl(chunk)] then
-            table.insert(parts, chunk[1])
-          end
-        end
-        return table.concat(parts)
-      end
       local lines = { text_of(mark[4].virt_text) }
       for _, virt_line in ipairs(mark[4].virt_lines or {}) do
         table.insert(lines, text_of(virt_line))
@@ -520,6 +531,31 @@ local function popup_case(i, case, bufnr)
   end)
 end
 
+-- Once specdec has attached to `bufnr` and loaded its models: next(client).
+local function when_ready(bufnr, next)
+  wait_for('the server to attach and load its models', function()
+    local client = specdec.client(bufnr)
+    return client and specdec.status.state == 'ready' and client
+  end, timeout_ms, next)
+end
+
+-- Once the plugin has wired a ghost-text buffer (its buffer-local keys, set on LspAttach): next().
+local function when_wired(bufnr, next)
+  wait_for('the buffer-local keys', function()
+    local map = vim.fn.maparg(keys_opt.accept, 'i', false, true)
+    return map.buffer == 1 and map.desc and map.desc:find('^specdec: ')
+  end, 10000, function()
+    if display == 'native' then
+      if not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
+        return fail('inline completion is not enabled in the buffer')
+      elseif vim.lsp.inline_completion.is_enabled() then
+        return fail('inline completion is enabled globally, not for the buffer')
+      end
+    end
+    next()
+  end)
+end
+
 run_case = function(i)
   local case = CASES[i]
   if not case then
@@ -543,10 +579,7 @@ run_case = function(i)
   local bufnr = vim.api.nvim_get_current_buf()
   log(case.file .. ': filetype ' .. vim.bo.filetype)
 
-  wait_for('the server to attach and load its models', function()
-    local client = specdec.client(bufnr)
-    return client and specdec.status.state == 'ready' and client
-  end, timeout_ms, function(client)
+  when_ready(bufnr, function(client)
     spy(client)
     if case.closed and display == 'popup' then
       return autopairs_case(i, case, bufnr)
@@ -554,17 +587,7 @@ run_case = function(i)
       return popup_case(i, case, bufnr)
     end
     -- the plugin's keys are set once the buffer is wired (LspAttach)
-    wait_for('the buffer-local keys', function()
-      local map = vim.fn.maparg(keys_opt.accept, 'i', false, true)
-      return map.buffer == 1 and map.desc and map.desc:find('^specdec: ')
-    end, 10000, function()
-      if display == 'native' then
-        if not vim.lsp.inline_completion.is_enabled({ bufnr = bufnr }) then
-          return fail('inline completion is not enabled in the buffer')
-        elseif vim.lsp.inline_completion.is_enabled() then
-          return fail('inline completion is enabled globally, not for the buffer')
-        end
-      end
+    when_wired(bufnr, function()
       if case.closed then
         return autopairs_case(i, case, bufnr)
       end
@@ -573,6 +596,46 @@ run_case = function(i)
   end)
 end
 
+-- The pause table first (SPECDEC_TEST_PAUSES=1), on Neovim's filetype plugins and indentation (on by
+-- default without -u NONE); then the cases above on the filetype settings they had and short completions.
+local function run_pauses(next)
+  local filetype = vim.fn.execute('filetype')
+  vim.cmd('filetype plugin indent on')
+  dofile(here .. '/neovim_pauses.lua').run({
+    dir = dir,
+    here = here,
+    driver = driver,
+    specdec = specdec,
+    display = display,
+    ghost_text = ghost_text,
+    ghost_chunks = text_of,
+    when_ready = when_ready,
+    when_wired = when_wired,
+  }, function()
+    for _, kind in ipairs({ 'plugin', 'indent' }) do
+      if filetype:find(kind .. ':OFF') then
+        vim.cmd('filetype ' .. kind .. ' off')
+      end
+    end
+    local client = specdec.client()
+    local params = { settings = { specdec = SHORT } }
+    if vim.fn.has('nvim-0.11') == 1 then -- client:notify from 0.11, client.notify before
+      client:notify('workspace/didChangeConfiguration', params)
+    else
+      client.notify('workspace/didChangeConfiguration', params)
+    end
+    log('short completions from here: ' .. vim.inspect(SHORT))
+    next()
+  end)
+end
+
 vim.defer_fn(function()
-  guarded(run_case, 1)
+  guarded(function()
+    if pauses_on then
+      return run_pauses(function()
+        guarded(run_case, 1)
+      end)
+    end
+    run_case(1)
+  end)
 end, 0)

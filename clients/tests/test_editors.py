@@ -57,24 +57,63 @@ def run_driver(name: str, cmd: list[str], env: dict[str, str], work: Path) -> di
     return json.loads((work / "result.json").read_text())
 
 
-# (editors.env key, version, the `display` option, the display it must come to, how it starts): every
-# Neovim installed, each in the display it picks by itself, plus 0.7.2 forced to ghost text (the overlay
-# that 0.9, which cannot be installed here, draws: inline virtual text came in 0.10) and 0.11 forced to
-# the popup menu. 0.12 starts the way its users may: vim.lsp.enable('specdec') alone, no setup().
+# Ghost text at 12 of the 14 pauses, on the defaults: issue 43's target.
+PAUSES_SHOWN = 12
+
+
+def report_pauses(work: Path, editor: str) -> dict:
+    """Copies a driver's pause table to the artifacts (out/editor-tests/<editor>/pauses.json: vscode,
+    neovim-0.11.4, ...) and prints it, with the status's figure (VS Code's status bar, Neovim's statusline)."""
+    pauses = json.loads((work / "pauses.json").read_text())
+    dest = ARTIFACTS / editor
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(work / "pauses.json", dest / "pauses.json")
+    latency = pauses["latency"]
+    status = latency.get("statusBar", latency.get("statusLine"))
+    p90 = f", p90 {latency['measuredP90Ms']} ms" if "measuredP90Ms" in latency else ""
+    print(f"{editor}: ghost text at {pauses['shown']} of {pauses['of']} pauses\n{pauses['table']}")
+    print(
+        f"{editor}: status {status!r}: {latency['statusMs']} ms; keystroke to ghost text p50 "
+        f"{latency['measuredP50Ms']} ms{p90}; ratio {latency['ratio']}"
+    )
+    return pauses
+
+
+def check_pauses(pauses: dict | None) -> None:
+    """What both editors' pause tables must show: the 14 pauses, ghost text at PAUSES_SHOWN of them or
+    more, and the status's own latency figure (printed beside the measured p50 by report_pauses)."""
+    assert pauses is not None
+    records = pauses["pauses"]
+    assert [r["language"] for r in records] == ["python"] * 7 + ["rust"] * 7
+    assert {r["kind"] for r in records} == {"mid-line", "new-line", "bracket"}
+    assert pauses["shown"] >= PAUSES_SHOWN, f"ghost text at {pauses['shown']} of {len(records)} pauses"
+    # The status's latency beside the measured p50 (issue 43's target: within 20%) is printed, not
+    # asserted: 0.82 to 0.95 of it in four VS Code runs on a loaded 2-core machine, too near the bound to hold.
+    assert pauses["latency"]["statusMs"] is not None, pauses["latency"]
+
+
+# (editors.env key, version, the `display` option, the display it must come to, how it starts, whether
+# it times the pause table): every Neovim installed, each in the display it picks by itself, plus 0.7.2
+# forced to ghost text (the overlay that 0.9, which cannot be installed here, draws: inline virtual text
+# came in 0.10) and 0.11 forced to the popup menu. 0.12 starts the way its users may:
+# vim.lsp.enable('specdec') alone, no setup(). The pauses (minutes) only where ghost text is the default
+# display of a current Neovim: 0.11's extmark and 0.12's native.
 NEOVIMS = [
-    ("NVIM_07", "0.7.2", "auto", "popup", "setup"),
-    ("NVIM_07", "0.7.2", "extmark", "extmark", "setup"),
-    ("NVIM_010", "0.10", "auto", "extmark", "setup"),
-    ("NVIM_011", "0.11.4", "auto", "extmark", "setup"),
-    ("NVIM_011", "0.11.4", "popup", "popup", "setup"),
-    ("NVIM_012", "0.12", "auto", "native", "enable"),
+    ("NVIM_07", "0.7.2", "auto", "popup", "setup", False),
+    ("NVIM_07", "0.7.2", "extmark", "extmark", "setup", False),
+    ("NVIM_010", "0.10", "auto", "extmark", "setup", False),
+    ("NVIM_011", "0.11.4", "auto", "extmark", "setup", True),
+    ("NVIM_011", "0.11.4", "popup", "popup", "setup", False),
+    ("NVIM_012", "0.12", "auto", "native", "enable", True),
 ]
 
 
 @pytest.mark.parametrize(
-    ("key", "version", "display", "expect", "start"), NEOVIMS, ids=[f"{n[1]}-{n[2]}-{n[4]}" for n in NEOVIMS]
+    ("key", "version", "display", "expect", "start", "pauses"),
+    NEOVIMS,
+    ids=[f"{n[1]}-{n[2]}-{n[4]}" for n in NEOVIMS],
 )
-def test_neovim_accepts_completion(editors, key, version, display, expect, start, tmp_path):
+def test_neovim_accepts_completion(editors, key, version, display, expect, start, pauses, tmp_path):
     nvim = editors[key]
     assert subprocess.run([nvim, "--version"], capture_output=True, text=True).stdout.startswith(f"NVIM v{version}")
     cmd = [
@@ -96,8 +135,12 @@ def test_neovim_accepts_completion(editors, key, version, display, expect, start
         "SPECDEC_TEST_DISPLAY": display,
         "SPECDEC_TEST_EXPECT": expect,
         "SPECDEC_TEST_START": start,
+        "SPECDEC_TEST_PAUSES": "1" if pauses else "0",
     }
-    results = run_driver(f"neovim-{version}-{display}", cmd, env, tmp_path)
+    try:
+        results = run_driver(f"neovim-{version}-{display}", cmd, env, tmp_path)
+    finally:
+        timed = report_pauses(tmp_path, f"neovim-{version}") if pauses and (tmp_path / "pauses.json").exists() else None
     assert [r["file"] for r in results] == ["greet.py", "greet.lua"]
     for r in results:
         assert r["command"]["command"] == "specdec.accept"
@@ -110,6 +153,8 @@ def test_neovim_accepts_completion(editors, key, version, display, expect, start
     # neovim_test.lua's auto-pairs case (shout.py): accepted past the auto-closed ")"
     autopairs = json.loads((tmp_path / "autopairs.json").read_text())
     check_accepted(tmp_path, [autopairs], ["python"])
+    if pauses:
+        check_pauses(timed)
 
 
 # (editors.env key, the `display` option): the ghost-text displays against fake_lsp.py, in seconds
@@ -145,25 +190,6 @@ def test_vscode_restart_logic(editors):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-# Ghost text at 12 of the 14 pauses, on the defaults: issue 43's target.
-PAUSES_SHOWN = 12
-
-
-def report_pauses(work: Path) -> dict:
-    """Copies the driver's pause table to the artifacts (out/editor-tests/vscode/pauses.json) and prints it."""
-    pauses = json.loads((work / "pauses.json").read_text())
-    dest = ARTIFACTS / "vscode"
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(work / "pauses.json", dest / "pauses.json")
-    latency = pauses["latency"]
-    print(f"ghost text at {pauses['shown']} of {pauses['of']} pauses\n{pauses['table']}")
-    print(
-        f"status bar {latency['statusBar']!r}: {latency['statusMs']} ms; keystroke to ghost text p50 "
-        f"{latency['measuredP50Ms']} ms; ratio {latency['ratio']}"
-    )
-    return pauses
-
-
 def test_vscode_accepts_ghost_text(editors, tmp_path):
     assert VSIX.exists(), f"{VSIX} is missing: run `npm run package` in clients/vscode"
     env = {
@@ -181,15 +207,10 @@ def test_vscode_accepts_ghost_text(editors, tmp_path):
     try:
         result = run_driver("vscode", [node, "clients/tests/vscode_test.mjs"], env, tmp_path)
     finally:
-        pauses = report_pauses(tmp_path) if (tmp_path / "pauses.json").exists() else None
+        pauses = report_pauses(tmp_path, "vscode") if (tmp_path / "pauses.json").exists() else None
+    check_pauses(pauses)
     assert pauses is not None
     records = pauses["pauses"]
-    assert [r["language"] for r in records] == ["python"] * 7 + ["rust"] * 7
-    assert {r["kind"] for r in records} == {"mid-line", "new-line", "bracket"}
-    assert pauses["shown"] >= PAUSES_SHOWN, f"ghost text at {pauses['shown']} of {len(records)} pauses"
-    # The status bar's latency beside the measured p50 (issue 43's target: within 20%) is printed, not
-    # asserted: 0.82 to 0.95 of it in four runs on a loaded 2-core machine, too near the bound to hold.
-    assert pauses["latency"]["statusMs"] is not None, pauses["latency"]
     # a bracket case's ghost text is drawn around the auto-closed bracket: the line holds it once
     brackets = [r for r in records if r["kind"] == "bracket" and r["shown"]]
     assert all(r["balanced"] for r in brackets), [(r["id"], r["line"]) for r in brackets if not r["balanced"]]

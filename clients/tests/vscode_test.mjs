@@ -45,36 +45,20 @@ const COMPLETION_TIMEOUT_MS = 180_000;
 // cursor when the user pauses: the answer the user wants runs past it, the item retyping it). In the
 // first bracket case of each language whose ghost text runs past the bracket, Tab accepts it and the
 // saved file is checked against what was drawn (no doubled `)`).
-const PAUSES = [
-  { id: 'py-mid-greet', kind: 'mid-line', file: 'greet.py', context: 'import sys\n\n\ndef greet(name):\n    ', typed: 'message = "Hello, " + ', after: '\n    print(message)\n' },
-  { id: 'py-mid-mean', kind: 'mid-line', file: 'mean.py', context: 'def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    ', typed: 'return total / ', after: '\n' },
-  { id: 'py-new-loop', kind: 'new-line', file: 'lengths.py', context: 'def total_length(words):\n    total = 0\n    ', typed: 'for word in words:\n', after: '\n' },
-  { id: 'py-new-method', kind: 'new-line', file: 'shapes.py', context: 'class Rect:\n    def __init__(self, width, height):\n        self.width = width\n        self.height = height\n\n    ', typed: 'def area(self):\n', after: '\n' },
-  { id: 'py-bracket-variance', kind: 'bracket', file: 'variance.py', context: 'def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    m = mean(values)\n    total = 0\n    for v in values:\n        ', typed: 'total += (v - m', closers: ')', after: '\n    return total / len(values)\n' },
-  { id: 'py-bracket-enumerate', kind: 'bracket', file: 'number.py', context: 'def number_lines(lines):\n    numbered = []\n    ', typed: 'for i, line in enumerate(', closers: ')', after: '\n    return numbered\n' },
-  { id: 'py-bracket-open', kind: 'bracket', file: 'read.py', context: 'import json\n\n\ndef load(path):\n    ', typed: 'with open(', closers: ')', after: '\n' },
-  { id: 'rs-mid-sum', kind: 'mid-line', file: 'sum.rs', context: 'fn total(values: &[i32]) -> i32 {\n    ', typed: 'values.iter().', after: '\n}\n' },
-  { id: 'rs-mid-collect', kind: 'mid-line', file: 'double.rs', context: 'fn doubled(values: &[i32]) -> Vec<i32> {\n    ', typed: 'values.iter().map(|v| v * 2).', after: '\n}\n' },
-  { id: 'rs-new-main', kind: 'new-line', file: 'main.rs', context: 'fn main() {\n    ', typed: 'let name = "world";\n', after: '\n}\n' },
-  { id: 'rs-new-method', kind: 'new-line', file: 'rect.rs', context: 'struct Rect {\n    width: u32,\n    height: u32,\n}\n\nimpl Rect {\n    ', typed: 'fn area(&self) -> u32 {\n', after: '\n}\n' },
-  { id: 'rs-bracket-println', kind: 'bracket', file: 'hello.rs', context: 'fn main() {\n    let name = "world";\n    ', typed: 'println!(', closers: ')', after: '\n}\n' },
-  { id: 'rs-bracket-from', kind: 'bracket', file: 'string.rs', context: 'fn main() {\n    ', typed: 'let name = String::from(', closers: ')', after: '\n    println!("Hello, {}!", name);\n}\n' },
-  { id: 'rs-bracket-assert', kind: 'bracket', file: 'add.rs', context: 'fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\n#[test]\nfn adds() {\n    ', typed: 'assert_eq!(add(2, 3), ', closers: ')', after: '\n}\n' },
-];
-// Pauses at the end of a finished statement line, without Enter (the server's answer is the next line:
-// "\n" + its indentation + the line, an item whose range is empty at the cursor, which VS Code draws
-// below the line). Outside the 14 above, reported apart from them; in the first that shows, Tab
+// LINE_END_PAUSES: at the end of a finished statement line, without Enter (the server's answer is the
+// next line: "\n" + its indentation + the line, an item whose range is empty at the cursor, which VS Code
+// draws below the line). Outside the 14 above, reported apart from them; in the first that shows, Tab
 // accepts and the saved file must hold the server's text exactly (its indentation once).
-const LINE_END_PAUSES = [
-  { id: 'py-line-end-variance', kind: 'line-end', file: 'spread.py', context: 'def variance(values):\n    ', typed: 'm = sum(values) / len(values)', after: '\n' },
-  { id: 'rs-line-end-total', kind: 'line-end', file: 'total.rs', context: 'fn total(values: &[i32]) -> i32 {\n    ', typed: 'let total: i32 = values.iter().sum();', after: '\n}\n' },
-];
+// Both lists and the pace live in pauses.json, which neovim_test.lua types too (one script, two editors).
+const SCRIPT = JSON.parse(fs.readFileSync(new URL('./pauses.json', import.meta.url), 'utf8'));
+const PAUSES = SCRIPT.pauses;
+const LINE_END_PAUSES = SCRIPT.lineEnd;
 const languageOf = (file) => (file.endsWith('.py') ? 'python' : 'rust');
-// Keys typed at about 12 a second, a quick typist's pace.
-const KEY_DELAY_MS = 80;
-// How long a pause waits for ghost text before counting it as not shown: far above the keystroke to
-// ghost text latency here (one to five seconds), so a miss is an empty answer, not a slow one.
-const PAUSE_TIMEOUT_MS = 30_000;
+// Keys typed at about 12 a second (80 ms), a quick typist's pace.
+const KEY_DELAY_MS = SCRIPT.keyDelayMs;
+// How long a pause waits for ghost text before counting it as not shown (30 s): far above the keystroke
+// to ghost text latency here (one to five seconds), so a miss is an empty answer, not a slow one.
+const PAUSE_TIMEOUT_MS = SCRIPT.pauseTimeoutMs;
 // A file where Ctrl+Space opens the suggest widget, which asks the server (textDocument/completion).
 const SUGGEST = { file: 'square.py', context: 'def square(x):\n    return x * ' };
 // Files that should get no ghost text: markdown (off by default), and one for manual mode and snooze.
