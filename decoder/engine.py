@@ -153,6 +153,7 @@ class SpeculativeDecoder:
         self.gamma = gamma  # kept across requests, like HF's heuristic schedule
         self.group_gammas: dict[str, object] = {}  # a copy of it for each named gamma_group
         self.payoffs: dict[str, DraftPayoff] = {}  # whether the model draft pays here, by gamma_group (_payoff)
+        self.tree_payoffs: dict[str, DraftPayoff] = {}  # whether a draft tree pays over a chain, by gamma_group
         self.row_costs = RowCosts()  # what a verify of so many rows costs here, timed from the rounds
         self.spans: dict[str, LookupSpan] = {}  # how long a lookup's copies run, by gamma_group (_lookup_span)
         self.draft_confidence = draft_confidence
@@ -283,14 +284,16 @@ class SpeculativeDecoder:
             self.group_gammas[group] = copy.deepcopy(self.gamma)
         return self.group_gammas[group]
 
-    def _payoff(self, group: str) -> DraftPayoff:
-        if group not in self.payoffs:
+    def _payoff(self, group: str, payoffs: dict[str, DraftPayoff] | None = None) -> DraftPayoff:
+        """The group's DraftPayoff among `payoffs` (by default the model draft's; the engine's tree_payoffs too)."""
+        payoffs = self.payoffs if payoffs is None else payoffs
+        if group not in payoffs:
             # What a round costs is the machine's: a new language starts from the answer of the one measured most,
             # and its own rounds and rechecks take over (docs/speculative-decoding.md, "Does the draft pay here").
-            measured = [payoff for payoff in self.payoffs.values() if payoff.pays() is not None]
+            measured = [payoff for payoff in payoffs.values() if payoff.pays() is not None]
             most = max(measured, key=lambda payoff: sum(payoff.rounds.values()), default=None)
-            self.payoffs[group] = most.carried() if most is not None else DraftPayoff()
-        return self.payoffs[group]
+            payoffs[group] = most.carried() if most is not None else DraftPayoff()
+        return payoffs[group]
 
     def _lookup_span(self, group: str) -> LookupSpan:
         if group not in self.spans:
@@ -346,7 +349,15 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         proposal = None
         tree_steps = self._tree_steps() if prefill_logits is None and not healed else None
-        if self.drafter is not None and tree_steps is not None:
+        # an adaptive policy's rounds draft trees where they pay over chains here, for this language, by the clock
+        tree_clock = (
+            self._payoff(opts.gamma_group, self.tree_payoffs)
+            if self.drafter is not None and tree_steps is not None and getattr(policy, "clocked", False)
+            else None
+        )
+        # the side is chosen before the draft, so that rounds with no tree to offer fall on both sides alike
+        trees = tree_clock.choose() if tree_clock is not None else True
+        if self.drafter is not None and tree_steps is not None and trees:
             # within the rows the steps are sized for: past them a feed runs on other code (eager, not compiled)
             nodes = min(self.tree_nodes, round_rows(self.gamma, self.drafter) - 1, tree_steps.tree_rows() - 1)
             proposal = self.drafter.propose_tree(committed, gamma, nodes, params, generator)
@@ -369,6 +380,8 @@ class SpeculativeDecoder:
             tree_steps.keep_path(len(committed) - 1, [0, *accepted])
             deepest = max(tree.depths())
             self._after_round(committed, len(accepted), proposal, policy, (asked, gamma), deepest, stats, t0, t1, clock)
+            if tree_clock is not None:
+                tree_clock.record(trees, _ms(t0), len(accepted) + 1)
             return [tree.tokens[row - 1] for row in accepted] + [after], path_logprobs
         if params.greedy and proposal.hidden is None and prefill_logits is None and not healed:
             # the product's usual round: the steps decide it too (on CUDA inside the step's graph)
@@ -382,6 +395,8 @@ class SpeculativeDecoder:
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         self.steps.truncate(len(committed) + n)
         self._after_round(committed, n, proposal, policy, (asked, gamma), k, stats, t0, t1, clock)
+        if tree_clock is not None:
+            tree_clock.record(trees, _ms(t0), n + 1)
         return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
 
     def _after_round(

@@ -128,7 +128,9 @@ class CostModelGamma:
 
 class DraftPayoff:
     """Whether the model draft pays on this machine, by the clock: the time per committed token of rounds it
-    drafts against that of plain rounds (one target step), each a decayed average over recent rounds.
+    drafts against that of plain rounds (one target step), each a decayed average over recent rounds. The engine
+    asks the same of draft trees against chains (`choose`: a tree's rows cost more than a chain's; where a
+    language's second choices are seldom the target's, they buy nothing).
 
     The γ policies judge a draft by how far it matches; what that is worth differs from machine to machine. A
     self draft runs most of a target step per draft and saves the head's read, and its verify runs the head over
@@ -160,17 +162,23 @@ class DraftPayoff:
     def gate(self, gamma: int) -> int:
         """The γ to run this round: the policy's `gamma`, or 0 (a plain round) where drafting does not pay or a
         plain round is due."""
-        self.checking = None  # a recheck whose round was not timed (it copied, or drafted nothing) says nothing
         if gamma == 0:
+            self.checking = None
             return 0
+        return gamma if self.choose() else 0
+
+    def choose(self) -> bool:
+        """Whether this round takes the measured side (True) or the other: the faster, or the one a measurement
+        or a recheck is due on."""
+        self.checking = None  # a recheck whose round was not timed (it copied, or drafted nothing) says nothing
         pays = self.pays()
         if pays is None:
-            return gamma if self.rounds[True] <= self.rounds[False] else 0
+            return self.rounds[True] <= self.rounds[False]
         self.since_recheck += 1
         if self.since_recheck >= self.between:
             self.since_recheck, self.checking = 0, pays
             pays = not pays
-        return gamma if pays else 0
+        return pays
 
     def record(self, drafted: bool, ms: float, tokens: int) -> None:
         """A round of the policy's γ > 0 that copied nothing: `drafted` whether the gate let the model draft."""

@@ -162,7 +162,8 @@ class ServerOptions:
     draft_tree_nodes: Annotated[int, Range(0, 24)] = option(
         DEFAULT_TREE_NODES,
         "The most drafts of a round's draft tree: the draft's next-best continuations too, verified in one pass. "
-        "0: one chain a round.",
+        "Under an adaptive `gamma`, each language drafts trees only while they commit tokens faster than chains "
+        "on this machine. 0: one chain a round.",
         recorded=True,
     )
     max_tokens_single_line: TokenLimit = option(

@@ -97,11 +97,13 @@ def _seed_and_threads():
 @pytest.fixture(autouse=True)
 def _drafting_whatever_the_clock_says(request, monkeypatch):
     """Tiny random models' steps take about as long as their drafts, so the clock's gate on drafting
-    (gamma.DraftPayoff) and its lookup spans (gamma.LookupSpan) would decide by noise which rounds draft and how
-    far a copy goes; tests of the drafters and the server run every round the γ policy asks for, and copy by the
-    lookup's own rule. Tests of the clock itself are marked `clocked`."""
+    (gamma.DraftPayoff, for the model draft and for draft trees) and its lookup spans (gamma.LookupSpan) would
+    decide by noise which rounds draft, which draft trees and how far a copy goes; tests of the drafters and the
+    server run every round the γ policy asks for, trees wherever there is a budget, and copy by the lookup's own
+    rule. Tests of the clock itself are marked `clocked`."""
     if request.node.get_closest_marker("clocked") is None:
         monkeypatch.setattr(DraftPayoff, "gate", lambda self, gamma: gamma)
+        monkeypatch.setattr(DraftPayoff, "choose", lambda self: True)
         monkeypatch.setattr(LookupSpan, "span", lambda self, depth, room: None)
 
 

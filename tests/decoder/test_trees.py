@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers.decoding import assert_greedy_matches, random_prompts
+from helpers.decoding import assert_greedy_matches, generate, random_prompts
 from scipy import stats
 
 from speccomplete.decoder.drafts import Eagle3Drafter, HybridDrafter
 from speccomplete.decoder.drafts.eagle3.model import Eagle3Shape, init_from_target
 from speccomplete.decoder.engine import SpeculativeDecoder
-from speccomplete.decoder.gamma import FixedGamma
+from speccomplete.decoder.gamma import DraftPayoff, FixedGamma, HeuristicGamma
 from speccomplete.decoder.loader import use_cpu_kernels
 from speccomplete.decoder.target_steps import EagerTarget
 from speccomplete.decoder.tree import DraftTree, accept_greedy, accept_sampled
@@ -172,3 +172,37 @@ def test_the_eagle3_tree_holds_at_most_its_nodes_and_the_draft_cache_only_real_r
     assert len(tree) == 7 and max(tree.depths()) <= 4 and max(tree.depths()) >= 2
     # no deeper than the node budget, however far γ would let a chain go
     assert narrow is not None and len(narrow.tokens) <= 3 and len(feeds) <= 2
+
+
+@pytest.mark.clocked
+def test_an_adaptive_policy_drafts_trees_where_they_pay_by_language(llama, tokenizer, monkeypatch):
+    """Under an adaptive γ, each language's rounds draft trees or chains by the clock (gamma.DraftPayoff, the
+    engine's tree_payoffs): here a round on the tree side is timed 30 ms longer in one language and one on the
+    chain side in the other, so after each side's first measurements the first drafts chains but for the rechecks,
+    and the second, after its first recheck overturns the answer it started from, trees; the text is the AR's."""
+    spec = SpeculativeDecoder(llama, tokenizer, HybridDrafter(None, min_ngram=1), HeuristicGamma(), tree_nodes=6)
+    ar = SpeculativeDecoder(llama, tokenizer)
+    slow_side = {"rust": True, "lua": False}  # True: the tree side
+    record = DraftPayoff.record
+
+    def timed(payoff, drafted, ms, tokens):
+        group = next((name for name, tree_payoff in spec.tree_payoffs.items() if tree_payoff is payoff), None)
+        record(payoff, drafted, ms + (30 if group and slow_side[group] == drafted else 0), tokens)
+
+    monkeypatch.setattr(DraftPayoff, "record", timed)
+    trees = _Counting(spec)
+    prompts = [p + "".join(random_prompts(20, seed=index)) for index, p in enumerate(random_prompts(6, seed=5))]
+    counts = {}
+    for name in ("rust", "lua"):
+        before = trees.trees
+        for prompt in prompts:
+            want = generate(ar, prompt, max_new_tokens=24).token_ids
+            assert generate(spec, prompt, max_new_tokens=24, gamma_group=name).token_ids == want
+        counts[name] = trees.trees - before
+    rust, lua = spec.tree_payoffs["rust"], spec.tree_payoffs["lua"]
+    assert rust.pays() is False and lua.pays() is True
+    # past the first measurements (4 a side), the slow side runs only on rechecks (1 round in 16 at most)
+    for payoff, slow, carried in ((rust, True, 0), (lua, False, rust.recheck)):
+        rounds = sum(payoff.rounds.values())
+        assert payoff.rounds[slow] <= payoff.min_rounds + carried + rounds // payoff.recheck + 1, payoff.rounds
+    assert counts["lua"] > 2 * counts["rust"], counts  # and the trees verified follow
