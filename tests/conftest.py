@@ -107,6 +107,13 @@ def _drafting_whatever_the_clock_says(request, monkeypatch):
         monkeypatch.setattr(LookupSpan, "span", lambda self, depth, room: None)
 
 
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A model cache of the test's own (SPECDEC_CACHE): what compiled steps build and load there stays there."""
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    return tmp_path
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return make_byte_tokenizer()

@@ -28,12 +28,6 @@ GAMMA = 3
 ROWS = GAMMA + 1
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    return tmp_path
-
-
 def packed_pair(model, int8: bool):
     """A packed (or int8) copy of `model` and a one-layer draft derived from it, as the loader makes them."""
     target = copy.deepcopy(model)

@@ -26,12 +26,6 @@ ROWS = GAMMA + 1
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
-    return tmp_path
-
-
-@pytest.fixture
 def int8_eagle3(gemma3):
     """An int8 copy of the tiny Gemma-3 and an EAGLE-3 drafter on it, packed in one call as the loader does."""
     target = copy.deepcopy(gemma3)
