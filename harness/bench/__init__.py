@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from speccomplete.decoder.drafts import build_drafter, draft_label
+    from speccomplete.decoder.drafts.eagle3.model import Eagle3
     from speccomplete.decoder.drafts.trained import with_full_vocab_head
     from speccomplete.decoder.loader import compile_steps, use_cpu_kernels
     from speccomplete.decoder.models import load_model
@@ -148,13 +149,18 @@ def run(args: argparse.Namespace) -> int:
             *(module for drafter in drafters if drafter is not None for module in drafter.own_modules),
             int8=int8,
         )
-    if args.steps == "compiled" and isinstance(decoder.steps, EagerTarget):  # on the CPU: after packing
-        decoder.steps.use_compiled(compile_steps(decoder, args.quantization)[0])
     # The stock model, as HF users run it (no packed kernels): HF's columns and the unpacked ablations.
     stock = None
     if not args.no_hf or (args.ablations and not args.no_pack):
         stock, _ = load_model(args.target, device=args.device, dtype=args.dtype)
     contenders, doc = build_contenders(args, target, tokenizer, decoder, other_drafts, stock)
+    if args.steps == "compiled" and isinstance(decoder.steps, EagerTarget):
+        # On the CPU: after packing, and after every row's drafter attached to the shared steps (an EAGLE-3 draft's
+        # taps go into the graph; attaching it after would drop a graph built without them), for the row with an
+        # EAGLE-3 draft where one has it, whose draft step is compiled with the target's.
+        rows = [row for row in contenders.ours.values() if row.steps is decoder.steps]
+        eagle3 = [row for row in rows if any(isinstance(m, Eagle3) for m in getattr(row.drafter, "own_modules", ()))]
+        decoder.steps.use_compiled(compile_steps(eagle3[0] if eagle3 else decoder, args.quantization)[0])
     if args.llamacpp:
         from speccomplete.decoder.models import packaged_gguf
 

@@ -256,3 +256,33 @@ def test_specdec_bench_writes_its_tables_after_every_case(tmp_path, monkeypatch)
     assert data["complete"] is False and data["cases"] == 1 and data["per_case"][0]["id"] == "py-0"
     assert data["steady_state"] is True and data["bandwidth_bound"]["bound_tokens_per_s"] > 0
     assert "OVERALL" in (tmp_path / "bench.txt").read_text()
+
+
+def test_compiled_steps_are_built_for_every_row_an_eagle3_draft_among_them(tmp_path, cache_dir):
+    """`--steps compiled` comparing an EAGLE-3 draft with a draft that keeps no states: the graph is built once every
+    row's drafter is attached, with the draft's taps (built before, it would be dropped when the draft attached, and
+    every row would run eagerly), and the draft's own step is compiled beside it."""
+    from helpers.eagle3 import make_draft
+    from helpers.lsp import save_random_model
+
+    from speccomplete.cli import main
+    from speccomplete.decoder.drafts.eagle3.model import save_eagle3, speculators_config
+    from speccomplete.decoder.models import load_model
+
+    model = save_random_model(tmp_path / "tiny")
+    target, _ = load_model(str(model), device="cpu", dtype="float32")
+    draft = make_draft(target)
+    eagle = tmp_path / "eagle"
+    save_eagle3(draft, eagle, speculators_config(draft.shape, ["LlamaForCausalLM"], None, 3, head_from_target=True))
+    cases = tmp_path / "cases.jsonl"
+    write_cases(_cases(), cases)
+    out = tmp_path / "bench.json"
+    args = ["bench", "--cases", str(cases), "--target", str(model), "--draft", "ngram", "--no-hf", "--device", "cpu"]
+    main(
+        [*args, "--compare-drafts", f"ngram+{eagle}", "--steps", "compiled", "--max-new-tokens", "4"]
+        + ["--json", str(out)]
+    )
+    data = json.loads(out.read_text())
+    assert data["steps"] == "compiled" and data["complete"] is True
+    entries = [entry.name for entry in (cache_dir / "compiled").iterdir()]
+    assert any(name.startswith("eagle3-") for name in entries), entries
