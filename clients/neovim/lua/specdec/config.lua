@@ -57,6 +57,23 @@ function M.set(opts)
   return M.options
 end
 
+-- The display `options` (default: the ones set) come to: 'native', 'extmark' or 'popup', 'auto' resolved to
+-- Neovim's own inline completion where it has one (0.12), else the plugin's ghost text (0.9+), else the popup.
+function M.display(options)
+  local display = (options or M.options).display
+  if display ~= 'auto' then
+    return display
+  end
+  if require('specdec.native').available() then
+    return 'native'
+  end
+  -- Ghost text needs only extmarks; before 0.9 the popup stays the default (the tested fallback).
+  if vim.fn.has('nvim-0.9') == 1 then
+    return 'extmark'
+  end
+  return 'popup'
+end
+
 -- init_options as sent. One debounce, not two: a display that waits for the pause itself (native after
 -- Neovim's own wait, popup on trigger characters, extmark given debounce_ms) tells the server not to wait
 -- again (debounceMs = 0); extmark without debounce_ms asks at each key and leaves the wait to the server.
@@ -64,7 +81,7 @@ end
 function M.init_options(options)
   options = options or M.options
   local init = vim.deepcopy(options.init_options or {})
-  local server_waits = require('specdec').display(options) == 'extmark' and options.debounce_ms == nil
+  local server_waits = M.display(options) == 'extmark' and options.debounce_ms == nil
   if init.debounceMs == nil and not server_waits then
     init.debounceMs = 0
   end

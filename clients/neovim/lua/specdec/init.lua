@@ -113,20 +113,9 @@ function M.statusline()
   return table.concat(parts, ' ')
 end
 
--- The display in use: 'native', 'extmark' or 'popup' (the `display` option, 'auto' resolved).
+-- The display in use: 'native', 'extmark' or 'popup' (the `display` option, 'auto' resolved: config.display).
 function M.display(options)
-  local display = (options or config.options).display
-  if display ~= 'auto' then
-    return display
-  end
-  if require('specdec.native').available() then
-    return 'native'
-  end
-  -- Ghost text needs only extmarks; before 0.9 the popup stays the default (the tested fallback).
-  if vim.fn.has('nvim-0.9') == 1 then
-    return 'extmark'
-  end
-  return 'popup'
+  return config.display(options)
 end
 
 -- The running specdec client (of `bufnr`, if given), or nil.
