@@ -158,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
         # On the CPU: after packing, and after every row's drafter attached to the shared steps (an EAGLE-3 draft's
         # taps go into the graph; attaching it after would drop a graph built without them), for the row with an
         # EAGLE-3 draft where one has it, whose draft step is compiled with the target's.
-        rows = [row for row in contenders.ours.values() if row.steps is decoder.steps]
-        eagle3 = [row for row in rows if any(isinstance(m, Eagle3) for m in getattr(row.drafter, "own_modules", ()))]
+        shared = [row for row in contenders.ours.values() if row.steps is decoder.steps]
+        eagle3 = [row for row in shared if any(isinstance(m, Eagle3) for m in getattr(row.drafter, "own_modules", ()))]
         decoder.steps.use_compiled(compile_steps(eagle3[0] if eagle3 else decoder, args.quantization)[0])
     if args.llamacpp:
         from speccomplete.decoder.models import packaged_gguf
