@@ -357,6 +357,7 @@ class SpeculativeDecoder:
         )
         # the side is chosen before the draft, so that rounds with no tree to offer fall on both sides alike
         trees = tree_clock.choose() if tree_clock is not None else True
+        tree_choice = (tree_clock, trees) if tree_clock is not None else None
         if self.drafter is not None and tree_steps is not None and trees:
             # within the rows the steps are sized for: past them a feed runs on other code (eager, not compiled)
             nodes = min(self.tree_nodes, round_rows(self.gamma, self.drafter) - 1, tree_steps.tree_rows() - 1)
@@ -379,9 +380,9 @@ class SpeculativeDecoder:
             accepted, after, path_logprobs = self._verify_tree(tree_steps, committed, tree, params, generator)
             tree_steps.keep_path(len(committed) - 1, [0, *accepted])
             deepest = max(tree.depths())
-            self._after_round(committed, len(accepted), proposal, policy, (asked, gamma), deepest, stats, t0, t1, clock)
-            if tree_clock is not None:
-                tree_clock.record(trees, _ms(t0), len(accepted) + 1)
+            self._after_round(
+                committed, len(accepted), proposal, policy, (asked, gamma), deepest, stats, t0, t1, clock, tree_choice
+            )
             return [tree.tokens[row - 1] for row in accepted] + [after], path_logprobs
         if params.greedy and proposal.hidden is None and prefill_logits is None and not healed:
             # the product's usual round: the steps decide it too (on CUDA inside the step's graph)
@@ -394,18 +395,27 @@ class SpeculativeDecoder:
             self.row_costs.record(k + 1, _ms(t1))
         # Roll back: keep the accepted drafts in both caches; the new token is fed next round.
         self.steps.truncate(len(committed) + n)
-        self._after_round(committed, n, proposal, policy, (asked, gamma), k, stats, t0, t1, clock)
-        if tree_clock is not None:
-            tree_clock.record(trees, _ms(t0), n + 1)
+        self._after_round(committed, n, proposal, policy, (asked, gamma), k, stats, t0, t1, clock, tree_choice)
         return proposal.tokens[:n] + [token], row_logprobs[: n + 1]
 
     def _after_round(
-        self, committed, n: int, proposal: Proposal, policy, gammas, deepest: int, stats, t0, t1, clock=None
+        self,
+        committed,
+        n: int,
+        proposal: Proposal,
+        policy,
+        gammas,
+        deepest: int,
+        stats,
+        t0,
+        t1,
+        clock=None,
+        tree_choice: tuple[DraftPayoff, bool] | None = None,
     ):
         """The drafter rolled back to the `n` drafts accepted, the γ policy told how far the draft matched
-        (`deepest`: the most drafts one path offered), the clock how long the round took, the round counted.
+        (`deepest`: the most drafts one path offered), the clocks how long the round took, the round counted.
         gammas: (the γ the policy asked for, the γ that ran: 0 where the payoff's gate made it a plain round).
-        clock: the payoff that times this round, if any."""
+        clock: the payoff that times this round, if any; tree_choice: the trees' payoff and the side this round took."""
         asked, gamma = gammas
         if self.drafter is not None:
             self.drafter.rollback(len(committed) + n)
@@ -419,6 +429,9 @@ class SpeculativeDecoder:
                 clock.record(gamma > 0, _ms(t0), n + 1)
         stats.draft_ms += (t1 - t0) * 1000
         stats.verify_ms += _ms(t1)
+        if tree_choice is not None:
+            tree_payoff, trees = tree_choice
+            tree_payoff.record(trees, _ms(t0), n + 1)
         stats.record_round(len(proposal.tokens), n, proposal.lookup)
 
     def _tree_steps(self) -> EagerTarget | None:

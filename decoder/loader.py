@@ -163,10 +163,15 @@ def compile_steps(
         build=build,
     )
     # an EAGLE-3 draft's layer step rides with the target's (the drafter runs it once these steps are installed)
-    drafts = [module for module in (drafter.own_modules if drafter else ()) if isinstance(module, Eagle3)]
-    for draft in drafts[:1]:
+    draft = eagle3_draft(drafter)
+    if draft is not None:
         compiled.draft_step, _ = compiled_draft.build_or_load(draft, quantization, rows, threads=threads, build=build)
     return compiled, report
+
+
+def eagle3_draft(drafter) -> Eagle3 | None:
+    """The EAGLE-3 draft among `drafter`'s own modules (alone or behind a lookup), or None."""
+    return next((module for module in (drafter.own_modules if drafter else ()) if isinstance(module, Eagle3)), None)
 
 
 def resolve_quantization(requested: str, target, steps) -> str:

@@ -395,19 +395,20 @@ def run(args: argparse.Namespace) -> int:
         text = open(args.prompt_file, encoding="utf-8").read()
         return model, tokenizer(text)["input_ids"][: args.prompt_tokens], _shipped_eagle3(model, tokenizer)
 
+    def built(report) -> dict:
+        return {"from_cache": report.loaded, "seconds": report.seconds, "bytes": report.bytes}
+
     def measure(name: str, model, prompt, eagle3, weight_bytes: int, quantization: str | None = None, **kwargs) -> None:
         if args.compiled and quantization is not None:
             from speccomplete.decoder.compiled_step import build_or_load
 
             kwargs["compiled"], report = build_or_load(model, quantization, max(widths))
-            builds[name] = {"from_cache": report.loaded, "seconds": report.seconds, "bytes": report.bytes}
+            builds[name] = built(report)
             if eagle3 is not None:
                 from speccomplete.decoder.drafts.eagle3 import compiled as compiled_draft
 
                 kwargs["compiled_draft"], report = compiled_draft.build_or_load(eagle3.draft, quantization, max(widths))
-                builds[f"{name}, EAGLE-3 draft"] = {
-                    "from_cache": report.loaded, "seconds": report.seconds, "bytes": report.bytes
-                }  # fmt: skip
+                builds[f"{name}, EAGLE-3 draft"] = built(report)
         rows[name] = step_costs(
             model, prompt, widths=widths, repeats=args.repeats, eagle3=eagle3, read_bytes=weight_bytes, **kwargs
         )

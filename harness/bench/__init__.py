@@ -112,9 +112,8 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from speccomplete.decoder.drafts import build_drafter, draft_label
-    from speccomplete.decoder.drafts.eagle3.model import Eagle3
     from speccomplete.decoder.drafts.trained import with_full_vocab_head
-    from speccomplete.decoder.loader import compile_steps, use_cpu_kernels
+    from speccomplete.decoder.loader import compile_steps, eagle3_draft, use_cpu_kernels
     from speccomplete.decoder.models import load_model
     from speccomplete.decoder.target_steps import EagerTarget
 
@@ -159,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
         # taps go into the graph; attaching it after would drop a graph built without them), for the row with an
         # EAGLE-3 draft where one has it, whose draft step is compiled with the target's.
         shared = [row for row in contenders.ours.values() if row.steps is decoder.steps]
-        eagle3 = [row for row in shared if any(isinstance(m, Eagle3) for m in getattr(row.drafter, "own_modules", ()))]
-        decoder.steps.use_compiled(compile_steps(eagle3[0] if eagle3 else decoder, args.quantization)[0])
+        with_eagle3 = next((row for row in shared if eagle3_draft(row.drafter) is not None), decoder)
+        decoder.steps.use_compiled(compile_steps(with_eagle3, args.quantization)[0])
     if args.llamacpp:
         from speccomplete.decoder.models import packaged_gguf
 
