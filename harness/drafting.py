@@ -212,7 +212,7 @@ def cmd_finetune(args) -> int:
     from speccomplete.decoder.models import check_same_vocabulary, load_model
     from speccomplete.decoder.training.corpus import Shards
     from speccomplete.decoder.training.derived import Phase, TrainConfig, train
-    from speccomplete.decoder.training.draft import build_draft, frequent_token_ids
+    from speccomplete.decoder.training.draft import build_draft, frequent_token_ids, token_counts
 
     command_started = time.perf_counter()
     objective = {"ce": (1.0, 0.0), "kd": (0.0, 1.0), "ce+kd": (0.5, 0.5)}.get(args.objective)
@@ -292,7 +292,8 @@ def cmd_finetune(args) -> int:
             dev_fitness=state["evals"][-1]["dev"] if state["evals"] else None,
             command=command,
         )
-        save_draft(draft, args.out, meta)
+        counts = None if draft.vocab_ids is None else token_counts(data.tokens, draft.vocab_ids)
+        save_draft(draft, args.out, meta, vocab_counts=counts)
         write_model_card(
             Path(args.out),
             meta,
@@ -320,7 +321,8 @@ def write_model_card(folder: Path, meta: DraftMeta, manifests: list[dict], first
         + f"; language sampling `{meta.balance}`",
         f"- Tokens seen: {meta.tokens_seen:,} in {meta.steps} optimizer steps",
         "- Weights: `model.safetensors` (bf16, the draft's own layers and norm, plus `vocab_ids`), and `vocab_ids` "
-        "alone in `vocab_ids.safetensors` (what the self draft reads; an install without the weights keeps it); "
+        "alone in `vocab_ids.safetensors` with each id's count in the corpus (what the self draft reads, cut to the "
+        "most frequent; an install without the weights keeps it); "
         "no optimizer state",
         "",
         "## Corpus and language mix",

@@ -114,7 +114,7 @@ def _model_drafter(
                     "reduced vocabulary from; name one as self:FOLDER"
                 )
             folder = shipped.folder
-        vocab_ids = draft_vocabulary(folder, target)
+        vocab_ids = draft_vocabulary(folder, target, rows=SelfDrafter.head_size)
         return SelfDrafter(target, vocab_ids, _line_ends(tokenizer, vocab_ids)), None
     if isinstance(spec, Eagle3Draft):
         eagle = load_eagle3(spec.folder or shipped_eagle3_for(target), target)

@@ -22,12 +22,12 @@ class SelfDrafter(Drafter):
     frequent tokens (EAGLE-3's reduced draft vocabulary, applied to the target's own body).
 
     On the CPU a step reads the target's weights, and Gemma-3-270M's 262k-row head is 63% of them.
-    A draft step here reads the layers and a 32k-row head; the verify then runs the full head
+    A draft step here reads the layers and an 8k-row head; the verify then runs the full head
     once, over every drafted position's hidden state. The layers' work is never repeated: a
     draft step is the target's own step, so its keys and values are the target's, and the engine
-    keeps those of the accepted drafts. The target's top token is in the 32k most frequent code
-    tokens 99.6% of the time (docs/benchmarks), so nearly every draft is accepted; the gain is the
-    head read once for γ + 1 tokens instead of once per token. Lossless like any draft: the full
+    keeps those of the accepted drafts. The target's top token is in the 8k most frequent code
+    tokens 95% of the time (docs/drafts.md), so most drafts are accepted; the gain is the head
+    read once for γ + 1 tokens instead of once per token. Lossless like any draft: the full
     head decides. A round's drafting stops at `max_drafts`, after a line end, or where a lookup
     (HybridDrafter's) can copy the rest.
     """
@@ -36,6 +36,10 @@ class SelfDrafter(Drafter):
     # layers), and a round that overruns where the completion stops wastes them: more a round
     # helped the bench and slowed the editor (docs/benchmarks, "self drafts: at most 4 a round").
     max_drafts = 4
+    # The head's size: the most frequent ids of the trained draft's vocabulary, where it counts them
+    # (drafts/trained.py, `draft_vocabulary`). Fewer rows read less a draft step and draft more confidently;
+    # 8k of the 32k measured fastest (docs/drafts.md, "The self draft's head").
+    head_size = 8192
 
     def __init__(self, target, vocab_ids: torch.Tensor, line_ends: set[int] | frozenset[int] = frozenset()):
         """line_ends: ids whose text holds a newline. A round's drafting stops after one: editor

@@ -11,7 +11,9 @@ On disk a draft is a folder, no optimizer state, no pickle:
 - `draft.json`: a `DraftMeta`, what the draft was built from and for;
 - `model.safetensors`: the owned weights (`owned_parameters`) plus `vocab_ids` where the head is cut;
 - `vocab_ids.safetensors`: `vocab_ids` alone, what the self draft reads (drafts/self_draft.py), so that an
-  install without the drafts' weights (the VS Code extension's: tools/lean_wheel.py) still has it.
+  install without the drafts' weights (the VS Code extension's: tools/lean_wheel.py) still has it; and, where
+  known, `vocab_counts`: how often each id occurs in the corpus sample the vocabulary was drawn from, so that
+  a head can be cut further to the most frequent of them (`draft_vocabulary`).
 Training one is decoder/training/ (`specdec finetune`, harness/drafting.py).
 """
 
@@ -140,14 +142,21 @@ def owned_parameters(draft) -> dict[str, torch.nn.Parameter]:
     return owned
 
 
-def save_draft(draft, out_dir: str | Path, meta: DraftMeta, dtype: torch.dtype = torch.bfloat16) -> Path:
-    """Write the owned weights (in `dtype`) and `draft.json`; returns the folder."""
+def save_draft(
+    draft,
+    out_dir: str | Path,
+    meta: DraftMeta,
+    dtype: torch.dtype = torch.bfloat16,
+    vocab_counts: torch.Tensor | None = None,
+) -> Path:
+    """Write the owned weights (in `dtype`) and `draft.json`; returns the folder. vocab_counts: each of
+    the head's ids' occurrences in the corpus its vocabulary was drawn from, where it is cut."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {name: p.detach().to(dtype).cpu().contiguous() for name, p in owned_parameters(draft).items()}
     if draft.vocab_ids is not None:
         tensors["vocab_ids"] = draft.vocab_ids.to(torch.int32).cpu().contiguous()
-        save_file({"vocab_ids": tensors["vocab_ids"]}, str(out / VOCABULARY))
+        write_vocabulary(out, tensors["vocab_ids"], vocab_counts)
     save_file(tensors, str(out / WEIGHTS))
     meta.write(out)
     return out
@@ -173,14 +182,30 @@ def load_draft(path: str | Path, target):
     return draft
 
 
-def draft_vocabulary(path: str | Path, target) -> torch.Tensor:
-    """The target ids a saved draft's head scores (its `vocab_ids`), for drafts.SelfDrafter."""
+def write_vocabulary(folder: str | Path, vocab_ids: torch.Tensor, vocab_counts: torch.Tensor | None = None) -> None:
+    """`vocab_ids.safetensors` in `folder`: the ids, and each one's count where known."""
+    tensors = {"vocab_ids": vocab_ids.to(torch.int32).cpu().contiguous()}
+    if vocab_counts is not None:
+        if vocab_counts.shape != vocab_ids.shape:
+            raise ValueError(f"{len(vocab_ids)} vocabulary ids but {len(vocab_counts)} counts")
+        tensors["vocab_counts"] = vocab_counts.to(torch.int64).cpu().contiguous()
+    save_file(tensors, str(Path(folder) / VOCABULARY))
+
+
+def draft_vocabulary(path: str | Path, target, rows: int | None = None) -> torch.Tensor:
+    """The target ids a saved draft's head scores (its `vocab_ids`), for drafts.SelfDrafter. With `rows`, the
+    `rows` most frequent of them (ascending) where the draft counted them (`vocab_counts`), else all."""
     check_target(path, target)
     folder = Path(path)
     tensors = load_file(str(folder / VOCABULARY)) if (folder / VOCABULARY).exists() else _read_weights(folder)
     if "vocab_ids" not in tensors:
         raise DraftLoadError(f"draft {path} has a full-vocabulary head: there is no reduced vocabulary in it")
-    return tensors["vocab_ids"].long()
+    ids = tensors["vocab_ids"].long()
+    counts = tensors.get("vocab_counts")
+    if rows is None or counts is None or rows >= len(ids):
+        return ids
+    most = counts.argsort(descending=True, stable=True)[:rows]
+    return ids[most].sort().values
 
 
 def check_target(path: str | Path, target) -> DraftMeta:

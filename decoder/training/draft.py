@@ -30,6 +30,12 @@ def build_draft(target, layers: list[int], init: str = "derived", vocab_ids: tor
     return draft.eval()
 
 
+def token_counts(tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """How often each of `ids` occurs in `tokens` (a head's `vocab_counts`: trained.write_vocabulary)."""
+    ids = ids.long().cpu()
+    return torch.bincount(tokens.flatten().long(), minlength=int(ids.max()) + 1)[ids]
+
+
 def frequent_token_ids(tokens: torch.Tensor, size: int, always: list[int], vocab_size: int) -> torch.Tensor:
     """The `size` most frequent ids in `tokens`, plus `always` (specials such as EOS), sorted."""
     counts = torch.bincount(tokens.flatten().long(), minlength=vocab_size)

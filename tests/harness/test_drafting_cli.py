@@ -12,8 +12,10 @@ from safetensors.torch import load_file
 
 from speccomplete.cli import main
 from speccomplete.decoder.drafts import build_drafter
-from speccomplete.decoder.drafts.trained import DraftMeta
+from speccomplete.decoder.drafts.trained import VOCABULARY, DraftMeta, write_vocabulary
 from speccomplete.decoder.models import load_model
+from speccomplete.decoder.training.corpus import Shards
+from tools import vocab_counts
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +91,15 @@ def test_corpus_then_finetune_ships_a_loadable_draft(workspace):
     target, tokenizer = load_model(str(model))
     _, draft = build_drafter(str(out), target, tokenizer)
     assert len(draft.vocab_ids) == 64
+    # the vocabulary's file counts each id in the corpus, for the self draft's cut (and a draft trained before it
+    # did gets them from tools/vocab_counts.py, the same counts)
+    vocabulary = load_file(str(out / VOCABULARY))
+    counts = torch.bincount(Shards.load(root / "train").tokens.flatten())
+    assert torch.equal(vocabulary["vocab_counts"], counts[vocabulary["vocab_ids"].long()])
+    write_vocabulary(out, vocabulary["vocab_ids"])
+    assert "vocab_counts" not in load_file(str(out / VOCABULARY))
+    assert vocab_counts.main(["--data", str(root / "train"), "--draft", str(out)]) == 0
+    assert torch.equal(load_file(str(out / VOCABULARY))["vocab_counts"], vocabulary["vocab_counts"])
 
 
 def test_bad_input_is_a_clear_error(workspace, tmp_path, capsys):

@@ -22,9 +22,11 @@ from speccomplete.decoder.drafts.trained import (
     VOCABULARY,
     WEIGHTS,
     DraftMeta,
+    draft_vocabulary,
     draft_with_own_layers,
     save_draft,
     target_signature,
+    write_vocabulary,
 )
 
 
@@ -51,6 +53,23 @@ def test_the_default_draft_needs_only_the_vocabulary(lean_shipped, target, token
     _, vocab_ids = lean_shipped
     drafter, _ = build_drafter("ngram+self", target, tokenizer)
     assert isinstance(drafter, HybridDrafter) and isinstance(drafter.model, SelfDrafter)
+    assert torch.equal(drafter.model.vocab_ids, vocab_ids)
+
+
+def test_the_self_drafts_head_is_cut_to_the_most_frequent_ids_where_they_are_counted(
+    lean_shipped, target, tokenizer, monkeypatch
+):
+    folder, vocab_ids = lean_shipped
+    counts = (vocab_ids * 7919) % 101  # an order of its own, not the ids'
+    write_vocabulary(folder, vocab_ids, counts)
+    most = vocab_ids[counts.argsort(descending=True, stable=True)[:16]].sort().values
+    assert torch.equal(draft_vocabulary(folder, target, rows=16), most)
+    assert torch.equal(draft_vocabulary(folder, target), vocab_ids)  # the whole vocabulary unless asked
+    monkeypatch.setattr(SelfDrafter, "head_size", 16)
+    drafter, _ = build_drafter("ngram+self", target, tokenizer)
+    assert torch.equal(drafter.model.vocab_ids, most) and drafter.model.head.out_features == 16
+    write_vocabulary(folder, vocab_ids)  # uncounted: the head keeps every id
+    drafter, _ = build_drafter("ngram+self", target, tokenizer)
     assert torch.equal(drafter.model.vocab_ids, vocab_ids)
 
 
