@@ -37,7 +37,7 @@ class SelfDrafter(Drafter):
     # helped the bench and slowed the editor (docs/benchmarks, "self drafts: at most 4 a round").
     max_drafts = 4
     # The head's size: the most frequent ids of the trained draft's vocabulary, where it counts them
-    # (drafts/trained.py, `draft_vocabulary`). Fewer rows read less a draft step and draft more confidently;
+    # (drafts/trained.py, `draft_vocabulary`). Fewer rows read less a draft step, more drafts miss;
     # 8k of the 32k measured fastest (docs/drafts.md, "The self draft's head").
     head_size = 8192
 

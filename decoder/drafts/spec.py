@@ -7,7 +7,8 @@ This docstring is the one description of the syntax; the CLI and the README poin
     none         no draft: plain autoregressive decoding
     ngram        prompt lookup alone, paced by γ (NgramDrafter)
     self         the target drafts for itself, its head cut to the shipped trained draft's
-                 vocabulary (SelfDrafter); an error for a target no trained draft ships for
+                 vocabulary, to its most frequent ids where it counts them (SelfDrafter.head_size);
+                 an error for a target no trained draft ships for
     self:FOLDER  the same, with the vocabulary of the trained draft in FOLDER
     layers:0,1   a draft made of these target layers, sharing its embeddings, norm and head: no
                  extra memory (drafts/derived.py); the list must include layer 0

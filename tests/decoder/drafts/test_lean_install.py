@@ -68,6 +68,8 @@ def test_the_self_drafts_head_is_cut_to_the_most_frequent_ids_where_they_are_cou
     monkeypatch.setattr(SelfDrafter, "head_size", 16)
     drafter, _ = build_drafter("ngram+self", target, tokenizer)
     assert torch.equal(drafter.model.vocab_ids, most) and drafter.model.head.out_features == 16
+    with pytest.raises(ValueError, match="128 vocabulary ids but 3 counts"):
+        write_vocabulary(folder, vocab_ids, counts[:3])
     write_vocabulary(folder, vocab_ids)  # uncounted: the head keeps every id
     drafter, _ = build_drafter("ngram+self", target, tokenizer)
     assert torch.equal(drafter.model.vocab_ids, vocab_ids)
