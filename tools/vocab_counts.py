@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", required=True, help="a trained draft's folder, holding vocab_ids.safetensors")
     args = parser.parse_args(argv)
     path = Path(args.draft) / VOCABULARY
+    if not path.is_file():
+        parser.error(f"{path} does not exist: --draft names a trained draft's folder with a cut head")
     ids = load_file(str(path))["vocab_ids"]
     tokens = Shards.load(args.data).tokens
     counts = token_counts(tokens, ids)
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{path}: {len(ids)} ids counted over the corpus's {tokens.numel():,} tokens")
     for rows in sorted({4096, 8192, 16384, len(ids)}):
         if rows <= len(ids):
-            print(f"  the {rows} most frequent are {share[rows - 1]:.4f} of them")
+            print(f"  the {rows} most frequent cover {share[rows - 1]:.4f} of them")
     return 0
 
 

@@ -94,12 +94,15 @@ def test_corpus_then_finetune_ships_a_loadable_draft(workspace):
     # the vocabulary's file counts each id in the corpus, for the self draft's cut (and a draft trained before it
     # did gets them from tools/vocab_counts.py, the same counts)
     vocabulary = load_file(str(out / VOCABULARY))
-    counts = torch.bincount(Shards.load(root / "train").tokens.flatten())
-    assert torch.equal(vocabulary["vocab_counts"], counts[vocabulary["vocab_ids"].long()])
+    ids = vocabulary["vocab_ids"].long()
+    counts = torch.bincount(Shards.load(root / "train").tokens.flatten(), minlength=int(ids.max()) + 1)
+    assert torch.equal(vocabulary["vocab_counts"], counts[ids])
     write_vocabulary(out, vocabulary["vocab_ids"])
     assert "vocab_counts" not in load_file(str(out / VOCABULARY))
     assert vocab_counts.main(["--data", str(root / "train"), "--draft", str(out)]) == 0
     assert torch.equal(load_file(str(out / VOCABULARY))["vocab_counts"], vocabulary["vocab_counts"])
+    with pytest.raises(SystemExit):  # a folder without a cut head: a clear error, not a traceback
+        vocab_counts.main(["--data", str(root / "train"), "--draft", str(root)])
 
 
 def test_bad_input_is_a_clear_error(workspace, tmp_path, capsys):
